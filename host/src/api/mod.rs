@@ -1,0 +1,192 @@
+//! api/: the HTTP API and the dashboard, served by axum.
+//!
+//! Read-only endpoints are open on loopback; every state-changing request
+//! (any method but GET/HEAD) needs `Authorization: Bearer <api.token>` when a
+//! token is configured, and the config refuses to bind beyond loopback
+//! without one. Plugin routes (`/api/plugins/<name>/...`) are answered by the
+//! plugin itself through its `on-request` hook.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::{Json, Router};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::config::Config;
+use crate::pipeline::PipelineHandle;
+use crate::plugin::PluginManager;
+use crate::plugin::bindings::types;
+use crate::sample::driver::PeriodStats;
+
+/// Largest request body a plugin route accepts.
+pub const MAX_BODY: usize = 4 << 20;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Mutex<Config>>,
+    pub plugins: Arc<PluginManager>,
+    pub pipeline: PipelineHandle,
+    pub sampler: Arc<dyn Fn() -> Option<(PeriodStats, usize, String)> + Send + Sync>,
+    pub ready: Arc<AtomicBool>,
+    pub started: std::time::Instant,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/api/ready", get(ready))
+        .route("/api/status", get(status))
+        .route("/api/config", get(config))
+        .route("/api/plugins", get(plugins))
+        .route("/api/plugins/{name}", get(plugin))
+        .route("/api/plugins/{name}/{*rest}", any(plugin_route))
+        .route("/api/decisions", get(decisions))
+        .fallback(|| async { (StatusCode::NOT_FOUND, Json(json!({"error": "no such endpoint"}))) })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn_with_state(state.clone(), require_token))
+        .with_state(state)
+}
+
+async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let token = st.config.lock().api.token.clone().filter(|t| !t.is_empty());
+    if let (true, Some(token)) = (changes_state, token) {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token.as_str()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer")],
+                Json(json!({"error": "this request changes state: send Authorization: Bearer <api.token>"})),
+            )
+                .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+async fn index(State(st): State<AppState>) -> Response {
+    let dir = st.config.lock().api.web_dir.clone();
+    if let Some(dir) = dir {
+        if let Ok(html) = tokio::fs::read_to_string(dir.join("index.html")).await {
+            return Html(html).into_response();
+        }
+    }
+    Html(include_str!("../../../web/index.html")).into_response()
+}
+
+async fn ready(State(st): State<AppState>) -> Response {
+    if st.ready.load(Ordering::Relaxed) {
+        Json(json!({"ready": true})).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"ready": false, "reason": "still loading plugins"}))).into_response()
+    }
+}
+
+async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
+    let sampler = (st.sampler)().map(|(s, series, gpu)| {
+        json!({
+            "period": {
+                "ticks": s.ticks, "late_ticks": s.late_ticks, "skipped": s.skipped,
+                "error_p50_us": s.error_p50_us, "error_p99_us": s.error_p99_us, "error_max_us": s.error_max_us,
+                "sample_cost_p50_us": s.sample_cost_p50_us, "sample_cost_p99_us": s.sample_cost_p99_us,
+            },
+            "series": series,
+            "gpu": gpu,
+        })
+    });
+    let cfg = st.config.lock().clone();
+    let plugins: Vec<_> = st
+        .plugins
+        .statuses()
+        .into_iter()
+        .map(|p| json!({"name": p.name, "state": p.state, "reason": p.reason}))
+        .collect();
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "contract": crate::plugin::engine::CONTRACT_VERSION,
+        "uptime_s": st.started.elapsed().as_secs_f64(),
+        "sampling_period_ms": st.plugins.sample_plan().period_ms.load(Ordering::Relaxed),
+        "sampler": sampler,
+        "export": {
+            "endpoint": cfg.export.endpoint,
+            "protocol": cfg.export.protocol,
+            "stats": st.pipeline.stats(),
+        },
+        "plugins": plugins,
+        "plugins_dir": st.plugins.dir().display().to_string(),
+        "sinks_dir": cfg.sinks.dir.display().to_string(),
+    }))
+}
+
+async fn config(State(st): State<AppState>) -> Json<serde_json::Value> {
+    let mut cfg = st.config.lock().clone();
+    if cfg.api.token.is_some() {
+        cfg.api.token = Some("<redacted>".into());
+    }
+    for v in cfg.export.headers.values_mut() {
+        *v = "<redacted>".into();
+    }
+    Json(serde_json::to_value(cfg).unwrap_or_default())
+}
+
+async fn plugins(State(st): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({"plugins": st.plugins.statuses()}))
+}
+
+async fn plugin(State(st): State<AppState>, Path(name): Path<String>) -> Response {
+    match st.plugins.status(&name) {
+        Some(s) => Json(s).into_response(),
+        None => (StatusCode::NOT_FOUND, Json(json!({"error": format!("no plugin named {name:?}")}))).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct DecisionQuery {
+    plugin: Option<String>,
+}
+
+async fn decisions(State(st): State<AppState>, Query(q): Query<DecisionQuery>) -> Json<serde_json::Value> {
+    Json(json!({"decisions": st.plugins.decisions().list(q.plugin.as_deref())}))
+}
+
+async fn plugin_route(
+    State(st): State<AppState>,
+    Path((name, rest)): Path<(String, String)>,
+    method: Method,
+    headers: HeaderMap,
+    uri: axum::http::Uri,
+    body: Bytes,
+) -> Response {
+    let req = types::HttpRequest {
+        method: method.as_str().to_string(),
+        path: format!("/{rest}"),
+        query: uri.query().unwrap_or("").to_string(),
+        headers: headers
+            .iter()
+            .filter(|(k, _)| *k != header::AUTHORIZATION)
+            .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_string(), v.to_string())))
+            .collect(),
+        body: body.to_vec(),
+    };
+    let resp = st.plugins.request(&name, req).await;
+    let mut builder = Response::builder().status(StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY));
+    for (k, v) in resp.headers {
+        if let (Ok(k), Ok(v)) = (header::HeaderName::try_from(k), header::HeaderValue::try_from(v)) {
+            builder = builder.header(k, v);
+        }
+    }
+    builder.body(Body::from(resp.body)).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}

@@ -1,0 +1,113 @@
+//! The `sonde` command: parses flags, loads the configuration and runs the host.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use sonde::config::{Config, parse_override};
+
+/// sonde: a profiling host for distributed ML training and serving.
+///
+/// Samples this machine, runs the Wasm plugins found in the plugins directory
+/// and exports over OTLP. Settings come from (lowest to highest) defaults,
+/// --config, OTEL_* and SONDE_* environment variables, then these flags.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Cli {
+    /// TOML configuration file.
+    #[arg(short, long, env = "SONDE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address of the API and dashboard (api.listen).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Plugins directory (plugins.dir).
+    #[arg(long)]
+    plugins_dir: Option<PathBuf>,
+    /// Data directory: state and compiled-plugin cache (host.data_dir).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Directory for plugins' file sinks; must exist (sinks.dir).
+    #[arg(long)]
+    sinks_dir: Option<PathBuf>,
+    /// Sampling period in milliseconds (sampler.period_ms).
+    #[arg(long)]
+    period_ms: Option<u32>,
+    /// OTLP collector, e.g. http://127.0.0.1:4317 (export.endpoint).
+    #[arg(long)]
+    export_endpoint: Option<String>,
+    /// grpc or http/protobuf (export.protocol).
+    #[arg(long)]
+    export_protocol: Option<String>,
+    /// Any setting as key=value, e.g. --set plugins.call_timeout_ms=50 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Validate the configuration, print it, and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,wasmtime=warn,cranelift=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let mut overrides = Vec::new();
+    let flag = |k: &str, v: Option<String>, o: &mut Vec<(String, toml::Value)>| {
+        if let Some(v) = v {
+            o.push((k.to_string(), toml::Value::String(v)));
+        }
+    };
+    flag("api.listen", cli.listen, &mut overrides);
+    flag("plugins.dir", cli.plugins_dir.map(|p| p.display().to_string()), &mut overrides);
+    flag("host.data_dir", cli.data_dir.map(|p| p.display().to_string()), &mut overrides);
+    flag("sinks.dir", cli.sinks_dir.map(|p| p.display().to_string()), &mut overrides);
+    flag("export.endpoint", cli.export_endpoint, &mut overrides);
+    flag("export.protocol", cli.export_protocol, &mut overrides);
+    if let Some(p) = cli.period_ms {
+        overrides.push(("sampler.period_ms".into(), toml::Value::Integer(p as i64)));
+    }
+    for s in &cli.set {
+        match parse_override(s) {
+            Ok(kv) => overrides.push(kv),
+            Err(e) => {
+                eprintln!("sonde: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let env: BTreeMap<String, String> = std::env::vars().collect();
+    let cfg = match Config::load(cli.config.as_deref(), &env, &overrides) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sonde: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.check_config {
+        println!("{}", toml::to_string_pretty(&cfg).unwrap_or_default());
+        println!("# configuration is valid");
+        return ExitCode::SUCCESS;
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("sonde-rt").build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sonde: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(sonde::run::run(cfg));
+    // Never wait for stray blocking tasks at exit.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sonde: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

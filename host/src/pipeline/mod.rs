@@ -1,0 +1,730 @@
+//! pipeline/: what plugins emit, on its way out.
+//!
+//! ```text
+//!  submit_metrics / submit_logs            (any thread; never blocks, never awaits)
+//!     │  ├──► broadcast tap (subscribe()): every batch, export on or off
+//!     ▼
+//!  buffer   ≤ max_batch_points × queue_capacity points (and as many log records);
+//!     │     beyond it the NEW batch is dropped and counted (points_dropped)
+//!     ▼  batcher task: every interval_ms, or early once max_batch_points are waiting
+//!  encode   requests of ≤ max_batch_points points / records, protobuf-encoded once
+//!     ▼
+//!  queue    ≤ queue_capacity encoded requests; when full the OLDEST is dropped
+//!     │     and counted (fresh data is worth more to a profiler)
+//!     ▼  sender task: one request at a time
+//!  send     per-request timeout; retryable errors retried with exponential
+//!           backoff (retry_initial_ms doubling to retry_max_ms, jittered) until
+//!           retry_max_elapsed_ms, then given up (points_failed); non-retryable
+//!           errors and partial-success rejections are failed at once.
+//! ```
+//!
+//! Memory is bounded whatever the collector does: at most
+//! `max_batch_points × queue_capacity` points waiting in the buffer (including
+//! the flush being encoded), `queue_capacity` encoded requests, and one request
+//! in flight. Every point submitted while export is on ends up in exactly one of
+//! `points_exported`, `points_dropped`, `points_failed`, `buffered_points` or
+//! `queued_points` (likewise for log records, which have no pending gauges).
+//! Points submitted while export is off (`endpoint == None`) only reach
+//! `subscribe()` receivers and `points_in`.
+//!
+//! The sender never dies: every error is counted and kept in `last_error`. It
+//! logs one warning when the collector starts failing and one info line when it
+//! recovers, not a line per retry.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::sync::{Notify, broadcast, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::config::ExportConfig;
+use crate::export::client::{Client, Signal};
+use crate::export::otlp;
+use crate::model::{AttrValue, LogBatch, LogRecord, MetricBatch, Point, Scope};
+
+#[cfg(test)]
+mod tests;
+
+/// Batches kept for `subscribe()` receivers; a receiver further behind loses the oldest.
+const TAP_CAPACITY: usize = 1024;
+
+/// Counters and gauges of the export pipeline, for the API, the dashboard and self-metrics.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ExportStats {
+    /// Points submitted (export on or off).
+    pub points_in: u64,
+    /// Points the collector accepted.
+    pub points_exported: u64,
+    /// Points dropped for room: buffer full (newest dropped) or queue full (oldest
+    /// dropped), or discarded because export was switched off while they waited.
+    pub points_dropped: u64,
+    /// Points given up on: retries exhausted, a non-retryable error, rejected by
+    /// the collector (partial success), or still unsent at shutdown's deadline.
+    pub points_failed: u64,
+    pub logs_in: u64,
+    pub logs_exported: u64,
+    pub logs_dropped: u64,
+    pub logs_failed: u64,
+    /// Requests the collector accepted (possibly partially).
+    pub requests_ok: u64,
+    /// Requests given up on (each counted once, however many attempts it took).
+    pub requests_failed: u64,
+    /// Attempts beyond the first, over all requests.
+    pub retries: u64,
+    /// Encoded requests waiting to be sent (not counting the one in flight).
+    pub queue_len: usize,
+    /// Points accepted but not yet encoded into a request.
+    pub buffered_points: usize,
+    /// Points in encoded requests: queued plus the one in flight. (Addition to
+    /// the original contract: with it the conservation law above can be checked.)
+    pub queued_points: usize,
+    pub last_error: Option<String>,
+    /// Wall clock of the last accepted request, ns since the Unix epoch (0: never).
+    pub last_success_ns: u64,
+    /// Export is on (an endpoint is configured).
+    pub enabled: bool,
+}
+
+/// The submitting side of the pipeline. Cheap to clone; usable from any thread.
+#[derive(Clone)]
+pub struct PipelineHandle {
+    shared: Arc<Shared>,
+}
+
+/// The running pipeline's tasks; [`Pipeline::shutdown`] stops them.
+pub struct Pipeline {
+    shared: Arc<Shared>,
+    batcher: Option<JoinHandle<()>>,
+    sender: Option<JoinHandle<()>>,
+    stop_tx: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct Counters {
+    points_in: AtomicU64,
+    points_exported: AtomicU64,
+    points_dropped: AtomicU64,
+    points_failed: AtomicU64,
+    logs_in: AtomicU64,
+    logs_exported: AtomicU64,
+    logs_dropped: AtomicU64,
+    logs_failed: AtomicU64,
+    requests_ok: AtomicU64,
+    requests_failed: AtomicU64,
+    retries: AtomicU64,
+    last_success_ns: AtomicU64,
+}
+
+#[derive(Default)]
+struct Buffer {
+    metrics: Vec<Arc<MetricBatch>>,
+    /// Points in `metrics` plus points taken by a flush and not yet enqueued.
+    points: usize,
+    logs: Vec<LogBatch>,
+    records: usize,
+}
+
+struct Encoded {
+    signal: Signal,
+    body: Bytes,
+    items: usize,
+}
+
+#[derive(Default)]
+struct Queue {
+    items: VecDeque<Encoded>,
+    points: usize,
+    records: usize,
+    /// The request being sent: (signal, items).
+    inflight: Option<(Signal, usize)>,
+}
+
+/// Settings the tasks read at each use, so `reconfigure` takes effect live.
+#[derive(Clone, Copy)]
+struct Tuning {
+    interval: Duration,
+    max_batch: usize,
+    queue_capacity: usize,
+    retry_initial: Duration,
+    retry_max: Duration,
+    retry_max_elapsed: Duration,
+}
+
+impl Tuning {
+    fn from(cfg: &ExportConfig) -> Self {
+        Tuning {
+            interval: Duration::from_millis(cfg.interval_ms.max(1)),
+            max_batch: cfg.max_batch_points.max(1),
+            queue_capacity: cfg.queue_capacity.max(1),
+            retry_initial: Duration::from_millis(cfg.retry_initial_ms.max(1)),
+            retry_max: Duration::from_millis(cfg.retry_max_ms.max(cfg.retry_initial_ms).max(1)),
+            retry_max_elapsed: Duration::from_millis(cfg.retry_max_elapsed_ms),
+        }
+    }
+    /// Points (or records) the buffer may hold.
+    fn bound(&self) -> usize {
+        self.max_batch.saturating_mul(self.queue_capacity)
+    }
+}
+
+struct Shared {
+    c: Counters,
+    buf: Mutex<Buffer>,
+    queue: Mutex<Queue>,
+    tuning: Mutex<Tuning>,
+    /// Mirrors of tuning for the submit path (no lock besides the buffer's).
+    bound: AtomicUsize,
+    max_batch: AtomicUsize,
+    enabled: AtomicBool,
+    accepting: AtomicBool,
+    batcher_done: AtomicBool,
+    client: Mutex<Option<Client>>,
+    /// Bumped on every reconfigure: the sender cuts a retry backoff short and uses the new client.
+    client_gen: watch::Sender<u64>,
+    last_error: Mutex<Option<String>>,
+    batcher_wake: Notify,
+    sender_wake: Notify,
+    tap: broadcast::Sender<Arc<MetricBatch>>,
+    resource: Resource,
+    rt: tokio::runtime::Handle,
+}
+
+impl PipelineHandle {
+    /// Hands a batch to the pipeline. Never blocks or awaits: a lock held for a
+    /// push, an `Arc` and a broadcast send. Beyond the buffer bound the batch is
+    /// dropped and counted.
+    pub fn submit_metrics(&self, batch: MetricBatch) {
+        let n = batch.points.len();
+        if n == 0 {
+            return;
+        }
+        let s = &*self.shared;
+        s.c.points_in.fetch_add(n as u64, Ordering::Relaxed);
+        let batch = Arc::new(batch);
+        if s.tap.receiver_count() > 0 {
+            let _ = s.tap.send(batch.clone());
+        }
+        if !s.enabled.load(Ordering::Acquire) {
+            return;
+        }
+        if !s.accepting.load(Ordering::Acquire) {
+            s.c.points_dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        let max = s.max_batch.load(Ordering::Relaxed);
+        let mut b = s.buf.lock();
+        if b.points + n > s.bound.load(Ordering::Relaxed) {
+            drop(b);
+            s.c.points_dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        let before = b.points;
+        b.points += n;
+        b.metrics.push(batch);
+        drop(b);
+        if before < max && before + n >= max {
+            s.batcher_wake.notify_one();
+        }
+    }
+
+    /// Hands log records to the pipeline; same rules as [`submit_metrics`](Self::submit_metrics)
+    /// (log batches do not go to the `subscribe()` tap).
+    pub fn submit_logs(&self, batch: LogBatch) {
+        let n = batch.records.len();
+        if n == 0 {
+            return;
+        }
+        let s = &*self.shared;
+        s.c.logs_in.fetch_add(n as u64, Ordering::Relaxed);
+        if !s.enabled.load(Ordering::Acquire) {
+            return;
+        }
+        if !s.accepting.load(Ordering::Acquire) {
+            s.c.logs_dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        let max = s.max_batch.load(Ordering::Relaxed);
+        let mut b = s.buf.lock();
+        if b.records + n > s.bound.load(Ordering::Relaxed) {
+            drop(b);
+            s.c.logs_dropped.fetch_add(n as u64, Ordering::Relaxed);
+            return;
+        }
+        let before = b.records;
+        b.records += n;
+        b.logs.push(batch);
+        drop(b);
+        if before < max && before + n >= max {
+            s.batcher_wake.notify_one();
+        }
+    }
+
+    pub fn stats(&self) -> ExportStats {
+        self.shared.stats()
+    }
+
+    /// Every submitted metric batch, export on or off. A receiver more than
+    /// 1024 batches behind loses the oldest (`RecvError::Lagged`).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<MetricBatch>> {
+        self.shared.tap.subscribe()
+    }
+
+    /// Applies a new (validated) export config live: endpoint, protocol,
+    /// headers, timeout, interval, batch and queue sizes, retry settings. A
+    /// request waiting to be retried is resent to the new endpoint at once; an
+    /// attempt already in flight finishes first (bounded by the old timeout),
+    /// so nothing is delivered twice.
+    /// On error (a header the client cannot carry) nothing changes. Switching
+    /// export off discards what waits (counted as dropped). The resource
+    /// (`service_name`, `resource`) is fixed at start and not changed here.
+    pub fn reconfigure(&self, cfg: &ExportConfig) -> anyhow::Result<()> {
+        let s = &*self.shared;
+        let client = match cfg.endpoint {
+            Some(_) => {
+                let _rt = s.rt.enter(); // tonic's lazy channel spawns its worker on the runtime
+                Some(Client::new(cfg).context("export config")?)
+            }
+            None => None,
+        };
+        let tuning = Tuning::from(cfg);
+        *s.tuning.lock() = tuning;
+        s.max_batch.store(tuning.max_batch, Ordering::Relaxed);
+        s.bound.store(tuning.bound(), Ordering::Relaxed);
+        let enabled = client.is_some();
+        match &client {
+            Some(c) => tracing::info!(collector = %c.describe(), "export reconfigured"),
+            None => tracing::info!("export switched off"),
+        }
+        *s.client.lock() = client;
+        s.enabled.store(enabled, Ordering::Release);
+        s.client_gen.send_modify(|g| *g += 1);
+        s.batcher_wake.notify_one();
+        s.sender_wake.notify_one();
+        Ok(())
+    }
+}
+
+impl Pipeline {
+    /// Must be called inside a tokio runtime; spawns the batcher and sender tasks.
+    /// `resource` is converted once and sent with every request.
+    pub fn start(cfg: &ExportConfig, resource: Vec<(String, AttrValue)>) -> anyhow::Result<(PipelineHandle, Pipeline)> {
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|_| anyhow::anyhow!("Pipeline::start must be called inside a tokio runtime"))?;
+        let client = match cfg.endpoint {
+            Some(_) => Some(Client::new(cfg).context("export config")?),
+            None => None,
+        };
+        let tuning = Tuning::from(cfg);
+        let (tap, _) = broadcast::channel(TAP_CAPACITY);
+        let (client_gen, _) = watch::channel(0u64);
+        match &client {
+            Some(c) => tracing::info!(collector = %c.describe(), "export on"),
+            None => tracing::info!("export off (no endpoint configured)"),
+        }
+        let shared = Arc::new(Shared {
+            c: Counters::default(),
+            buf: Mutex::new(Buffer::default()),
+            queue: Mutex::new(Queue::default()),
+            tuning: Mutex::new(tuning),
+            bound: AtomicUsize::new(tuning.bound()),
+            max_batch: AtomicUsize::new(tuning.max_batch),
+            enabled: AtomicBool::new(client.is_some()),
+            accepting: AtomicBool::new(true),
+            batcher_done: AtomicBool::new(false),
+            client: Mutex::new(client),
+            client_gen,
+            last_error: Mutex::new(None),
+            batcher_wake: Notify::new(),
+            sender_wake: Notify::new(),
+            tap,
+            resource: otlp::resource(&resource),
+            rt: rt.clone(),
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let batcher = rt.spawn(batcher_task(shared.clone(), stop_rx));
+        let sender = rt.spawn(sender_task(shared.clone()));
+        Ok((
+            PipelineHandle { shared: shared.clone() },
+            Pipeline { shared, batcher: Some(batcher), sender: Some(sender), stop_tx },
+        ))
+    }
+
+    /// Stops accepting, flushes buffered data and sends what it can before `deadline`; never hangs past it.
+    /// Whatever is still unsent at the deadline is counted in `points_failed` / `logs_failed`.
+    pub async fn shutdown(mut self, deadline: Duration) -> ExportStats {
+        let end = Instant::now() + deadline;
+        let s = self.shared.clone();
+        s.accepting.store(false, Ordering::Release);
+        let _ = self.stop_tx.send(true);
+        if let Some(mut h) = self.batcher.take() {
+            if tokio::time::timeout_at(end, &mut h).await.is_err() {
+                h.abort();
+            }
+        }
+        s.batcher_done.store(true, Ordering::Release);
+        s.sender_wake.notify_one();
+        if let Some(mut h) = self.sender.take() {
+            if tokio::time::timeout_at(end, &mut h).await.is_err() {
+                h.abort();
+                // Cancellation lands at the sender's next await point, i.e. at once.
+                let _ = tokio::time::timeout(Duration::from_millis(200), h).await;
+            }
+        }
+        s.abandon_pending();
+        let st = s.stats();
+        tracing::info!(
+            exported = st.points_exported,
+            dropped = st.points_dropped,
+            failed = st.points_failed,
+            logs_exported = st.logs_exported,
+            "export pipeline stopped"
+        );
+        st
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        // Dropped without shutdown(): stop the tasks rather than leak them.
+        for h in [self.batcher.take(), self.sender.take()].into_iter().flatten() {
+            h.abort();
+        }
+    }
+}
+
+impl Shared {
+    fn stats(&self) -> ExportStats {
+        let (queue_len, queued_points) = {
+            let q = self.queue.lock();
+            let inflight = match q.inflight {
+                Some((Signal::Metrics, n)) => n,
+                _ => 0,
+            };
+            (q.items.len(), q.points + inflight)
+        };
+        let buffered_points = self.buf.lock().points;
+        let c = &self.c;
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ExportStats {
+            points_in: ld(&c.points_in),
+            points_exported: ld(&c.points_exported),
+            points_dropped: ld(&c.points_dropped),
+            points_failed: ld(&c.points_failed),
+            logs_in: ld(&c.logs_in),
+            logs_exported: ld(&c.logs_exported),
+            logs_dropped: ld(&c.logs_dropped),
+            logs_failed: ld(&c.logs_failed),
+            requests_ok: ld(&c.requests_ok),
+            requests_failed: ld(&c.requests_failed),
+            retries: ld(&c.retries),
+            queue_len,
+            buffered_points,
+            queued_points,
+            last_error: self.last_error.lock().clone(),
+            last_success_ns: ld(&c.last_success_ns),
+            enabled: self.enabled.load(Ordering::Acquire),
+        }
+    }
+
+    fn count(&self, signal: Signal, items: usize, points: &AtomicU64, logs: &AtomicU64) {
+        match signal {
+            Signal::Metrics => points.fetch_add(items as u64, Ordering::Relaxed),
+            Signal::Logs => logs.fetch_add(items as u64, Ordering::Relaxed),
+        };
+    }
+    fn dropped(&self, signal: Signal, items: usize) {
+        self.count(signal, items, &self.c.points_dropped, &self.c.logs_dropped);
+    }
+    fn failed(&self, signal: Signal, items: usize) {
+        self.count(signal, items, &self.c.points_failed, &self.c.logs_failed);
+    }
+    fn exported(&self, signal: Signal, items: usize) {
+        self.count(signal, items, &self.c.points_exported, &self.c.logs_exported);
+    }
+
+    /// Takes the buffer, encodes it into requests of at most `max_batch` items and queues them.
+    fn flush(&self) {
+        let tuning = *self.tuning.lock();
+        let (metrics, logs) = {
+            let mut b = self.buf.lock();
+            // `points`/`records` stay counted until each request is queued.
+            (std::mem::take(&mut b.metrics), std::mem::take(&mut b.logs))
+        };
+        if metrics.is_empty() && logs.is_empty() {
+            return;
+        }
+        let enabled = self.enabled.load(Ordering::Acquire);
+        let max = tuning.max_batch;
+
+        let mut parts: Vec<(&Scope, &[Point])> = Vec::new();
+        let mut count = 0usize;
+        for b in &metrics {
+            let mut pts = b.points.as_slice();
+            while !pts.is_empty() {
+                let take = pts.len().min(max - count);
+                parts.push((&*b.scope, &pts[..take]));
+                count += take;
+                pts = &pts[take..];
+                if count == max {
+                    self.emit_metrics(&parts, count, enabled, &tuning);
+                    parts.clear();
+                    count = 0;
+                }
+            }
+        }
+        if count > 0 {
+            self.emit_metrics(&parts, count, enabled, &tuning);
+        }
+        drop(parts);
+
+        let mut parts: Vec<(&Scope, &[LogRecord])> = Vec::new();
+        let mut count = 0usize;
+        for b in &logs {
+            let mut recs = b.records.as_slice();
+            while !recs.is_empty() {
+                let take = recs.len().min(max - count);
+                parts.push((&*b.scope, &recs[..take]));
+                count += take;
+                recs = &recs[take..];
+                if count == max {
+                    self.emit_logs(&parts, count, enabled, &tuning);
+                    parts.clear();
+                    count = 0;
+                }
+            }
+        }
+        if count > 0 {
+            self.emit_logs(&parts, count, enabled, &tuning);
+        }
+    }
+
+    fn emit_metrics(&self, parts: &[(&Scope, &[Point])], count: usize, enabled: bool, tuning: &Tuning) {
+        let item = enabled.then(|| {
+            let req = otlp::encode_metric_parts(self.resource.clone(), parts);
+            Encoded { signal: Signal::Metrics, body: Bytes::from(req.encode_to_vec()), items: count }
+        });
+        self.enqueue(Signal::Metrics, count, item, tuning);
+    }
+
+    fn emit_logs(&self, parts: &[(&Scope, &[LogRecord])], count: usize, enabled: bool, tuning: &Tuning) {
+        let item = enabled.then(|| {
+            let req = otlp::encode_log_parts(self.resource.clone(), parts);
+            Encoded { signal: Signal::Logs, body: Bytes::from(req.encode_to_vec()), items: count }
+        });
+        self.enqueue(Signal::Logs, count, item, tuning);
+    }
+
+    /// Moves `count` items from the buffer's tally into the queue (or into
+    /// `dropped` when export was switched off: `item` is None), dropping the
+    /// oldest requests beyond the capacity.
+    fn enqueue(&self, signal: Signal, count: usize, item: Option<Encoded>, tuning: &Tuning) {
+        let mut evicted: Vec<(Signal, usize)> = Vec::new();
+        {
+            let mut q = self.queue.lock();
+            if let Some(item) = item {
+                while q.items.len() >= tuning.queue_capacity {
+                    let Some(old) = q.items.pop_front() else { break };
+                    match old.signal {
+                        Signal::Metrics => q.points -= old.items,
+                        Signal::Logs => q.records -= old.items,
+                    }
+                    evicted.push((old.signal, old.items));
+                }
+                match signal {
+                    Signal::Metrics => q.points += count,
+                    Signal::Logs => q.records += count,
+                }
+                q.items.push_back(item);
+            } else {
+                evicted.push((signal, count));
+            }
+            // Same critical section as the queue push, so stats never see the items twice.
+            let mut b = self.buf.lock();
+            match signal {
+                Signal::Metrics => b.points -= count,
+                Signal::Logs => b.records -= count,
+            }
+        }
+        for (sig, n) in evicted {
+            self.dropped(sig, n);
+        }
+        self.sender_wake.notify_one();
+    }
+
+    /// At shutdown's end: whatever is still buffered, queued or in flight is given up.
+    fn abandon_pending(&self) {
+        let (metrics, logs) = {
+            let mut b = self.buf.lock();
+            let r = (b.points, b.records);
+            *b = Buffer::default();
+            r
+        };
+        let (qp, qr, inflight) = {
+            let mut q = self.queue.lock();
+            let r = (q.points, q.records, q.inflight.take());
+            *q = Queue::default();
+            r
+        };
+        let enabled = self.enabled.load(Ordering::Acquire);
+        if enabled {
+            self.failed(Signal::Metrics, metrics + qp);
+            self.failed(Signal::Logs, logs + qr);
+        } else {
+            self.dropped(Signal::Metrics, metrics + qp);
+            self.dropped(Signal::Logs, logs + qr);
+        }
+        if let Some((sig, n)) = inflight {
+            self.failed(sig, n);
+        }
+    }
+}
+
+async fn batcher_task(s: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut last = Instant::now();
+    loop {
+        let interval = s.tuning.lock().interval;
+        tokio::select! {
+            _ = tokio::time::sleep_until(last + interval) => {
+                last = Instant::now();
+                s.flush();
+            }
+            _ = s.batcher_wake.notified() => {
+                // Early: enough for a full request. Otherwise a reconfigure; loop
+                // round to pick up the new interval.
+                let max = s.max_batch.load(Ordering::Relaxed);
+                let full = {
+                    let b = s.buf.lock();
+                    b.points >= max || b.records >= max || (!s.enabled.load(Ordering::Acquire) && (b.points > 0 || b.records > 0))
+                };
+                if full {
+                    s.flush();
+                }
+            }
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() {
+                    s.flush();
+                    break;
+                }
+            }
+        }
+    }
+    s.batcher_done.store(true, Ordering::Release);
+    s.sender_wake.notify_one();
+}
+
+async fn sender_task(s: Arc<Shared>) {
+    let mut healthy = true;
+    let mut gen_rx = s.client_gen.subscribe();
+    let mut last_reject_warn: Option<Instant> = None;
+    loop {
+        let item = {
+            let mut q = s.queue.lock();
+            let item = q.items.pop_front();
+            if let Some(it) = &item {
+                match it.signal {
+                    Signal::Metrics => q.points -= it.items,
+                    Signal::Logs => q.records -= it.items,
+                }
+                q.inflight = Some((it.signal, it.items));
+            }
+            item
+        };
+        let Some(item) = item else {
+            if s.batcher_done.load(Ordering::Acquire) {
+                return;
+            }
+            s.sender_wake.notified().await;
+            continue;
+        };
+        deliver(&s, item, &mut healthy, &mut gen_rx, &mut last_reject_warn).await;
+        s.queue.lock().inflight = None;
+    }
+}
+
+/// Sends one request until it succeeds, fails for good, or runs out of retry time.
+async fn deliver(
+    s: &Shared,
+    item: Encoded,
+    healthy: &mut bool,
+    gen_rx: &mut watch::Receiver<u64>,
+    last_reject_warn: &mut Option<Instant>,
+) {
+    let mut tuning = *s.tuning.lock();
+    let mut start = Instant::now();
+    let mut delay = tuning.retry_initial;
+    loop {
+        gen_rx.borrow_and_update();
+        let Some(client) = s.client.lock().clone() else {
+            // Export was switched off while this waited.
+            s.dropped(item.signal, item.items);
+            return;
+        };
+        // An attempt in flight is not interrupted by a reconfigure (that could
+        // deliver the request twice); it is bounded by the timeout, and a retry
+        // after it goes to the new endpoint.
+        let err = match client.send(item.signal, item.body.clone()).await {
+            Ok(acc) => {
+                let rejected = (acc.rejected as usize).min(item.items);
+                s.exported(item.signal, item.items - rejected);
+                s.c.requests_ok.fetch_add(1, Ordering::Relaxed);
+                s.c.last_success_ns.store(crate::model::now_ns(), Ordering::Relaxed);
+                if rejected > 0 {
+                    s.failed(item.signal, rejected);
+                    let msg = format!("collector rejected {rejected} of {} {:?} items: {}", item.items, item.signal, acc.message);
+                    if last_reject_warn.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                        tracing::warn!("{msg} (further rejections are logged at debug for a minute)");
+                        *last_reject_warn = Some(Instant::now());
+                    } else {
+                        tracing::debug!("{msg}");
+                    }
+                    *s.last_error.lock() = Some(msg);
+                }
+                if !*healthy {
+                    tracing::info!(collector = %client.describe(), "collector is accepting exports again");
+                    *healthy = true;
+                }
+                return;
+            }
+            Err(e) => e,
+        };
+        *s.last_error.lock() = Some(err.msg.clone());
+        if *healthy {
+            tracing::warn!(
+                collector = %client.describe(),
+                retryable = err.retryable,
+                "export failing: {}; retrying quietly, will log when it recovers",
+                err.msg
+            );
+            *healthy = false;
+        } else {
+            tracing::debug!(retryable = err.retryable, "export attempt failed: {}", err.msg);
+        }
+        let jittered = delay.mul_f64(0.5 + 0.5 * rand::random::<f64>());
+        let wait = jittered.max(err.retry_after.unwrap_or_default());
+        if !err.retryable || start.elapsed() + wait > tuning.retry_max_elapsed {
+            tracing::debug!(items = item.items, "giving up on an export request: {}", err.msg);
+            s.failed(item.signal, item.items);
+            s.c.requests_failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        s.c.retries.fetch_add(1, Ordering::Relaxed);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {
+                delay = (delay * 2).min(tuning.retry_max);
+            }
+            _ = gen_rx.changed() => {
+                tuning = *s.tuning.lock();
+                start = Instant::now();
+                delay = tuning.retry_initial;
+            }
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! Pipeline tests against fake collectors on 127.0.0.1 (see `export::testing`).
+//! Timing checks are generous sanity bounds only.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+
+use super::*;
+use crate::config::Protocol;
+use crate::export::otlp::metric_point_count;
+use crate::export::testing::{FakeCollector, FakeState, dead_endpoint};
+use crate::model::{LogRecord, MetricKind, MetricSeries, Severity};
+use opentelemetry_proto::tonic::metrics::v1::metric;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn cfg(endpoint: Option<String>, protocol: Protocol) -> ExportConfig {
+    ExportConfig {
+        endpoint,
+        protocol,
+        timeout_ms: 2_000,
+        interval_ms: 20,
+        max_batch_points: 100,
+        queue_capacity: 4,
+        retry_initial_ms: 10,
+        retry_max_ms: 40,
+        retry_max_elapsed_ms: 5_000,
+        ..ExportConfig::default()
+    }
+}
+
+fn resource() -> Vec<(String, AttrValue)> {
+    vec![("service.name".into(), AttrValue::Str("sonde-test".into()))]
+}
+
+fn scope() -> Arc<Scope> {
+    Arc::new(Scope { name: "test".into(), version: "1".into() })
+}
+
+fn series(i: usize) -> Arc<MetricSeries> {
+    Arc::new(MetricSeries {
+        name: "test.value".into(),
+        description: String::new(),
+        unit: "1".into(),
+        kind: if i % 2 == 0 { MetricKind::Gauge } else { MetricKind::Counter },
+        attributes: vec![("i".into(), AttrValue::Int(i as i64))],
+        start_time_ns: 1,
+    })
+}
+
+/// `n` points, all stamped `t`.
+fn batch(n: usize, t: u64) -> MetricBatch {
+    let sc = scope();
+    MetricBatch { scope: sc, points: (0..n).map(|i| Point { series: series(i % 8), time_ns: t, value: i as f64 }).collect() }
+}
+
+fn logs(n: usize) -> LogBatch {
+    LogBatch {
+        scope: scope(),
+        records: (0..n)
+            .map(|i| LogRecord {
+                time_ns: 10 + i as u64,
+                severity: Severity::Warn,
+                event_name: "test.event".into(),
+                body: format!("record {i}"),
+                attributes: vec![],
+            })
+            .collect(),
+    }
+}
+
+async fn wait_stats(h: &PipelineHandle, f: impl Fn(&ExportStats) -> bool) -> ExportStats {
+    let end = Instant::now() + WAIT;
+    loop {
+        let st = h.stats();
+        if f(&st) || Instant::now() > end {
+            return st;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn conserved(st: &ExportStats) -> bool {
+    st.points_in == st.points_exported + st.points_dropped + st.points_failed + (st.buffered_points + st.queued_points) as u64
+}
+
+/// Times of the points the collector received.
+fn times(state: &FakeState) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    for req in state.metrics.lock().iter() {
+        for m in req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics) {
+            match &m.data {
+                Some(metric::Data::Gauge(g)) => out.extend(g.data_points.iter().map(|d| d.time_unix_nano)),
+                Some(metric::Data::Sum(s)) => out.extend(s.data_points.iter().map(|d| d.time_unix_nano)),
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+async fn collector(p: Protocol) -> FakeCollector {
+    match p {
+        Protocol::Grpc => FakeCollector::grpc().await,
+        Protocol::HttpProtobuf => FakeCollector::http().await,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_delivers_over_grpc_and_http_with_headers() {
+    for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let fc = collector(proto).await;
+        let mut c = cfg(Some(fc.url()), proto);
+        c.headers.insert("api-key".into(), "s3cret".into());
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        for t in 0..3 {
+            h.submit_metrics(batch(50, 1000 + t));
+        }
+        h.submit_logs(logs(7));
+        assert!(fc.state.wait_for(WAIT, |s| s.points() == 150 && s.records() == 7).await, "{proto:?}: {:?}", h.stats());
+        let st = wait_stats(&h, |s| s.points_exported == 150 && s.logs_exported == 7).await;
+        assert_eq!((st.points_in, st.points_exported, st.points_dropped, st.points_failed), (150, 150, 0, 0), "{proto:?}");
+        assert_eq!((st.logs_in, st.logs_exported), (7, 7));
+        assert!(st.enabled && st.requests_ok >= 2 && st.last_success_ns > 0 && st.last_error.is_none(), "{st:?}");
+        let seen = fc.state.seen.lock().clone();
+        assert!(seen.iter().all(|s| s.headers.get("api-key").map(String::as_str) == Some("s3cret")), "{proto:?} {seen:?}");
+        match proto {
+            Protocol::HttpProtobuf => {
+                assert!(seen.iter().any(|s| s.path == "/v1/metrics"), "{seen:?}");
+                assert!(seen.iter().any(|s| s.path == "/v1/logs"), "{seen:?}");
+                assert!(seen.iter().all(|s| s.headers.get("content-type").map(String::as_str) == Some("application/x-protobuf")));
+            }
+            Protocol::Grpc => {
+                assert!(seen.iter().any(|s| s.path == "metrics") && seen.iter().any(|s| s.path == "logs"));
+            }
+        }
+        // resource and scope made it through
+        let req = fc.state.metrics.lock()[0].clone();
+        let rm = &req.resource_metrics[0];
+        assert_eq!(rm.resource.as_ref().unwrap().attributes[0].key, "service.name");
+        assert_eq!(rm.scope_metrics[0].scope.as_ref().unwrap().name, "test");
+        let lreq = fc.state.logs.lock()[0].clone();
+        let rec = &lreq.resource_logs[0].scope_logs[0].log_records[0];
+        assert_eq!((rec.severity_number, rec.event_name.as_str()), (13, "test.event"));
+        let st = p.shutdown(Duration::from_secs(2)).await;
+        assert!(conserved(&st), "{st:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_http_per_signal_endpoint_is_used() {
+    let fc = FakeCollector::http().await;
+    let mut c = cfg(Some("http://127.0.0.1:1".into()), Protocol::HttpProtobuf);
+    c.metrics_endpoint = Some(format!("{}/custom/metrics", fc.url()));
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    h.submit_metrics(batch(5, 1));
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 5).await);
+    assert_eq!(fc.state.seen.lock()[0].path, "/custom/metrics");
+    p.shutdown(Duration::from_millis(500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_splits_requests_at_max_batch_points() {
+    let fc = FakeCollector::grpc().await;
+    let mut c = cfg(Some(fc.url()), Protocol::Grpc);
+    c.interval_ms = 60_000; // only the early wake (buffer >= max_batch_points) flushes
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    h.submit_metrics(batch(250, 7));
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 250).await, "{:?}", h.stats());
+    let sizes: Vec<_> = fc.state.metrics.lock().iter().map(metric_point_count).collect();
+    assert_eq!(sizes, [100, 100, 50]);
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_retries_unavailable_then_delivers_once() {
+    for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let fc = collector(proto).await;
+        fc.state.fail_next(2, Code::Unavailable, 503);
+        let (h, p) = Pipeline::start(&cfg(Some(fc.url()), proto), resource()).unwrap();
+        h.submit_metrics(batch(10, 5));
+        let st = wait_stats(&h, |s| s.points_exported == 10).await;
+        assert_eq!(st.points_exported, 10, "{proto:?} {st:?}");
+        assert_eq!(st.retries, 2, "{proto:?} {st:?}");
+        assert_eq!((st.requests_ok, st.requests_failed, st.points_failed), (1, 0, 0), "{st:?}");
+        assert_eq!(fc.state.attempts.load(Ordering::SeqCst), 3);
+        assert_eq!(fc.state.points(), 10, "arrived exactly once");
+        assert!(st.last_error.is_some(), "the failures are remembered");
+        p.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_non_retryable_gives_up_at_once() {
+    for proto in [Protocol::HttpProtobuf, Protocol::Grpc] {
+        let fc = collector(proto).await;
+        fc.state.fail_next(1, Code::InvalidArgument, 400);
+        let (h, p) = Pipeline::start(&cfg(Some(fc.url()), proto), resource()).unwrap();
+        h.submit_metrics(batch(10, 5));
+        let st = wait_stats(&h, |s| s.points_failed == 10).await;
+        assert_eq!((st.points_failed, st.points_exported, st.retries, st.requests_failed), (10, 0, 0, 1), "{proto:?} {st:?}");
+        assert_eq!(fc.state.attempts.load(Ordering::SeqCst), 1);
+        let err = st.last_error.unwrap();
+        assert!(err.contains("400") || err.contains("InvalidArgument"), "{err}");
+        // the sender lives on: the next batch goes through
+        h.submit_metrics(batch(3, 6));
+        let st = wait_stats(&h, |s| s.points_exported == 3).await;
+        assert_eq!(st.points_exported, 3, "{st:?}");
+        p.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_partial_success_counts_rejected_as_failed() {
+    let fc = FakeCollector::grpc().await;
+    fc.state.reject.store(4, Ordering::SeqCst);
+    let (h, p) = Pipeline::start(&cfg(Some(fc.url()), Protocol::Grpc), resource()).unwrap();
+    h.submit_metrics(batch(10, 5));
+    let st = wait_stats(&h, |s| s.points_exported + s.points_failed == 10).await;
+    assert_eq!((st.points_exported, st.points_failed, st.requests_ok), (6, 4, 1), "{st:?}");
+    assert!(st.last_error.unwrap().contains("rejected 4"));
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
+    for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let mut c = cfg(Some(dead_endpoint().await), proto);
+        c.retry_max_elapsed_ms = 60_000; // nothing gives up during the test
+        let bound = c.max_batch_points * c.queue_capacity;
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        let t0 = Instant::now();
+        let mut max_buffered = 0;
+        let mut max_queued = 0;
+        let mut max_queue_len = 0;
+        for i in 0..10_000u64 {
+            h.submit_metrics(batch(10, i));
+            if i % 100 == 0 {
+                let st = h.stats();
+                max_buffered = max_buffered.max(st.buffered_points);
+                max_queued = max_queued.max(st.queued_points);
+                max_queue_len = max_queue_len.max(st.queue_len);
+                tokio::task::yield_now().await;
+            }
+        }
+        let took = t0.elapsed();
+        // 10 000 submits (with 100 stats reads) are microseconds each; a generous sanity bound.
+        assert!(took < Duration::from_secs(5), "{proto:?}: 10 000 submits took {took:?}");
+        assert!(max_buffered <= bound, "{max_buffered} > {bound}");
+        assert!(max_queue_len <= c.queue_capacity);
+        assert!(max_queued <= bound + c.max_batch_points, "queued {max_queued}: queue plus one in flight");
+        // settle: the buffer drains into the queue, which stays full
+        let st = wait_stats(&h, |s| s.buffered_points == 0 && conserved(s)).await;
+        assert_eq!(st.points_in, 100_000);
+        assert!(conserved(&st), "{proto:?}: {st:?}");
+        assert!(st.points_dropped > 90_000, "{st:?}");
+        assert_eq!(st.points_exported, 0);
+        assert!(st.queued_points <= bound + c.max_batch_points);
+        assert!(st.retries > 0 && st.last_error.is_some(), "{st:?}");
+        let t1 = Instant::now();
+        let st = p.shutdown(Duration::from_millis(300)).await;
+        assert!(t1.elapsed() < Duration::from_secs(2));
+        assert!(conserved(&st) && st.buffered_points == 0 && st.queued_points == 0, "{st:?}");
+        assert_eq!(st.points_exported + st.points_dropped + st.points_failed, 100_000);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_queue_full_drops_oldest() {
+    let fc = FakeCollector::grpc().await;
+    let mut c = cfg(Some(dead_endpoint().await), Protocol::Grpc);
+    c.max_batch_points = 10;
+    c.queue_capacity = 2;
+    c.retry_max_elapsed_ms = 60_000;
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    // t=1 goes in flight (retrying against nothing); t=2..6 pass through a 2-deep queue.
+    for t in 1..=6u64 {
+        h.submit_metrics(batch(10, t));
+        let st = wait_stats(&h, |s| s.buffered_points == 0).await;
+        assert_eq!(st.buffered_points, 0);
+        if t == 1 {
+            wait_stats(&h, |s| s.queue_len == 0 && s.queued_points == 10).await;
+        }
+    }
+    let st = h.stats();
+    assert_eq!((st.queue_len, st.queued_points, st.points_dropped), (2, 30, 30), "{st:?}");
+    // point the pipeline at a live collector: the in-flight request and the two newest arrive
+    let mut live = c.clone();
+    live.endpoint = Some(fc.url());
+    h.reconfigure(&live).unwrap();
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 30).await, "{:?}", h.stats());
+    assert_eq!(times(&fc.state), BTreeSet::from([1, 5, 6]));
+    let st = p.shutdown(Duration::from_secs(1)).await;
+    assert_eq!((st.points_exported, st.points_dropped), (30, 30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_slow_collector_times_out_and_recovers() {
+    for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let fc = collector(proto).await;
+        fc.state.delay_ms.store(1_000, Ordering::SeqCst);
+        let mut c = cfg(Some(fc.url()), proto);
+        c.timeout_ms = 100;
+        c.retry_max_elapsed_ms = 400;
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        let t0 = Instant::now();
+        h.submit_metrics(batch(10, 1));
+        let st = wait_stats(&h, |s| s.points_failed == 10).await;
+        assert_eq!((st.points_failed, st.points_exported, st.requests_failed), (10, 0, 1), "{proto:?} {st:?}");
+        assert!(st.retries >= 1, "timeouts are retryable: {st:?}");
+        assert!(fc.state.attempts.load(Ordering::SeqCst) >= 2);
+        let err = st.last_error.clone().unwrap();
+        assert!(err.contains("timed out") || err.contains("Cancelled") || err.contains("DeadlineExceeded"), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "no hang: {:?}", t0.elapsed());
+        fc.state.delay_ms.store(0, Ordering::SeqCst);
+        h.submit_metrics(batch(5, 2));
+        let st = wait_stats(&h, |s| s.points_exported == 5).await;
+        assert_eq!(st.points_exported, 5, "recovered: {st:?}");
+        p.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_shutdown_with_dead_collector_meets_deadline() {
+    for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let mut c = cfg(Some(dead_endpoint().await), proto);
+        c.retry_max_elapsed_ms = 30_000;
+        c.interval_ms = 60_000;
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        h.submit_metrics(batch(250, 1)); // some queued at once (early flush)...
+        h.submit_metrics(batch(30, 2)); // ...and some only buffered
+        h.submit_logs(logs(3));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t0 = Instant::now();
+        let st = p.shutdown(Duration::from_millis(500)).await;
+        let took = t0.elapsed();
+        assert!(took < Duration::from_secs(2), "{proto:?}: shutdown took {took:?}");
+        assert_eq!(st.points_in, 280);
+        assert_eq!(st.points_failed + st.points_dropped, 280, "{st:?}");
+        assert_eq!(st.logs_failed + st.logs_dropped, 3, "{st:?}");
+        assert!(conserved(&st));
+        // after shutdown, submits are dropped and counted, never block
+        h.submit_metrics(batch(4, 3));
+        assert_eq!(h.stats().points_dropped, st.points_dropped + 4);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_shutdown_flushes_to_live_collector() {
+    for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let fc = collector(proto).await;
+        let mut c = cfg(Some(fc.url()), proto);
+        c.interval_ms = 60_000; // nothing would go out before shutdown
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        h.submit_metrics(batch(50, 1));
+        h.submit_logs(logs(2));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(fc.state.points(), 0);
+        let st = p.shutdown(Duration::from_secs(3)).await;
+        assert_eq!((st.points_exported, st.logs_exported), (50, 2), "{proto:?} {st:?}");
+        assert_eq!(fc.state.points(), 50);
+        assert_eq!(fc.state.records(), 2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_subscribe_gets_batches_with_export_off() {
+    let (h, p) = Pipeline::start(&cfg(None, Protocol::Grpc), resource()).unwrap();
+    let mut rx = h.subscribe();
+    let mut rx2 = h.clone().subscribe();
+    h.submit_metrics(batch(12, 99));
+    let got = tokio::time::timeout(WAIT, rx.recv()).await.unwrap().unwrap();
+    assert_eq!((got.points.len(), got.points[0].time_ns), (12, 99));
+    assert_eq!(tokio::time::timeout(WAIT, rx2.recv()).await.unwrap().unwrap().points.len(), 12);
+    let st = h.stats();
+    assert!(!st.enabled);
+    assert_eq!((st.points_in, st.points_exported, st.buffered_points, st.queued_points), (12, 0, 0, 0));
+    // a lagging receiver loses items, never blocks the submitter
+    for i in 0..(TAP_CAPACITY as u64 + 10) {
+        h.submit_metrics(batch(1, i));
+    }
+    assert!(matches!(rx.recv().await, Err(broadcast::error::RecvError::Lagged(_))));
+    p.shutdown(Duration::from_millis(200)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_reconfigure_switches_endpoint_and_protocol_live() {
+    let a = FakeCollector::grpc().await;
+    let b = FakeCollector::http().await;
+    let ca = cfg(Some(a.url()), Protocol::Grpc);
+    let (h, p) = Pipeline::start(&ca, resource()).unwrap();
+    h.submit_metrics(batch(10, 1));
+    assert!(a.state.wait_for(WAIT, |s| s.points() == 10).await);
+    let mut cb = cfg(Some(b.url()), Protocol::HttpProtobuf);
+    cb.headers.insert("x-tenant".into(), "t1".into());
+    h.reconfigure(&cb).unwrap();
+    h.submit_metrics(batch(20, 2));
+    assert!(b.state.wait_for(WAIT, |s| s.points() == 20).await, "{:?} a={} b={} seen_b={:?}", h.stats(), a.state.points(), b.state.points(), b.state.seen.lock());
+    assert_eq!(a.state.points(), 10, "nothing more went to the old collector");
+    assert_eq!(b.state.seen.lock()[0].headers.get("x-tenant").map(String::as_str), Some("t1"));
+    // switching export off: data is no longer sent, the tap still works
+    h.reconfigure(&cfg(None, Protocol::Grpc)).unwrap();
+    let mut rx = h.subscribe();
+    h.submit_metrics(batch(5, 3));
+    assert_eq!(rx.recv().await.unwrap().points.len(), 5);
+    assert!(!h.stats().enabled);
+    // a bad config is refused and changes nothing
+    let mut bad = cb.clone();
+    bad.headers.insert("bad header".into(), "v".into());
+    assert!(h.reconfigure(&bad).is_err());
+    assert!(!h.stats().enabled);
+    // and back on
+    h.reconfigure(&ca).unwrap();
+    h.submit_metrics(batch(7, 4));
+    assert!(a.state.wait_for(WAIT, |s| s.points() == 17).await, "{:?}", h.stats());
+    let st = p.shutdown(Duration::from_secs(1)).await;
+    assert_eq!(st.points_exported, 37);
+    assert_eq!(b.state.points(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_reconfigure_rescues_requests_stuck_on_a_dead_endpoint() {
+    let fc = FakeCollector::http().await;
+    let mut c = cfg(Some(dead_endpoint().await), Protocol::Grpc);
+    c.retry_max_elapsed_ms = 60_000;
+    c.retry_initial_ms = 8_000; // stuck in a 4-8 s backoff when the switch comes
+    c.retry_max_ms = 8_000;
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    h.submit_metrics(batch(10, 1));
+    wait_stats(&h, |s| s.retries >= 1).await;
+    let t0 = Instant::now();
+    h.reconfigure(&cfg(Some(fc.url()), Protocol::HttpProtobuf)).unwrap();
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 10).await);
+    assert!(t0.elapsed() < Duration::from_secs(3), "did not wait out the old backoff: {:?}", t0.elapsed());
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[test]
+fn pipeline_start_outside_a_runtime_is_an_error() {
+    let err = Pipeline::start(&cfg(None, Protocol::Grpc), resource()).err().unwrap();
+    assert!(err.to_string().contains("tokio runtime"), "{err}");
+}

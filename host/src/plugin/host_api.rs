@@ -1,0 +1,448 @@
+//! What a plugin's store holds, and the host functions it may call
+//! (the `host` interface of the contract).
+//!
+//! Host functions never block on the network and never trap the guest on
+//! purpose: emitted data goes into an outbox that the plugin's thread hands
+//! to the pipeline after the call returns.
+
+use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use wasmtime::component::ResourceTable;
+use wasmtime::ResourceLimiter;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::sonde::plugin::host;
+use super::bindings::types;
+use super::metrics::PluginMetrics;
+use crate::model::{AttrValue, Attributes, LogRecord, MetricKind, MetricSeries, Point, Scope, Severity, now_ns};
+use crate::sinks::{Column, Sink, SinkFormat, SinkMode};
+use crate::state::PluginState as StateNs;
+
+/// Store data of one plugin instance.
+pub struct PluginState {
+    pub name: String,
+    pub scope: Arc<Scope>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub memory: MemoryCap,
+    pub outbox: Outbox,
+    /// Declared metric series; carried over when the instance is replaced
+    /// after a trap, so counters keep their start time.
+    pub registry: MetricRegistry,
+    pub timers: Timers,
+    /// Set when the plugin called `request-samples`.
+    pub samples_changed: Option<Option<types::SampleRequest>>,
+    pub state: StateNs,
+    pub sink_dir: std::path::PathBuf,
+    sinks: Vec<Sink>,
+    pub metrics: Arc<PluginMetrics>,
+}
+
+impl PluginState {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &str,
+        wasi: WasiCtx,
+        memory_limit: usize,
+        registry: MetricRegistry,
+        state: StateNs,
+        sink_dir: std::path::PathBuf,
+        metrics: Arc<PluginMetrics>,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            scope: Arc::new(Scope { name: format!("sonde.plugin.{name}"), version: String::new() }),
+            wasi,
+            table: ResourceTable::new(),
+            memory: MemoryCap { limit: memory_limit, current: 0 },
+            outbox: Outbox::default(),
+            registry,
+            timers: Timers::default(),
+            samples_changed: None,
+            state,
+            sink_dir,
+            sinks: Vec::new(),
+            metrics,
+        }
+    }
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// Caps linear memory; the error it returns becomes the trap message.
+pub struct MemoryCap {
+    pub limit: usize,
+    pub current: usize,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            return Err(wasmtime::format_err!(
+                "plugin memory limit exceeded: growing linear memory to {} MiB, the cap is {} MiB (plugins.memory_limit_mb)",
+                desired >> 20,
+                self.limit >> 20
+            ));
+        }
+        self.current = desired;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 1_000_000)
+    }
+}
+
+/// What a call emitted, drained after it returns.
+#[derive(Default)]
+pub struct Outbox {
+    pub points: Vec<Point>,
+    pub logs: Vec<LogRecord>,
+    pub decisions: Vec<types::Decision>,
+    /// Points with unknown handles or mismatched column lengths.
+    pub bad_points: u64,
+}
+
+/// Declared series by handle, deduplicated by (name, attributes).
+#[derive(Default)]
+pub struct MetricRegistry {
+    series: Vec<Arc<MetricSeries>>,
+    index: HashMap<(String, String), u32>,
+}
+
+impl MetricRegistry {
+    pub fn declare(&mut self, desc: types::MetricDesc) -> Result<u32, String> {
+        if desc.name.trim().is_empty() {
+            return Err("metric name must not be empty".into());
+        }
+        let kind = match desc.kind {
+            types::MetricKind::Gauge => MetricKind::Gauge,
+            types::MetricKind::Counter => MetricKind::Counter,
+            types::MetricKind::UpdownCounter => MetricKind::UpDownCounter,
+        };
+        let attributes = convert_attrs(desc.attributes);
+        let key = (desc.name.clone(), format!("{attributes:?}"));
+        if let Some(&h) = self.index.get(&key) {
+            let existing = &self.series[h as usize];
+            if existing.kind != kind {
+                return Err(format!(
+                    "metric {} was declared as {:?} before; it cannot also be {:?}",
+                    desc.name, existing.kind, kind
+                ));
+            }
+            return Ok(h);
+        }
+        if let Some(other) = self.series.iter().find(|s| s.name == desc.name && s.kind != kind) {
+            return Err(format!("metric {} was declared as {:?} before; it cannot also be {:?}", desc.name, other.kind, kind));
+        }
+        if self.series.len() >= 100_000 {
+            return Err("too many metric series (100000); is an unbounded value in the attributes?".into());
+        }
+        let h = self.series.len() as u32;
+        self.series.push(Arc::new(MetricSeries {
+            name: desc.name,
+            description: desc.description,
+            unit: desc.unit,
+            kind,
+            attributes,
+            start_time_ns: now_ns(),
+        }));
+        self.index.insert(key, h);
+        Ok(h)
+    }
+
+    pub fn get(&self, handle: u32) -> Option<&Arc<MetricSeries>> {
+        self.series.get(handle as usize)
+    }
+
+    pub fn len(&self) -> usize {
+        self.series.len()
+    }
+}
+
+/// The plugin's timers, fired by its thread.
+#[derive(Default)]
+pub struct Timers {
+    next_id: u64,
+    /// (deadline, id); cancelled ids are skipped when they come up.
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    live: HashMap<u64, Option<Duration>>,
+}
+
+impl Timers {
+    pub fn set(&mut self, after: Duration, repeat: bool) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        // A repeating timer of 0 ms would spin: give it at least 1 ms.
+        let after = if repeat { after.max(Duration::from_millis(1)) } else { after };
+        self.live.insert(id, repeat.then_some(after));
+        self.heap.push(Reverse((Instant::now() + after, id)));
+        id
+    }
+
+    pub fn cancel(&mut self, id: u64) {
+        self.live.remove(&id);
+    }
+
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, id))) = self.heap.peek().copied() {
+            if self.live.contains_key(&id) {
+                return Some(at);
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Pops one timer that is due, rescheduling it if it repeats.
+    pub fn pop_due(&mut self, now: Instant) -> Option<u64> {
+        let at = self.next_deadline()?;
+        if at > now {
+            return None;
+        }
+        let Reverse((at, id)) = self.heap.pop()?;
+        match self.live.get(&id).copied() {
+            Some(Some(every)) => {
+                // Next deadline from the scheduled one, skipping any missed ones.
+                let mut next = at + every;
+                while next <= now {
+                    next += every;
+                }
+                self.heap.push(Reverse((next, id)));
+            }
+            Some(None) => {
+                self.live.remove(&id);
+            }
+            None => return self.pop_due(now),
+        }
+        Some(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+}
+
+pub fn convert_attrs(attrs: Vec<types::Attribute>) -> Attributes {
+    attrs
+        .into_iter()
+        .map(|a| {
+            let v = match a.value {
+                types::Value::Str(s) => AttrValue::Str(s),
+                types::Value::Int(i) => AttrValue::Int(i),
+                types::Value::Float(f) => AttrValue::Float(f),
+                types::Value::Boolean(b) => AttrValue::Bool(b),
+            };
+            (a.key, v)
+        })
+        .collect()
+}
+
+pub fn convert_severity(s: types::Severity) -> Severity {
+    match s {
+        types::Severity::Trace => Severity::Trace,
+        types::Severity::Debug => Severity::Debug,
+        types::Severity::Info => Severity::Info,
+        types::Severity::Warn => Severity::Warn,
+        types::Severity::Error => Severity::Error,
+    }
+}
+
+impl types::Host for PluginState {}
+
+impl host::Host for PluginState {
+    fn log(&mut self, level: types::Severity, message: String) {
+        let plugin = self.name.as_str();
+        match level {
+            types::Severity::Trace => tracing::trace!(plugin, "{message}"),
+            types::Severity::Debug => tracing::debug!(plugin, "{message}"),
+            types::Severity::Info => tracing::info!(plugin, "{message}"),
+            types::Severity::Warn => tracing::warn!(plugin, "{message}"),
+            types::Severity::Error => tracing::error!(plugin, "{message}"),
+        }
+    }
+
+    fn now(&mut self) -> u64 {
+        now_ns()
+    }
+
+    fn set_timer(&mut self, after_ms: u64, repeat: bool) -> u64 {
+        self.timers.set(Duration::from_millis(after_ms), repeat)
+    }
+
+    fn cancel_timer(&mut self, id: u64) {
+        self.timers.cancel(id)
+    }
+
+    fn request_samples(&mut self, request: Option<types::SampleRequest>) {
+        self.samples_changed = Some(request);
+    }
+
+    fn declare_metric(&mut self, desc: types::MetricDesc) -> Result<u32, String> {
+        self.registry.declare(desc)
+    }
+
+    fn emit_points(&mut self, points: types::PointBatch) {
+        let n = points.series.len();
+        if points.time.len() != n || points.value.len() != n {
+            self.outbox.bad_points += n as u64;
+            return;
+        }
+        self.outbox.points.reserve(n);
+        for i in 0..n {
+            match self.registry.get(points.series[i]) {
+                Some(s) => self.outbox.points.push(Point { series: s.clone(), time_ns: points.time[i], value: points.value[i] }),
+                None => self.outbox.bad_points += 1,
+            }
+        }
+    }
+
+    fn emit_logs(&mut self, records: Vec<types::LogRecord>) {
+        self.outbox.logs.extend(records.into_iter().map(|r| LogRecord {
+            time_ns: r.time,
+            severity: convert_severity(r.severity),
+            event_name: r.event_name,
+            body: r.body,
+            attributes: convert_attrs(r.attributes),
+        }));
+    }
+
+    fn emit_decision(&mut self, d: types::Decision) {
+        self.outbox.decisions.push(d);
+    }
+
+    fn open_sink(&mut self, spec: types::SinkSpec) -> Result<u32, String> {
+        let format = match spec.format {
+            types::SinkFormat::Tsv => SinkFormat::Tsv,
+            types::SinkFormat::Csv => SinkFormat::Csv,
+            types::SinkFormat::Raw => SinkFormat::Raw,
+        };
+        let mode = match spec.mode {
+            types::SinkMode::Append => SinkMode::Append,
+            types::SinkMode::Replace => SinkMode::Replace,
+        };
+        if self.sinks.len() >= 64 {
+            return Err("too many sinks open (64)".into());
+        }
+        let sink = Sink::open(&self.sink_dir, &spec.name, format, mode, spec.columns).map_err(|e| e.to_string())?;
+        tracing::info!(plugin = %self.name, path = %sink.path().display(), "sink opened");
+        self.sinks.push(sink);
+        Ok(self.sinks.len() as u32 - 1)
+    }
+
+    fn write_rows(&mut self, sink: u32, columns: Vec<types::Column>) -> Result<(), String> {
+        let s = self.sinks.get_mut(sink as usize).ok_or_else(|| format!("no sink with handle {sink}"))?;
+        let cols: Vec<Column> = columns
+            .into_iter()
+            .map(|c| match c {
+                types::Column::U64s(v) => Column::U64(v),
+                types::Column::S64s(v) => Column::S64(v),
+                types::Column::F64s(v) => Column::F64(v),
+                types::Column::Strings(v) => Column::Str(v),
+            })
+            .collect();
+        s.write_rows(&cols).map_err(|e| e.to_string())
+    }
+
+    fn write_bytes(&mut self, sink: u32, data: Vec<u8>) -> Result<(), String> {
+        let s = self.sinks.get_mut(sink as usize).ok_or_else(|| format!("no sink with handle {sink}"))?;
+        s.write_bytes(&data).map_err(|e| e.to_string())
+    }
+
+    fn state_get(&mut self, key: String) -> Option<Vec<u8>> {
+        self.state.get(&key).unwrap_or_else(|e| {
+            tracing::warn!(plugin = %self.name, "state-get {key:?} failed: {e:#}");
+            None
+        })
+    }
+
+    fn state_put(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
+        self.state.put(&key, &value).map_err(|e| format!("{e:#}"))
+    }
+
+    fn state_delete(&mut self, key: String) {
+        if let Err(e) = self.state.delete(&key) {
+            tracing::warn!(plugin = %self.name, "state-delete {key:?} failed: {e:#}");
+        }
+    }
+
+    fn state_keys(&mut self, prefix: String) -> Vec<String> {
+        self.state.keys(&prefix).unwrap_or_else(|e| {
+            tracing::warn!(plugin = %self.name, "state-keys failed: {e:#}");
+            Vec::new()
+        })
+    }
+
+    fn state_append(&mut self, stream: String, record: Vec<u8>) -> Result<u64, String> {
+        self.state.append(&stream, &record).map_err(|e| format!("{e:#}"))
+    }
+
+    fn state_read(&mut self, stream: String, from: u64, max: u32) -> Vec<(u64, Vec<u8>)> {
+        self.state.read(&stream, from, max.min(10_000)).unwrap_or_else(|e| {
+            tracing::warn!(plugin = %self.name, "state-read failed: {e:#}");
+            Vec::new()
+        })
+    }
+
+    fn state_trim(&mut self, stream: String, before: u64) {
+        if let Err(e) = self.state.trim(&stream, before) {
+            tracing::warn!(plugin = %self.name, "state-trim failed: {e:#}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(name: &str, kind: types::MetricKind, attr: Option<(&str, &str)>) -> types::MetricDesc {
+        types::MetricDesc {
+            name: name.into(),
+            description: String::new(),
+            unit: "1".into(),
+            kind,
+            attributes: attr
+                .map(|(k, v)| vec![types::Attribute { key: k.into(), value: types::Value::Str(v.into()) }])
+                .unwrap_or_default(),
+        }
+    }
+
+    #[test]
+    fn registry_dedups_and_checks_kinds() {
+        let mut r = MetricRegistry::default();
+        let a = r.declare(desc("m", types::MetricKind::Gauge, Some(("k", "1")))).unwrap();
+        let b = r.declare(desc("m", types::MetricKind::Gauge, Some(("k", "2")))).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(r.declare(desc("m", types::MetricKind::Gauge, Some(("k", "1")))).unwrap(), a);
+        assert!(r.declare(desc("m", types::MetricKind::Counter, Some(("k", "3")))).is_err());
+        assert!(r.declare(desc(" ", types::MetricKind::Gauge, None)).is_err());
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn timers_fire_in_order_repeat_and_cancel() {
+        let mut t = Timers::default();
+        let once = t.set(Duration::from_millis(0), false);
+        let every = t.set(Duration::from_millis(10), true);
+        let gone = t.set(Duration::from_millis(5), false);
+        t.cancel(gone);
+        let now = Instant::now() + Duration::from_millis(25);
+        let mut fired = Vec::new();
+        while let Some(id) = t.pop_due(now) {
+            fired.push(id);
+        }
+        // The repeating timer fires once per pop and is then rescheduled past `now`.
+        assert_eq!(fired, vec![once, every]);
+        assert_eq!(t.len(), 1);
+        assert!(t.next_deadline().unwrap() > now);
+        t.cancel(every);
+        assert_eq!(t.next_deadline(), None);
+    }
+}

@@ -1,0 +1,702 @@
+//! One running plugin: its thread, its store, and what happens when it traps.
+//!
+//! Each plugin lives on its own OS thread that owns its `Store` (one store per
+//! plugin; no locks around guest calls). Work arrives on a bounded queue: the
+//! sampler and the API only ever `try_send`, so a slow or stuck plugin can
+//! delay nobody but itself. Every call runs under an epoch deadline and a
+//! memory cap; a trap discards the instance, which is rebuilt from its
+//! `InstancePre` after a backoff, and too many traps in a window quarantine it.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use parking_lot::Mutex;
+use wasmtime::Store;
+use wasmtime::component::Linker;
+
+use super::bindings::{Plugin, PluginPre, types};
+use super::engine::PluginEngine;
+use super::host_api::{MetricRegistry, PluginState};
+use super::metrics::PluginMetrics;
+use super::sandbox::wasi_ctx;
+use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
+use crate::config::{PluginConfig, PluginsConfig};
+use crate::model::{LogBatch, LogRecord, MetricBatch, SeriesInfo, Severity, Tick, now_ns};
+use crate::pipeline::PipelineHandle;
+use crate::state::StateStore;
+
+/// What the rest of the host hands to every plugin.
+#[derive(Clone)]
+pub struct Shared {
+    pub engine: PluginEngine,
+    pub linker: Arc<Linker<PluginState>>,
+    pub pipeline: PipelineHandle,
+    pub state: StateStore,
+    pub decisions: DecisionBoard,
+    pub sink_dir: PathBuf,
+    pub plan: Arc<SamplePlan>,
+}
+
+/// Work for a plugin's thread.
+pub enum Work {
+    Tick(Arc<Tick>, Arc<[SeriesInfo]>),
+    Events(Box<types::EventBatch>, u64),
+    Request(types::HttpRequest, tokio::sync::oneshot::Sender<types::HttpResponse>),
+    Configure(String, tokio::sync::oneshot::Sender<Result<(), String>>),
+    /// Unload: call `stop`, then end the thread; the sender learns when it is done.
+    Stop(tokio::sync::oneshot::Sender<()>),
+}
+
+/// A compiled plugin file, ready to instantiate.
+pub struct Prepared {
+    pub name: String,
+    pub pre: PluginPre<PluginState>,
+    pub sha256: String,
+    pub contract: String,
+    pub file: PathBuf,
+}
+
+/// The host's handle on a running plugin thread.
+pub struct PluginHandle {
+    pub name: String,
+    pub sha256: String,
+    tx: Sender<Work>,
+    pub status: Arc<Mutex<PluginStatus>>,
+    pub metrics: Arc<PluginMetrics>,
+    /// Whether the sampler should send ticks at all (a cheap check on its thread).
+    pub wants_samples: Arc<std::sync::atomic::AtomicBool>,
+    pub wants_events: Arc<Mutex<Vec<types::EventKind>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PluginHandle {
+    /// Queues work without ever blocking; counts what does not fit.
+    pub fn offer(&self, work: Work) -> bool {
+        match self.tx.try_send(work) {
+            Ok(()) => true,
+            Err(TrySendError::Full(w)) | Err(TrySendError::Disconnected(w)) => {
+                self.metrics.dropped.fetch_add(1, Relaxed);
+                if let Work::Request(_, reply) = w {
+                    let _ = reply.send(json_response(503, &serde_json::json!({"error": "plugin is busy: its queue is full"})));
+                }
+                false
+            }
+        }
+    }
+
+    /// Calls `stop` and waits (bounded) for the thread to end.
+    pub fn shutdown(mut self, wait: Duration) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.tx.send_timeout(Work::Stop(tx), wait).is_ok() {
+            let deadline = Instant::now() + wait;
+            let mut rx = rx;
+            while Instant::now() < deadline {
+                match rx.try_recv() {
+                    Ok(()) | Err(tokio::sync::oneshot::error::TryRecvError::Closed) => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            if t.is_finished() {
+                let _ = t.join();
+            }
+            // Otherwise the thread is stuck in a guest call; its deadline will
+            // end the call and the closed queue ends the thread. Never block on it.
+        }
+    }
+}
+
+/// Starts a plugin: instantiates it and calls `start` on the caller's thread
+/// (so a failure is reported before anything is replaced), then moves the
+/// instance to its own thread.
+pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared, loaded_sha: Option<String>) -> Result<PluginHandle, (String, PluginStatus)> {
+    let metrics = Arc::new(PluginMetrics::default());
+    let status = Arc::new(Mutex::new(PluginStatus::new(&prep.name, &prep.file, &prep.sha256, &prep.contract)));
+    let _ = loaded_sha;
+    let limits = Limits::from(pcfg, &cfg);
+    let mut actor = Actor {
+        name: prep.name.clone(),
+        pre: prep.pre,
+        cfg,
+        limits,
+        shared,
+        metrics: metrics.clone(),
+        status: status.clone(),
+        wants_samples: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        wants_events: Arc::new(Mutex::new(Vec::new())),
+        live: None,
+        registry: Some(MetricRegistry::default()),
+        restarts: 0,
+        traps: VecDeque::new(),
+        backoff_until: None,
+        acc: SampleAcc::default(),
+    };
+    if let Err(reason) = actor.instantiate() {
+        let mut st = status.lock().clone();
+        st.state = RunState::Failed;
+        st.reason = Some(reason.clone());
+        return Err((reason, st));
+    }
+    let (tx, rx) = crossbeam_channel::bounded(actor.limits.queue);
+    let wants_samples = actor.wants_samples.clone();
+    let wants_events = actor.wants_events.clone();
+    let thread = std::thread::Builder::new()
+        .name(format!("plugin-{}", prep.name))
+        .stack_size(4 << 20)
+        .spawn(move || actor.run(rx))
+        .map_err(|e| (format!("spawning thread: {e}"), status.lock().clone()))?;
+    Ok(PluginHandle {
+        name: prep.name,
+        sha256: prep.sha256,
+        tx,
+        status,
+        metrics,
+        wants_samples,
+        wants_events,
+        thread: Some(thread),
+    })
+}
+
+#[derive(Clone, Copy)]
+struct Limits {
+    memory: usize,
+    call_timeout: Duration,
+    max_traps: usize,
+    trap_window: Duration,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+    queue: usize,
+}
+
+impl Limits {
+    fn from(p: &PluginsConfig, c: &PluginConfig) -> Self {
+        Limits {
+            memory: (c.memory_limit_mb.unwrap_or(p.memory_limit_mb) as usize) << 20,
+            call_timeout: Duration::from_millis(c.call_timeout_ms.unwrap_or(p.call_timeout_ms) as u64),
+            max_traps: p.max_traps as usize,
+            trap_window: Duration::from_secs(p.trap_window_s as u64),
+            backoff_initial: Duration::from_millis(p.backoff_initial_ms as u64),
+            backoff_max: Duration::from_millis(p.backoff_max_ms as u64),
+            queue: p.queue_capacity as usize,
+        }
+    }
+}
+
+struct Live {
+    store: Store<PluginState>,
+    plugin: Plugin,
+}
+
+struct Actor {
+    name: String,
+    pre: PluginPre<PluginState>,
+    cfg: PluginConfig,
+    limits: Limits,
+    shared: Shared,
+    metrics: Arc<PluginMetrics>,
+    status: Arc<Mutex<PluginStatus>>,
+    wants_samples: Arc<std::sync::atomic::AtomicBool>,
+    wants_events: Arc<Mutex<Vec<types::EventKind>>>,
+    live: Option<Live>,
+    /// Taken into the store while an instance lives, given back when it dies.
+    registry: Option<MetricRegistry>,
+    restarts: u32,
+    traps: VecDeque<Instant>,
+    backoff_until: Option<Instant>,
+    acc: SampleAcc,
+}
+
+/// Why a call did not produce a value.
+enum CallFailure {
+    /// The guest trapped: the instance is gone.
+    Trapped,
+    /// No instance is running.
+    NotRunning,
+}
+
+impl Actor {
+    /// Creates a store and instance and calls `start`. Err holds the reason.
+    fn instantiate(&mut self) -> Result<(), String> {
+        let wasi = wasi_ctx(&self.name, &self.cfg.grants).map_err(|e| format!("{e:#}"))?;
+        let data = PluginState::new(
+            &self.name,
+            wasi,
+            self.limits.memory,
+            self.registry.take().unwrap_or_default(),
+            self.shared.state.namespace(&self.name),
+            self.shared.sink_dir.clone(),
+            self.metrics.clone(),
+        );
+        let mut store = Store::new(&self.shared.engine.engine, data);
+        store.limiter(|s| &mut s.memory);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
+        let plugin = {
+            let _g = self.shared.engine.enter_call();
+            match self.pre.instantiate(&mut store) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.registry = Some(std::mem::take(&mut store.data_mut().registry));
+                    return Err(format!("instantiation failed: {}", trap_reason(&e)));
+                }
+            }
+        };
+        self.live = Some(Live { store, plugin });
+        let info = types::StartInfo {
+            name: self.name.clone(),
+            host_version: env!("CARGO_PKG_VERSION").to_string(),
+            contract_version: super::engine::CONTRACT_VERSION.to_string(),
+            settings: self.cfg.settings.to_string(),
+            restarts: self.restarts,
+        };
+        match self.call(|p, s| p.sonde_plugin_hooks().call_start(s, &info)) {
+            Ok(Ok(manifest)) => {
+                self.apply_manifest(manifest);
+                let mut st = self.status.lock();
+                st.state = RunState::Running;
+                st.reason = None;
+                st.restarts = self.restarts;
+                st.started_at_ns = now_ns();
+                Ok(())
+            }
+            Ok(Err(refusal)) => {
+                self.kill_instance();
+                Err(format!("start refused: {refusal}"))
+            }
+            Err(_) => Err(self.status.lock().last_trap.clone().unwrap_or_else(|| "trapped in start".into())),
+        }
+    }
+
+    fn apply_manifest(&mut self, m: types::Manifest) {
+        {
+            let mut st = self.status.lock();
+            st.version = Some(m.version.clone());
+            st.description = Some(m.description.clone());
+            st.events = m.events.iter().map(|e| format!("{e:?}").to_lowercase()).collect();
+        }
+        *self.wants_events.lock() = m.events;
+        self.set_samples(m.samples);
+    }
+
+    fn set_samples(&mut self, req: Option<types::SampleRequest>) {
+        let req = req.map(|mut r| {
+            r.period_ms = r.period_ms.max(10);
+            r.deliver_every_ms = r.deliver_every_ms.max(r.period_ms);
+            r
+        });
+        self.shared.plan.set(&self.name, req.as_ref().map(|r| r.period_ms));
+        self.status.lock().samples = req.as_ref().map(|r| super::SampleSub {
+            period_ms: r.period_ms,
+            deliver_every_ms: r.deliver_every_ms,
+            metrics: r.metrics.clone(),
+        });
+        self.wants_samples.store(req.is_some(), Relaxed);
+        self.acc.reset(req);
+    }
+
+    /// Runs one guest call under the deadline, then hands on what it emitted.
+    fn call<R>(&mut self, f: impl FnOnce(&Plugin, &mut Store<PluginState>) -> wasmtime::Result<R>) -> Result<R, CallFailure> {
+        let Some(live) = self.live.as_mut() else { return Err(CallFailure::NotRunning) };
+        live.store.set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
+        let t0 = Instant::now();
+        let result = {
+            let _g = self.shared.engine.enter_call();
+            f(&live.plugin, &mut live.store)
+        };
+        self.metrics.record_call(t0.elapsed().as_nanos() as u64);
+        self.metrics.set_memory(live.store.data().memory.current as u64);
+        self.flush_outbox();
+        match result {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.on_trap(&e);
+                Err(CallFailure::Trapped)
+            }
+        }
+    }
+
+    /// Hands points, logs and decisions to the pipeline; applies sample requests.
+    fn flush_outbox(&mut self) {
+        let Some(live) = self.live.as_mut() else { return };
+        let data = live.store.data_mut();
+        let scope = data.scope.clone();
+        let out = &mut data.outbox;
+        if out.bad_points > 0 {
+            self.metrics.dropped.fetch_add(out.bad_points, Relaxed);
+            out.bad_points = 0;
+        }
+        if !out.points.is_empty() {
+            let points = std::mem::take(&mut out.points);
+            self.metrics.points_emitted.fetch_add(points.len() as u64, Relaxed);
+            self.shared.pipeline.submit_metrics(MetricBatch { scope: scope.clone(), points });
+        }
+        let mut logs = std::mem::take(&mut out.logs);
+        for d in std::mem::take(&mut out.decisions) {
+            self.shared.decisions.record(&self.name, &d);
+            logs.push(LogRecord {
+                time_ns: now_ns(),
+                severity: Severity::Info,
+                event_name: "sonde.decision".into(),
+                body: d.body.clone(),
+                attributes: vec![
+                    ("sonde.decision.kind".into(), d.kind.clone().into()),
+                    ("sonde.decision.subject".into(), d.subject.clone().into()),
+                    ("sonde.decision.reason".into(), d.reason.clone().into()),
+                ],
+            });
+        }
+        if !logs.is_empty() {
+            self.shared.pipeline.submit_logs(LogBatch { scope, records: logs });
+        }
+        if let Some(req) = data.samples_changed.take() {
+            self.set_samples(req);
+        }
+    }
+
+    fn on_trap(&mut self, e: &wasmtime::Error) {
+        let timeout = matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt));
+        let reason = if timeout {
+            format!("call exceeded its {} ms deadline (plugins.call_timeout_ms)", self.limits.call_timeout.as_millis())
+        } else {
+            trap_reason(e)
+        };
+        self.metrics.traps.fetch_add(1, Relaxed);
+        if timeout {
+            self.metrics.timeouts.fetch_add(1, Relaxed);
+        }
+        self.kill_instance();
+        let now = Instant::now();
+        self.traps.push_back(now);
+        while self.traps.front().is_some_and(|t| now.duration_since(*t) > self.limits.trap_window) {
+            self.traps.pop_front();
+        }
+        let mut st = self.status.lock();
+        st.last_trap = Some(reason.clone());
+        st.last_trap_at_ns = now_ns();
+        st.traps = self.metrics.traps.load(Relaxed);
+        if self.traps.len() >= self.limits.max_traps {
+            st.state = RunState::Quarantined;
+            st.reason = Some(format!(
+                "quarantined after {} traps within {} s; last: {reason}",
+                self.traps.len(),
+                self.limits.trap_window.as_secs()
+            ));
+            self.backoff_until = None;
+            tracing::error!(plugin = %self.name, "{}", st.reason.as_deref().unwrap_or(""));
+        } else {
+            let n = self.traps.len().saturating_sub(1).min(20) as u32;
+            let delay = (self.limits.backoff_initial * 2u32.pow(n)).min(self.limits.backoff_max);
+            self.backoff_until = Some(now + delay);
+            st.state = RunState::Backoff;
+            st.reason = Some(format!("trapped ({reason}); restarting in {} ms", delay.as_millis()));
+            tracing::warn!(plugin = %self.name, "trap: {reason}; re-instantiating in {} ms", delay.as_millis());
+        }
+    }
+
+    fn kill_instance(&mut self) {
+        if let Some(live) = self.live.take() {
+            let data = live.store.into_data();
+            self.registry = Some(data.registry);
+            self.metrics.set_memory(0);
+        }
+        self.wants_samples.store(false, Relaxed);
+    }
+
+    fn run(mut self, rx: Receiver<Work>) {
+        loop {
+            let deadline = self.next_deadline();
+            let work = match deadline {
+                Some(d) => rx.recv_deadline(d),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match work {
+                Ok(Work::Stop(done)) => {
+                    self.stop();
+                    let _ = done.send(());
+                    return;
+                }
+                Ok(w) => self.handle(w),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.stop();
+                    return;
+                }
+            }
+            self.fire_timers();
+            if self.backoff_until.is_some_and(|t| Instant::now() >= t) {
+                self.backoff_until = None;
+                self.restarts += 1;
+                if let Err(reason) = self.instantiate() {
+                    let mut st = self.status.lock();
+                    if st.state != RunState::Quarantined && st.state != RunState::Backoff {
+                        st.state = RunState::Failed;
+                        st.reason = Some(reason);
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_deadline(&mut self) -> Option<Instant> {
+        let timer = self.live.as_mut().and_then(|l| l.store.data_mut().timers.next_deadline());
+        match (timer, self.backoff_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        loop {
+            let now = Instant::now();
+            let Some(id) = self.live.as_mut().and_then(|l| l.store.data_mut().timers.pop_due(now)) else { return };
+            if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_timer(s, id)) {
+                self.hook_error("on-timer", &e);
+            }
+        }
+    }
+
+    fn handle(&mut self, work: Work) {
+        match work {
+            Work::Tick(tick, series) => {
+                if self.live.is_none() {
+                    return;
+                }
+                if let Some(batch) = self.acc.push(&tick, &series) {
+                    let items = batch.values.len() as u64;
+                    self.metrics.items.fetch_add(items, Relaxed);
+                    if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_samples(s, &batch)) {
+                        self.hook_error("on-samples", &e);
+                    }
+                }
+            }
+            Work::Events(batch, count) => {
+                if self.live.is_none() {
+                    self.metrics.dropped.fetch_add(count, Relaxed);
+                    return;
+                }
+                self.metrics.items.fetch_add(count, Relaxed);
+                if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_events(s, &batch)) {
+                    self.hook_error("on-events", &e);
+                }
+            }
+            Work::Request(req, reply) => {
+                let resp = match self.call(|p, s| p.sonde_plugin_hooks().call_on_request(s, &req)) {
+                    Ok(r) => r,
+                    Err(CallFailure::Trapped) => json_response(
+                        500,
+                        &serde_json::json!({"error": "the plugin trapped while handling the request",
+                                            "reason": self.status.lock().last_trap}),
+                    ),
+                    Err(CallFailure::NotRunning) => self.not_running(),
+                };
+                let _ = reply.send(resp);
+            }
+            Work::Configure(settings, reply) => {
+                let r = match self.call(|p, s| p.sonde_plugin_hooks().call_configure(s, &settings)) {
+                    Ok(Ok(())) => {
+                        if let Ok(v) = serde_json::from_str(&settings) {
+                            self.cfg.settings = v;
+                        }
+                        Ok(())
+                    }
+                    Ok(Err(e)) => Err(e),
+                    Err(CallFailure::Trapped) => Err("the plugin trapped in configure".into()),
+                    Err(CallFailure::NotRunning) => {
+                        // Applied at the next start.
+                        if let Ok(v) = serde_json::from_str(&settings) {
+                            self.cfg.settings = v;
+                        }
+                        Ok(())
+                    }
+                };
+                let _ = reply.send(r);
+            }
+            Work::Stop(_) => unreachable!("handled in run"),
+        }
+    }
+
+    fn not_running(&self) -> types::HttpResponse {
+        let st = self.status.lock();
+        json_response(503, &serde_json::json!({"error": format!("plugin is {}", st.state.as_str()), "reason": st.reason}))
+    }
+
+    fn hook_error(&self, hook: &str, e: &str) {
+        self.metrics.errors.fetch_add(1, Relaxed);
+        tracing::debug!(plugin = %self.name, "{hook} returned an error: {e}");
+        self.status.lock().last_error = Some(format!("{hook}: {e}"));
+    }
+
+    fn stop(&mut self) {
+        if self.live.is_some() {
+            let _ = self.call(|p, s| p.sonde_plugin_hooks().call_stop(s));
+        }
+        self.kill_instance();
+        self.shared.plan.set(&self.name, None);
+        let mut st = self.status.lock();
+        if st.state == RunState::Running || st.state == RunState::Backoff {
+            st.state = RunState::Stopped;
+        }
+    }
+}
+
+/// A readable reason from a wasmtime error: the trap or error message first,
+/// then the guest backtrace's first frames.
+pub fn trap_reason(e: &wasmtime::Error) -> String {
+    let full = format!("{e:#}");
+    let mut s: String = full.lines().take(6).collect::<Vec<_>>().join(" | ");
+    if s.len() > 600 {
+        s.truncate(600);
+        s.push('…');
+    }
+    s
+}
+
+pub fn json_response(status: u16, body: &serde_json::Value) -> types::HttpResponse {
+    types::HttpResponse {
+        status,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: body.to_string().into_bytes(),
+    }
+}
+
+/// Collects ticks for one plugin until its `deliver-every` is reached, then
+/// builds the series-major batch of the series it asked for.
+#[derive(Default)]
+struct SampleAcc {
+    req: Option<types::SampleRequest>,
+    ticks: Vec<Arc<Tick>>,
+    last_kept_ns: u64,
+    /// Per series id: selected by the metric filter / already described to the plugin.
+    selected: Vec<bool>,
+    told: Vec<bool>,
+    series_len: usize,
+}
+
+impl SampleAcc {
+    fn reset(&mut self, req: Option<types::SampleRequest>) {
+        *self = SampleAcc { req, ..Default::default() };
+    }
+
+    fn push(&mut self, tick: &Arc<Tick>, series: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
+        let req = self.req.as_ref()?;
+        let period_ns = req.period_ms as u64 * 1_000_000;
+        // Keep a tick when at least (period - 5 ms) passed since the last kept one,
+        // so a plugin asking for 500 ms on a 100 ms host gets every fifth tick.
+        if self.last_kept_ns != 0 && tick.time_ns.saturating_sub(self.last_kept_ns) + 5_000_000 < period_ns {
+            return None;
+        }
+        self.last_kept_ns = tick.time_ns;
+        if series.len() != self.series_len {
+            for s in &series[self.series_len..] {
+                let want = req.metrics.is_empty() || req.metrics.iter().any(|p| s.metric.starts_with(p.as_str()));
+                self.selected.push(want);
+                self.told.push(false);
+            }
+            self.series_len = series.len();
+        }
+        self.ticks.push(tick.clone());
+        let per_call = (req.deliver_every_ms / req.period_ms).max(1) as usize;
+        if self.ticks.len() < per_call {
+            return None;
+        }
+        let ticks = std::mem::take(&mut self.ticks);
+        let ids: Vec<u32> = (0..self.series_len as u32).filter(|&i| self.selected[i as usize]).collect();
+        let t = ticks.len();
+        let mut values = Vec::with_capacity(ids.len() * t);
+        for &id in &ids {
+            values.extend(ticks.iter().map(|k| k.values.get(id as usize).copied().unwrap_or(f64::NAN)));
+        }
+        let new_series = ids
+            .iter()
+            .filter(|&&id| !std::mem::replace(&mut self.told[id as usize], true))
+            .map(|&id| to_wit_series(&series[id as usize]))
+            .collect();
+        Some(types::SampleBatch { new_series, timestamps: ticks.iter().map(|k| k.time_ns).collect(), series: ids, values })
+    }
+}
+
+pub fn to_wit_series(s: &SeriesInfo) -> types::SeriesInfo {
+    types::SeriesInfo {
+        id: s.id,
+        metric: s.metric.clone(),
+        unit: s.unit.clone(),
+        kind: match s.kind {
+            crate::model::SeriesKind::Gauge => types::SeriesKind::Gauge,
+            crate::model::SeriesKind::Counter => types::SeriesKind::Counter,
+        },
+        attributes: s
+            .attributes
+            .iter()
+            .map(|(k, v)| types::Attribute {
+                key: k.clone(),
+                value: match v {
+                    crate::model::AttrValue::Str(s) => types::Value::Str(s.clone()),
+                    crate::model::AttrValue::Int(i) => types::Value::Int(*i),
+                    crate::model::AttrValue::Float(f) => types::Value::Float(*f),
+                    crate::model::AttrValue::Bool(b) => types::Value::Boolean(*b),
+                },
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SeriesKind;
+
+    fn series(n: usize) -> Arc<[SeriesInfo]> {
+        (0..n)
+            .map(|i| SeriesInfo {
+                id: i as u32,
+                metric: if i % 2 == 0 { "system.cpu.utilization".into() } else { "system.memory.usage".into() },
+                unit: "1".into(),
+                kind: SeriesKind::Gauge,
+                attributes: vec![],
+            })
+            .collect()
+    }
+
+    fn tick(ms: u64, n: usize) -> Arc<Tick> {
+        Arc::new(Tick { time_ns: ms * 1_000_000, values: (0..n).map(|i| (ms * 10 + i as u64) as f64).collect() })
+    }
+
+    #[test]
+    fn batches_are_series_major_and_filtered() {
+        let mut acc = SampleAcc::default();
+        acc.reset(Some(types::SampleRequest { period_ms: 100, deliver_every_ms: 300, metrics: vec!["system.cpu.".into()] }));
+        let s = series(4);
+        assert!(acc.push(&tick(1000, 4), &s).is_none());
+        assert!(acc.push(&tick(1100, 4), &s).is_none());
+        let b = acc.push(&tick(1200, 4), &s).unwrap();
+        assert_eq!(b.series, vec![0, 2]);
+        assert_eq!(b.timestamps, vec![1_000_000_000, 1_100_000_000, 1_200_000_000]);
+        // series 0 over 3 ticks, then series 2 over 3 ticks
+        assert_eq!(b.values, vec![10000.0, 11000.0, 12000.0, 10002.0, 11002.0, 12002.0]);
+        assert_eq!(b.new_series.len(), 2);
+        for ms in [1300, 1400] {
+            assert!(acc.push(&tick(ms, 4), &s).is_none());
+        }
+        let b = acc.push(&tick(1500, 4), &s).unwrap();
+        assert!(b.new_series.is_empty(), "series are described once");
+    }
+
+    #[test]
+    fn slower_plugins_get_every_nth_tick_and_new_series() {
+        let mut acc = SampleAcc::default();
+        acc.reset(Some(types::SampleRequest { period_ms: 500, deliver_every_ms: 500, metrics: vec![] }));
+        let mut got = Vec::new();
+        for i in 0..12u64 {
+            let n = if i < 6 { 2 } else { 3 };
+            if let Some(b) = acc.push(&tick(1000 + i * 100, n), &series(n)) {
+                got.push((b.timestamps[0] / 1_000_000, b.series.len(), b.new_series.len()));
+            }
+        }
+        assert_eq!(got, vec![(1000, 2, 2), (1500, 2, 0), (2000, 3, 1)]);
+    }
+}

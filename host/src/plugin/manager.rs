@@ -1,0 +1,437 @@
+//! The set of plugins: loaded from the plugins directory at start, kept in
+//! step with it while running, fed with samples, and asked by the API.
+//!
+//! Directory rules: every `*.wasm` file is a plugin named after its file stem.
+//! Hidden files and `*.tmp` are ignored (so an upload written to a temporary
+//! name and renamed appears at once, whole). A changed file is acted on only
+//! once its size and mtime have been stable for 200 ms; then it is compiled,
+//! checked and started *beside* the running version, which is replaced only
+//! if the new one started. A file that fails is reported and never disturbs
+//! the running set.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use parking_lot::{Mutex, RwLock};
+use sha2::{Digest, Sha256};
+use wasmtime::component::{HasSelf, Linker};
+
+use super::bindings::{Plugin, PluginPre, types};
+use super::engine::PluginEngine;
+use super::host_api::PluginState;
+use super::instance::{self, PluginHandle, Prepared, Shared, Work};
+use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
+use crate::config::{Config, PluginConfig, PluginsConfig, check_plugin_name};
+use crate::model::{SeriesInfo, Tick};
+use crate::pipeline::PipelineHandle;
+use crate::state::StateStore;
+
+/// A file's identity without reading it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileSig {
+    len: u64,
+    mtime: SystemTime,
+}
+
+struct Entry {
+    sig: FileSig,
+    sha256: String,
+    handle: Option<PluginHandle>,
+    /// Status when there is no running handle (failed to load, disabled).
+    status: Option<PluginStatus>,
+}
+
+pub struct PluginManager {
+    shared: Shared,
+    dir: PathBuf,
+    cfg: RwLock<(PluginsConfig, BTreeMap<String, PluginConfig>)>,
+    plugins: RwLock<BTreeMap<String, Entry>>,
+    /// Changed files seen once, waiting to be seen unchanged again.
+    pending: Mutex<HashMap<String, (FileSig, Instant)>>,
+    /// The series table as last sent to plugins; rebuilt only when it grows.
+    series: Mutex<Option<Arc<[SeriesInfo]>>>,
+    /// Serialises scans (watcher thread, API reloads).
+    scan_lock: Mutex<()>,
+}
+
+impl PluginManager {
+    pub fn new(cfg: &Config, pipeline: PipelineHandle) -> Result<Arc<Self>> {
+        let engine = PluginEngine::new(&cfg.host.data_dir.join("cache"))?;
+        let mut linker = Linker::<PluginState>::new(&engine.engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let state = StateStore::open(&cfg.host.data_dir.join("state.redb"))?;
+        let dir = cfg.plugins.dir.clone();
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating the plugins directory {}", dir.display()))?;
+        Ok(Arc::new(Self {
+            shared: Shared {
+                engine,
+                linker: Arc::new(linker),
+                pipeline,
+                state,
+                decisions: DecisionBoard::default(),
+                sink_dir: cfg.sinks.dir.clone(),
+                plan: Arc::new(SamplePlan::new(cfg.sampler.period_ms)),
+            },
+            dir,
+            cfg: RwLock::new((cfg.plugins.clone(), cfg.plugin.clone())),
+            plugins: RwLock::new(BTreeMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            series: Mutex::new(None),
+            scan_lock: Mutex::new(()),
+        }))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn sample_plan(&self) -> Arc<SamplePlan> {
+        self.shared.plan.clone()
+    }
+
+    pub fn decisions(&self) -> &DecisionBoard {
+        &self.shared.decisions
+    }
+
+    /// Brings the running set in line with the directory. With `settle`, a
+    /// changed file must be seen unchanged twice before it is loaded; returns
+    /// when to look again for files still settling.
+    pub fn scan(&self, settle: bool) -> Option<Instant> {
+        let _g = self.scan_lock.lock();
+        let found = match list_plugin_files(&self.dir) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), "cannot list the plugins directory: {e:#}");
+                return None;
+            }
+        };
+        let mut again = None;
+        for (name, path, sig) in &found {
+            let known = self.plugins.read().get(name).map(|e| (e.sig, e.sha256.clone()));
+            if known.as_ref().is_some_and(|(s, _)| s == sig) {
+                self.pending.lock().remove(name);
+                continue;
+            }
+            if settle {
+                let mut pending = self.pending.lock();
+                match pending.get(name) {
+                    Some((s, since)) if s == sig && since.elapsed() >= Duration::from_millis(200) => {
+                        pending.remove(name);
+                    }
+                    Some((s, _)) if s == sig => {
+                        again = Some(Instant::now() + Duration::from_millis(120));
+                        continue;
+                    }
+                    _ => {
+                        pending.insert(name.clone(), (*sig, Instant::now()));
+                        again = Some(Instant::now() + Duration::from_millis(250));
+                        continue;
+                    }
+                }
+            }
+            let bytes = match std::fs::read(path) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(file = %path.display(), "cannot read plugin file: {e}");
+                    continue;
+                }
+            };
+            let sha = hex::encode(Sha256::digest(&bytes));
+            if known.as_ref().is_some_and(|(_, s)| *s == sha) {
+                // Touched but not changed.
+                if let Some(e) = self.plugins.write().get_mut(name) {
+                    e.sig = *sig;
+                }
+                continue;
+            }
+            self.load(name, path, *sig, &bytes, sha);
+        }
+        let gone: Vec<String> = {
+            let names: std::collections::HashSet<&String> = found.iter().map(|(n, _, _)| n).collect();
+            self.plugins.read().keys().filter(|n| !names.contains(n)).cloned().collect()
+        };
+        for name in gone {
+            tracing::info!(plugin = %name, "plugin file removed: unloading");
+            self.unload(&name);
+        }
+        again
+    }
+
+    /// Compiles, checks and starts one file; replaces the running version
+    /// only if the new one started.
+    fn load(&self, name: &str, path: &Path, sig: FileSig, bytes: &[u8], sha: String) {
+        let (pcfg, cfg) = {
+            let c = self.cfg.read();
+            (c.0.clone(), c.1.get(name).cloned().unwrap_or_default())
+        };
+        let replacing = self.plugins.read().get(name).is_some_and(|e| e.handle.is_some());
+        if !cfg.enabled {
+            let mut st = PluginStatus::new(name, path, &sha, "");
+            st.state = RunState::Disabled;
+            st.reason = Some(format!("disabled in the config (plugin.{name}.enabled = false)"));
+            let old = self.plugins.write().insert(name.to_string(), Entry { sig, sha256: sha, handle: None, status: Some(st) });
+            if let Some(h) = old.and_then(|e| e.handle) {
+                h.shutdown(self.stop_wait(&pcfg));
+            }
+            return;
+        }
+        let t0 = Instant::now();
+        let prepared = self.prepare(name, path, bytes, &sha);
+        let result = prepared.and_then(|p| instance::spawn(p, cfg, &pcfg, self.shared.clone(), None).map_err(|(r, _)| r));
+        match result {
+            Ok(handle) => {
+                tracing::info!(
+                    plugin = %name,
+                    version = handle.status.lock().version.as_deref().unwrap_or("?"),
+                    "plugin {} in {} ms",
+                    if replacing { "replaced" } else { "loaded" },
+                    t0.elapsed().as_millis()
+                );
+                let old = self.plugins.write().insert(name.to_string(), Entry { sig, sha256: sha, handle: Some(handle), status: None });
+                if let Some(h) = old.and_then(|e| e.handle) {
+                    h.shutdown(self.stop_wait(&pcfg));
+                }
+            }
+            Err(reason) => {
+                let mut plugins = self.plugins.write();
+                match plugins.get_mut(name) {
+                    Some(e) if e.handle.is_some() => {
+                        tracing::error!(plugin = %name, file = %path.display(), "new version rejected, the running one stays: {reason}");
+                        e.sig = sig;
+                        e.sha256 = sha;
+                        e.handle.as_ref().unwrap().status.lock().update_rejected = Some(reason);
+                    }
+                    _ => {
+                        tracing::error!(plugin = %name, file = %path.display(), "plugin failed to load: {reason}");
+                        let st = PluginStatus::failed(name, path, &sha, reason);
+                        plugins.insert(name.to_string(), Entry { sig, sha256: sha, handle: None, status: Some(st) });
+                    }
+                }
+            }
+        }
+    }
+
+    fn prepare(&self, name: &str, path: &Path, bytes: &[u8], sha: &str) -> Result<Prepared, String> {
+        let loaded = self.shared.engine.load_component(bytes).map_err(|e| format!("{e:#}"))?;
+        debug_assert_eq!(loaded.sha256, sha);
+        let pre = self
+            .shared
+            .linker
+            .instantiate_pre(&loaded.component)
+            .map_err(|e| format!("cannot link: {e:#}"))?;
+        let pre = PluginPre::new(pre).map_err(|e| format!("does not match the plugin world: {e:#}"))?;
+        Ok(Prepared { name: name.to_string(), pre, sha256: loaded.sha256, contract: loaded.contract, file: path.to_path_buf() })
+    }
+
+    fn stop_wait(&self, pcfg: &PluginsConfig) -> Duration {
+        Duration::from_millis(pcfg.call_timeout_ms as u64 + 200)
+    }
+
+    fn unload(&self, name: &str) {
+        let entry = self.plugins.write().remove(name);
+        if let Some(h) = entry.and_then(|e| e.handle) {
+            h.shutdown(self.stop_wait(&self.cfg.read().0));
+        }
+        self.pending.lock().remove(name);
+    }
+
+    /// Forgets what is known about a plugin's file and loads it again
+    /// (the way out of quarantine, or after a config change).
+    pub fn reload(&self, name: &str) -> Result<(), String> {
+        check_plugin_name(name)?;
+        let path = self.dir.join(format!("{name}.wasm"));
+        if !path.is_file() {
+            return Err(format!("no plugin file {}", path.display()));
+        }
+        {
+            let mut plugins = self.plugins.write();
+            if let Some(e) = plugins.get_mut(name) {
+                e.sha256.clear();
+                e.sig = FileSig { len: u64::MAX, mtime: SystemTime::UNIX_EPOCH };
+            }
+        }
+        self.scan(false);
+        Ok(())
+    }
+
+    /// Called on the sampler thread for every tick: must stay cheap. Each
+    /// plugin that wants samples gets the shared tick; a full queue drops it.
+    pub fn on_tick(&self, tick: &Tick, series: &[SeriesInfo]) {
+        let plugins = self.plugins.read();
+        let mut any = false;
+        for e in plugins.values() {
+            any |= e.handle.as_ref().is_some_and(|h| h.wants_samples.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        if !any {
+            return;
+        }
+        let series = {
+            let mut cached = self.series.lock();
+            match cached.as_ref() {
+                Some(s) if s.len() == series.len() => s.clone(),
+                _ => {
+                    let s: Arc<[SeriesInfo]> = series.to_vec().into();
+                    *cached = Some(s.clone());
+                    s
+                }
+            }
+        };
+        let tick = Arc::new(tick.clone());
+        for e in plugins.values() {
+            if let Some(h) = &e.handle {
+                if h.wants_samples.load(std::sync::atomic::Ordering::Relaxed) {
+                    h.offer(Work::Tick(tick.clone(), series.clone()));
+                }
+            }
+        }
+    }
+
+    /// Delivers an event batch to every plugin subscribed to `kind`.
+    pub fn publish_events(&self, kind: types::EventKind, batch: &types::EventBatch, count: u64) {
+        for e in self.plugins.read().values() {
+            if let Some(h) = &e.handle {
+                if h.wants_events.lock().contains(&kind) {
+                    h.offer(Work::Events(Box::new(batch.clone()), count));
+                }
+            }
+        }
+    }
+
+    /// Passes a request to a plugin's `on-request` and waits for its answer.
+    pub async fn request(&self, name: &str, req: types::HttpRequest) -> types::HttpResponse {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let timeout = {
+            let plugins = self.plugins.read();
+            let Some(entry) = plugins.get(name) else {
+                return instance::json_response(404, &serde_json::json!({"error": format!("no plugin named {name:?}")}));
+            };
+            let Some(h) = &entry.handle else {
+                let st = entry.status.as_ref();
+                return instance::json_response(
+                    503,
+                    &serde_json::json!({"error": format!("plugin is {}", st.map(|s| s.state.as_str()).unwrap_or("not running")),
+                                        "reason": st.and_then(|s| s.reason.clone())}),
+                );
+            };
+            if !h.offer(Work::Request(req, tx)) {
+                return instance::json_response(503, &serde_json::json!({"error": "plugin is busy: its queue is full"}));
+            }
+            // Queue wait plus the call deadline, generously.
+            Duration::from_millis(self.cfg.read().0.call_timeout_ms as u64 * 4 + 2000)
+        };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(_)) => instance::json_response(503, &serde_json::json!({"error": "plugin stopped before answering"})),
+            Err(_) => instance::json_response(504, &serde_json::json!({"error": "plugin did not answer in time"})),
+        }
+    }
+
+    /// Every plugin the directory holds, with its state and self-metrics.
+    pub fn statuses(&self) -> Vec<PluginStatus> {
+        self.plugins
+            .read()
+            .values()
+            .map(|e| match &e.handle {
+                Some(h) => {
+                    let mut s = h.status.lock().clone();
+                    s.metrics = h.metrics.snapshot();
+                    s
+                }
+                None => e.status.clone().expect("entries without a handle keep a status"),
+            })
+            .collect()
+    }
+
+    pub fn status(&self, name: &str) -> Option<PluginStatus> {
+        self.statuses().into_iter().find(|s| s.name == name)
+    }
+
+    /// Watches the plugins directory on a thread of its own until `stop` is dropped.
+    pub fn watch(self: &Arc<Self>) -> Result<Watcher> {
+        use notify::Watcher as _;
+        let (tx, rx) = crossbeam_channel::unbounded::<()>();
+        let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            if ev.is_ok() {
+                let _ = tx.send(());
+            }
+        })
+        .context("starting the directory watcher")?;
+        watcher
+            .watch(&self.dir, notify::RecursiveMode::NonRecursive)
+            .with_context(|| format!("watching {}", self.dir.display()))?;
+        let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
+        let me = self.clone();
+        let thread = std::thread::Builder::new().name("sonde-plugin-watch".into()).spawn(move || {
+            // Events are noisy (one write makes several); debounce them. A slow
+            // periodic rescan catches anything the watcher missed.
+            const RESCAN: Duration = Duration::from_secs(5);
+            let mut next = Instant::now() + RESCAN;
+            loop {
+                crossbeam_channel::select! {
+                    recv(rx) -> _ => { next = next.min(Instant::now() + Duration::from_millis(100)); }
+                    recv(stop_rx) -> _ => return,
+                    default(next.saturating_duration_since(Instant::now())) => {
+                        next = me.scan(true).unwrap_or(Instant::now() + RESCAN);
+                    }
+                }
+            }
+        })?;
+        Ok(Watcher { _watcher: watcher, _stop: stop_tx, thread: Some(thread) })
+    }
+
+    /// Stops every plugin (calling `stop`), bounded by `wait` per plugin.
+    pub fn shutdown(&self, wait: Duration) {
+        let entries: Vec<Entry> = std::mem::take(&mut *self.plugins.write()).into_values().collect();
+        let threads: Vec<_> = entries
+            .into_iter()
+            .filter_map(|e| e.handle)
+            .map(|h| std::thread::spawn(move || h.shutdown(wait)))
+            .collect();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Keeps the watcher alive; dropping it stops watching.
+pub struct Watcher {
+    _watcher: notify::RecommendedWatcher,
+    _stop: crossbeam_channel::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // Dropping `_stop` after this wakes the thread; do not join a scan in progress.
+        let _ = self.thread.take();
+    }
+}
+
+/// `(name, path, signature)` of every plugin file, sorted by name.
+fn list_plugin_files(dir: &Path) -> Result<Vec<(String, PathBuf, FileSig)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        let Some(fname) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        if fname.starts_with('.') || !fname.ends_with(".wasm") {
+            continue;
+        }
+        let name = fname.trim_end_matches(".wasm");
+        if let Err(reason) = check_plugin_name(name) {
+            tracing::warn!(file = %path.display(), "ignoring plugin file: {reason}");
+            continue;
+        }
+        let Ok(md) = entry.metadata() else { continue };
+        if !md.is_file() {
+            continue;
+        }
+        out.push((name.to_string(), path, FileSig { len: md.len(), mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH) }));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}

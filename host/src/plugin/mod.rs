@@ -1,0 +1,219 @@
+//! plugin/: the Wasm plugin runtime.
+//!
+//! - `engine`:   the wasmtime engine, call deadlines (epochs), compile cache, contract check
+//! - `bindings`: host-side types generated from `wit/sonde-plugin.wit`
+//! - `host_api`: store data and the `host` functions plugins call
+//! - `sandbox`:  WASI capabilities (denied unless granted) and stdio capture
+//! - `instance`: one plugin's thread: calls, traps, backoff, quarantine, samples
+//! - `manager`:  the set of plugins: directory loading and watching, fan-out, routes
+//! - `metrics`:  per-plugin self-metrics
+//!
+//! Depends on `sample` (tick types), `pipeline` (where output goes), `state`
+//! and `sinks`; nothing here depends on `api`.
+
+pub mod bindings;
+pub mod engine;
+pub mod host_api;
+pub mod instance;
+pub mod manager;
+pub mod metrics;
+pub mod sandbox;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+pub use manager::PluginManager;
+
+/// Where a plugin is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Running,
+    /// Trapped; will be re-instantiated when the backoff ends.
+    Backoff,
+    /// Trapped too often; stays off until reloaded or its file changes.
+    Quarantined,
+    /// Could not be loaded or refused to start; see `reason`.
+    Failed,
+    Disabled,
+    Stopped,
+}
+
+impl RunState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Backoff => "backoff",
+            RunState::Quarantined => "quarantined",
+            RunState::Failed => "failed",
+            RunState::Disabled => "disabled",
+            RunState::Stopped => "stopped",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SampleSub {
+    pub period_ms: u32,
+    pub deliver_every_ms: u32,
+    pub metrics: Vec<String>,
+}
+
+/// What the API shows about one plugin.
+#[derive(Clone, Debug, Serialize)]
+pub struct PluginStatus {
+    pub name: String,
+    pub file: String,
+    pub sha256: String,
+    /// The contract version the component was built against.
+    pub contract: String,
+    pub state: RunState,
+    /// Why it is not running (failed, backoff, quarantined).
+    pub reason: Option<String>,
+    pub version: Option<String>,
+    pub description: Option<String>,
+    pub samples: Option<SampleSub>,
+    pub events: Vec<String>,
+    pub restarts: u32,
+    pub traps: u64,
+    pub last_trap: Option<String>,
+    pub last_trap_at_ns: u64,
+    /// The latest `err` a hook returned.
+    pub last_error: Option<String>,
+    /// Set when a newer file for this plugin was rejected; the old one keeps running.
+    pub update_rejected: Option<String>,
+    pub started_at_ns: u64,
+    pub metrics: metrics::MetricsSnapshot,
+}
+
+impl PluginStatus {
+    pub fn new(name: &str, file: &Path, sha256: &str, contract: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            file: file.display().to_string(),
+            sha256: sha256.to_string(),
+            contract: contract.to_string(),
+            state: RunState::Stopped,
+            reason: None,
+            version: None,
+            description: None,
+            samples: None,
+            events: Vec::new(),
+            restarts: 0,
+            traps: 0,
+            last_trap: None,
+            last_trap_at_ns: 0,
+            last_error: None,
+            update_rejected: None,
+            started_at_ns: 0,
+            metrics: Default::default(),
+        }
+    }
+
+    pub fn failed(name: &str, file: &Path, sha256: &str, reason: String) -> Self {
+        let mut s = Self::new(name, file, sha256, "");
+        s.state = RunState::Failed;
+        s.reason = Some(reason);
+        s
+    }
+}
+
+/// The host samples once, at the fastest period anyone asked for.
+pub struct SamplePlan {
+    base_ms: u32,
+    wanted: Mutex<HashMap<String, u32>>,
+    /// Read by the sampler thread before each sleep.
+    pub period_ms: Arc<AtomicU32>,
+}
+
+impl SamplePlan {
+    pub fn new(base_ms: u32) -> Self {
+        Self { base_ms, wanted: Mutex::new(HashMap::new()), period_ms: Arc::new(AtomicU32::new(base_ms)) }
+    }
+
+    /// Records what one plugin wants (None: nothing) and recomputes the period.
+    pub fn set(&self, plugin: &str, period_ms: Option<u32>) {
+        let mut w = self.wanted.lock();
+        match period_ms {
+            Some(p) => w.insert(plugin.to_string(), p),
+            None => w.remove(plugin),
+        };
+        let p = w.values().copied().chain(std::iter::once(self.base_ms)).min().unwrap_or(self.base_ms);
+        self.period_ms.store(p, Ordering::Relaxed);
+    }
+
+    /// Changes the configured period (live config change).
+    pub fn set_base(&self, base_ms: u32) -> u32 {
+        let w = self.wanted.lock();
+        let p = w.values().copied().chain(std::iter::once(base_ms)).min().unwrap_or(base_ms);
+        self.period_ms.store(p, Ordering::Relaxed);
+        p
+    }
+}
+
+/// The latest decision per (plugin, kind, subject), for the API and dashboard.
+#[derive(Clone, Default)]
+pub struct DecisionBoard {
+    inner: Arc<Mutex<BTreeMap<(String, String, String), DecisionEntry>>>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DecisionEntry {
+    pub plugin: String,
+    pub kind: String,
+    pub subject: String,
+    pub reason: String,
+    pub body: serde_json::Value,
+    pub time_ns: u64,
+}
+
+impl DecisionBoard {
+    const MAX: usize = 10_000;
+
+    pub fn record(&self, plugin: &str, d: &bindings::types::Decision) {
+        let body = serde_json::from_str(&d.body).unwrap_or_else(|_| serde_json::Value::String(d.body.clone()));
+        let mut m = self.inner.lock();
+        let key = (plugin.to_string(), d.kind.clone(), d.subject.clone());
+        if m.len() >= Self::MAX && !m.contains_key(&key) {
+            return;
+        }
+        m.insert(
+            key,
+            DecisionEntry {
+                plugin: plugin.to_string(),
+                kind: d.kind.clone(),
+                subject: d.subject.clone(),
+                reason: d.reason.clone(),
+                body,
+                time_ns: crate::model::now_ns(),
+            },
+        );
+    }
+
+    pub fn list(&self, plugin: Option<&str>) -> Vec<DecisionEntry> {
+        self.inner.lock().values().filter(|e| plugin.is_none_or(|p| e.plugin == p)).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_takes_the_fastest_period() {
+        let p = SamplePlan::new(100);
+        assert_eq!(p.period_ms.load(Ordering::Relaxed), 100);
+        p.set("a", Some(500));
+        assert_eq!(p.period_ms.load(Ordering::Relaxed), 100);
+        p.set("b", Some(50));
+        assert_eq!(p.period_ms.load(Ordering::Relaxed), 50);
+        p.set("b", None);
+        assert_eq!(p.period_ms.load(Ordering::Relaxed), 100);
+        assert_eq!(p.set_base(1000), 500);
+    }
+}

@@ -1,0 +1,213 @@
+//! The host process: wires the sampler, the plugins, the pipeline and the API
+//! together, prints where everything is, and shuts down within a deadline.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use parking_lot::Mutex;
+
+use crate::api::{self, AppState};
+use crate::config::Config;
+use crate::export::resource::resource_attributes;
+use crate::model::{MetricBatch, MetricKind, MetricSeries, Point, Scope, now_ns};
+use crate::pipeline::{Pipeline, PipelineHandle};
+use crate::plugin::PluginManager;
+use crate::sample::{Sampler, driver};
+
+/// Runs until SIGINT/SIGTERM.
+pub async fn run(cfg: Config) -> Result<()> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&cfg.host.data_dir)
+        .with_context(|| format!("creating the data directory {}", cfg.host.data_dir.display()))?;
+    let (pipeline_handle, pipeline) = Pipeline::start(&cfg.export, resource_attributes(&cfg))?;
+    let plugins = PluginManager::new(&cfg, pipeline_handle.clone())?;
+
+    // Load what the directory holds before sampling starts, off the async threads.
+    let p = plugins.clone();
+    tokio::task::spawn_blocking(move || p.scan(false)).await?;
+    let watcher = if cfg.plugins.watch { Some(plugins.watch()?) } else { None };
+
+    let sampler = Sampler::new(&cfg.sampler);
+    let series_count = sampler.series().len();
+    let gpu = sampler.gpu_status().to_string();
+    let fanout = plugins.clone();
+    let sampler = driver::spawn(sampler, plugins.sample_plan().period_ms.clone(), move |tick, series| {
+        fanout.on_tick(tick, series)
+    });
+    let sampler = Arc::new(Mutex::new(Some(sampler)));
+
+    let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
+        .await
+        .with_context(|| format!("binding the API to {} (api.listen)", cfg.api.listen))?;
+    let ready = Arc::new(AtomicBool::new(true));
+    let sampler_for_api = sampler.clone();
+    let app = AppState {
+        config: Arc::new(Mutex::new(cfg.clone())),
+        plugins: plugins.clone(),
+        pipeline: pipeline_handle.clone(),
+        sampler: Arc::new(move || sampler_for_api.lock().as_ref().map(|s| (s.stats(), series_count, s.gpu_status()))),
+        ready,
+        started,
+    };
+    let (stop_api_tx, stop_api_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, api::router(app))
+            .with_graceful_shutdown(async {
+                let _ = stop_api_rx.await;
+            })
+            .await
+    });
+
+    print_banner(&cfg, &plugins, series_count, &gpu, started);
+    let selfm = tokio::spawn(self_metrics_loop(
+        plugins.clone(),
+        pipeline_handle.clone(),
+        sampler.clone(),
+        Duration::from_millis(cfg.export.self_metrics_interval_ms),
+    ));
+
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+
+    // Everything below is bounded: a watchdog ends the process if a step hangs.
+    let deadline = Duration::from_millis(cfg.host.shutdown_timeout_ms);
+    let t0 = Instant::now();
+    std::thread::spawn(move || {
+        std::thread::sleep(deadline + Duration::from_secs(2));
+        eprintln!("sonde: shutdown took longer than {} ms; exiting anyway", deadline.as_millis());
+        std::process::exit(1);
+    });
+    selfm.abort();
+    drop(watcher);
+    if let Some(s) = sampler.lock().take() {
+        s.stop();
+    }
+    let per_plugin = Duration::from_millis(cfg.plugins.call_timeout_ms as u64 + 200).min(deadline / 2);
+    let p = plugins.clone();
+    let _ = tokio::time::timeout(deadline / 2, tokio::task::spawn_blocking(move || p.shutdown(per_plugin))).await;
+    let stats = pipeline.shutdown(deadline.saturating_sub(t0.elapsed())).await;
+    let _ = stop_api_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
+    tracing::info!(
+        points_exported = stats.points_exported,
+        points_dropped = stats.points_dropped,
+        points_failed = stats.points_failed,
+        "stopped in {} ms",
+        t0.elapsed().as_millis()
+    );
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn print_banner(cfg: &Config, plugins: &PluginManager, series: usize, gpu: &str, started: Instant) {
+    let export = match &cfg.export.endpoint {
+        Some(e) => format!(
+            "OTLP {} to {e} (metrics and logs, every {} ms)",
+            match cfg.export.protocol {
+                crate::config::Protocol::Grpc => "gRPC",
+                crate::config::Protocol::HttpProtobuf => "HTTP/protobuf",
+            },
+            cfg.export.interval_ms
+        ),
+        None => "off (no collector configured; set --export-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)".into(),
+    };
+    let statuses = plugins.statuses();
+    let list: Vec<String> = statuses
+        .iter()
+        .map(|s| match &s.reason {
+            Some(r) if s.state != crate::plugin::RunState::Running => format!("{} ({}: {r})", s.name, s.state.as_str()),
+            _ => format!("{} ({})", s.name, s.state.as_str()),
+        })
+        .collect();
+    println!("sonde {} (plugin contract sonde:plugin@{})", env!("CARGO_PKG_VERSION"), crate::plugin::engine::CONTRACT_VERSION);
+    println!("  dashboard  http://{}/", cfg.api.listen);
+    println!("  API        http://{}/api/status", cfg.api.listen);
+    println!("  sampling   every {} ms, {series} series; GPU: {gpu}", plugins.sample_plan().period_ms.load(Ordering::Relaxed));
+    println!("  plugins    {} ({})", plugins.dir().display(), if list.is_empty() { "none".into() } else { list.join(", ") });
+    println!("  export     {export}");
+    println!("  sinks      {}", cfg.sinks.dir.display());
+    println!("  data       {}", cfg.host.data_dir.display());
+    println!("  ready in {} ms; Ctrl-C stops", started.elapsed().as_millis());
+}
+
+/// Exports the host's own metrics: per plugin (calls, traps, ...), the
+/// sampler's period error and the exporter's counters.
+async fn self_metrics_loop(
+    plugins: Arc<PluginManager>,
+    pipeline: PipelineHandle,
+    sampler: Arc<Mutex<Option<driver::SamplerHandle>>>,
+    every: Duration,
+) {
+    let scope = Arc::new(Scope { name: "sonde.host".into(), version: env!("CARGO_PKG_VERSION").into() });
+    let start = now_ns();
+    let mut series: std::collections::HashMap<(String, String), Arc<MetricSeries>> = Default::default();
+    let mut get = |name: &str, unit: &str, kind: MetricKind, plugin: Option<&str>| {
+        let key = (name.to_string(), plugin.unwrap_or("").to_string());
+        series
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(MetricSeries {
+                    name: name.into(),
+                    description: String::new(),
+                    unit: unit.into(),
+                    kind,
+                    attributes: plugin.map(|p| vec![("sonde.plugin.name".to_string(), p.into())]).unwrap_or_default(),
+                    start_time_ns: start,
+                })
+            })
+            .clone()
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let t = now_ns();
+        let mut points = Vec::new();
+        for st in plugins.statuses() {
+            let m = &st.metrics;
+            let n = Some(st.name.as_str());
+            for (name, unit, v) in [
+                ("sonde.plugin.calls", "{call}", m.calls),
+                ("sonde.plugin.items", "{item}", m.items),
+                ("sonde.plugin.errors", "{error}", m.errors),
+                ("sonde.plugin.traps", "{trap}", m.traps),
+                ("sonde.plugin.timeouts", "{timeout}", m.timeouts),
+                ("sonde.plugin.dropped", "{item}", m.dropped),
+            ] {
+                points.push(Point { series: get(name, unit, MetricKind::Counter, n), time_ns: t, value: v as f64 });
+            }
+            points.push(Point { series: get("sonde.plugin.memory.usage", "By", MetricKind::UpDownCounter, n), time_ns: t, value: m.memory_bytes as f64 });
+            points.push(Point { series: get("sonde.plugin.call.duration.p99", "s", MetricKind::Gauge, n), time_ns: t, value: m.call_us_p99 / 1e6 });
+            points.push(Point { series: get("sonde.plugin.running", "1", MetricKind::Gauge, n), time_ns: t, value: (st.state == crate::plugin::RunState::Running) as u8 as f64 });
+        }
+        if let Some(s) = sampler.lock().as_ref().map(|s| s.stats()) {
+            points.push(Point { series: get("sonde.sampler.ticks", "{tick}", MetricKind::Counter, None), time_ns: t, value: s.ticks as f64 });
+            points.push(Point { series: get("sonde.sampler.period_error.p99", "s", MetricKind::Gauge, None), time_ns: t, value: s.error_p99_us / 1e6 });
+            points.push(Point { series: get("sonde.sampler.sample_cost.p50", "s", MetricKind::Gauge, None), time_ns: t, value: s.sample_cost_p50_us / 1e6 });
+        }
+        let e = pipeline.stats();
+        for (name, v) in [
+            ("sonde.export.points.dropped", e.points_dropped),
+            ("sonde.export.points.failed", e.points_failed),
+            ("sonde.export.points.exported", e.points_exported),
+        ] {
+            points.push(Point { series: get(name, "{point}", MetricKind::Counter, None), time_ns: t, value: v as f64 });
+        }
+        pipeline.submit_metrics(MetricBatch { scope: scope.clone(), points });
+    }
+}

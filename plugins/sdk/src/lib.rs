@@ -1,0 +1,94 @@
+//! sonde-plugin-sdk: what every sonde plugin links.
+//!
+//! It holds the bindings that `wit-bindgen` generates from `wit/` (the
+//! `sonde:plugin` contract, world `plugin`) and the small helpers that every
+//! plugin would otherwise write again: a table of sampled series, a view over
+//! the series-major sample layout, a point buffer and a metric-handle cache.
+//!
+//! A plugin crate (`crate-type = ["cdylib"]`, built for `wasm32-wasip2`)
+//! implements the hooks and exports them:
+//!
+//! ```ignore
+//! use sonde_plugin_sdk::{export, Guest};
+//! use sonde_plugin_sdk::types::{HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo,
+//!     EventBatch};
+//!
+//! struct MyPlugin;
+//!
+//! impl Guest for MyPlugin {
+//!     fn start(info: StartInfo) -> Result<Manifest, String> { /* ... */ }
+//!     // configure, on_samples, on_events, on_timer, on_request, stop
+//! }
+//!
+//! export!(MyPlugin);
+//! ```
+//!
+//! The helpers are plain Rust over the generated types and unit-test natively.
+//! Calls into the host (`host::*`, and the few helpers that wrap them such as
+//! [`PointBuffer::flush`] and [`MetricRegistry::declare`]) only work inside
+//! the host: in a native test they panic with `unreachable`.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "plugin",
+    // The plugin crate, not this one, expands `export!`, so it must be public
+    // and find the generated types through this crate's name.
+    pub_export_macro: true,
+    default_bindings_module: "sonde_plugin_sdk",
+    // Wrapped by `export!` below.
+    export_macro_name: "__export_hooks",
+    // Lets tests and plugins compare records (e.g. a manifest or a batch).
+    additional_derives: [PartialEq],
+});
+
+mod attrs;
+mod http;
+mod instance;
+mod metrics;
+mod points;
+mod samples;
+mod series;
+
+/// The types of the contract (`sonde:plugin/types`).
+pub use sonde::plugin::types;
+
+/// Functions the host provides (`sonde:plugin/host`). Only callable inside the host.
+pub use sonde::plugin::host;
+
+/// The hooks interface a plugin exports (`sonde:plugin/hooks`).
+pub use exports::sonde::plugin::hooks;
+
+/// The trait a plugin implements; `export!(MyPlugin)` wires it to the component's exports.
+pub use exports::sonde::plugin::hooks::Guest;
+
+pub use http::query_param;
+pub use instance::InstanceCell;
+pub use metrics::MetricRegistry;
+pub use points::PointBuffer;
+pub use samples::{SampleView, SeriesSamples};
+pub use series::SeriesTable;
+
+/// Exports a type implementing [`Guest`] as the component's `hooks`:
+/// `sonde_plugin_sdk::export!(MyPlugin);` at the plugin crate's root.
+///
+/// It exports nothing on non-wasm targets: the export symbols' names
+/// (`sonde:plugin/hooks@0.1.0#start`) are not valid in a native linker's
+/// version script, and a native build of a plugin only exists to run its
+/// unit tests.
+#[macro_export]
+macro_rules! export {
+    ($ty:ident) => {
+        #[cfg(target_arch = "wasm32")]
+        $crate::__export_hooks!($ty);
+        // Natively, still refer to the hooks so the plugin type and its impl
+        // count as used (no dead-code warnings in native test builds).
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: () = {
+            let _ = <$ty as $crate::Guest>::start;
+        };
+    };
+}
+
+/// The contract version these bindings were generated from, as the host
+/// reports it in `start-info.contract-version`.
+pub const CONTRACT_VERSION: &str = "0.1.0";

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the plugins workspace (plugins/) for wasm32-wasip2 and copies the
+# components where the host looks for them:
+#   target/plugins/bundled/   plugins `sonde` runs by default (sysmetrics)
+#   target/plugins/testing/   components for the host's tests (testbed, wrongworld)
+# Runnable from any directory. Files are replaced only when their content
+# changed, so a host watching these folders does not see spurious reloads.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target=wasm32-wasip2
+out="$root/plugins/target/$target/release"
+
+# Idempotent; prints nothing useful when the target is already installed.
+rustup target add "$target" >/dev/null 2>&1 || rustup target add "$target"
+
+# wrongworld's contract is the real one with only the package version
+# changed; regenerate it so it never drifts (a native test checks it too).
+wrong_wit="$root/plugins/testing/wrongworld/wit/sonde-plugin.wit"
+tmp="$(mktemp)"
+trap 'rm -f "$tmp"' EXIT
+sed 's/^package sonde:plugin@[^;]*;$/package sonde:plugin@9.0.0;/' "$root/wit/sonde-plugin.wit" >"$tmp"
+if ! cmp -s "$tmp" "$wrong_wit"; then
+    cp "$tmp" "$wrong_wit"
+    echo "refreshed plugins/testing/wrongworld/wit/sonde-plugin.wit"
+fi
+
+cargo build --manifest-path "$root/plugins/Cargo.toml" --workspace --release --target "$target"
+
+# A component starts with "\0asm" and layer 1 (0d 00 01 00); a core module
+# would have version 1 (01 00 00 00) and the host would refuse it.
+is_component() {
+    [ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" = "0061736d0d000100" ]
+}
+
+install_component() { # <crate> <folder under target/plugins>
+    local src="$out/$1.wasm" dir="$root/target/plugins/$2"
+    local dst="$dir/$1.wasm"
+    if ! is_component "$src"; then
+        echo "error: $src is not a wasm component" >&2
+        exit 1
+    fi
+    mkdir -p "$dir"
+    local note="unchanged"
+    if ! cmp -s "$src" "$dst"; then
+        # Copy then rename, so a watcher never sees a half-written file.
+        cp "$src" "$dir/.$1.wasm.tmp"
+        mv -f "$dir/.$1.wasm.tmp" "$dst"
+        note="updated"
+    fi
+    printf '  %-40s %8s bytes  %s\n' "target/plugins/$2/$1.wasm" "$(wc -c <"$dst" | tr -d ' ')" "$note"
+}
+
+echo "plugins:"
+install_component sysmetrics bundled
+install_component testbed testing
+install_component wrongworld testing
