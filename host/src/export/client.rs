@@ -69,10 +69,11 @@ pub struct Accepted {
 }
 
 /// An OTLP client for one endpoint and protocol. Cheap to clone.
+/// (Both variants boxed: the pipeline holds one behind an `Arc` anyway.)
 #[derive(Clone)]
 pub enum Client {
-    Grpc(GrpcClient),
-    Http(HttpClient),
+    Grpc(Box<GrpcClient>),
+    Http(Box<HttpClient>),
 }
 
 impl fmt::Debug for Client {
@@ -88,12 +89,12 @@ impl Client {
         let endpoint = cfg.endpoint.as_deref().ok_or_else(|| anyhow::anyhow!("export.endpoint is not set"))?;
         let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
         Ok(match cfg.protocol {
-            Protocol::Grpc => Client::Grpc(GrpcClient::new(endpoint, &cfg.headers, timeout)?),
+            Protocol::Grpc => Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout)?)),
             Protocol::HttpProtobuf => {
                 let base = endpoint.trim_end_matches('/');
                 let metrics = cfg.metrics_endpoint.clone().unwrap_or_else(|| format!("{base}/v1/metrics"));
                 let logs = cfg.logs_endpoint.clone().unwrap_or_else(|| format!("{base}/v1/logs"));
-                Client::Http(HttpClient::new(&metrics, &logs, &cfg.headers, timeout)?)
+                Client::Http(Box::new(HttpClient::new(&metrics, &logs, &cfg.headers, timeout)?))
             }
         })
     }

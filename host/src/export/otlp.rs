@@ -300,7 +300,7 @@ mod tests {
         let m = &s0.metrics[0];
         assert_eq!((m.unit.as_str(), m.description.as_str()), ("1", "system.cpu.utilization desc"));
         let Some(metric::Data::Gauge(g)) = &m.data else { panic!("not a gauge: {m:?}") };
-        let got: Vec<_> = g.data_points.iter().map(|d| (d.time_unix_nano, d.value.clone().unwrap(), d.start_time_unix_nano)).collect();
+        let got: Vec<_> = g.data_points.iter().map(|d| (d.time_unix_nano, d.value.unwrap(), d.start_time_unix_nano)).collect();
         use number_data_point::Value::AsDouble;
         assert_eq!(got, vec![(1000, AsDouble(0.25), 0), (1000, AsDouble(0.5), 0), (1100, AsDouble(0.3), 0), (1100, AsDouble(0.6), 0)]);
         assert_eq!(kv(&g.data_points[1].attributes), vec![("cpu.logical_number".into(), any_value::Value::IntValue(1))]);

@@ -186,7 +186,7 @@ struct Shared {
     enabled: AtomicBool,
     accepting: AtomicBool,
     batcher_done: AtomicBool,
-    client: Mutex<Option<Client>>,
+    client: Mutex<Option<Arc<Client>>>,
     /// Bumped on every reconfigure: the sender cuts a retry backoff short and uses the new client.
     client_gen: watch::Sender<u64>,
     last_error: Mutex<Option<String>>,
@@ -290,7 +290,7 @@ impl PipelineHandle {
         let client = match cfg.endpoint {
             Some(_) => {
                 let _rt = s.rt.enter(); // tonic's lazy channel spawns its worker on the runtime
-                Some(Client::new(cfg).context("export config")?)
+                Some(Arc::new(Client::new(cfg).context("export config")?))
             }
             None => None,
         };
@@ -319,7 +319,7 @@ impl Pipeline {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| anyhow::anyhow!("Pipeline::start must be called inside a tokio runtime"))?;
         let client = match cfg.endpoint {
-            Some(_) => Some(Client::new(cfg).context("export config")?),
+            Some(_) => Some(Arc::new(Client::new(cfg).context("export config")?)),
             None => None,
         };
         let tuning = Tuning::from(cfg);
@@ -364,19 +364,19 @@ impl Pipeline {
         let s = self.shared.clone();
         s.accepting.store(false, Ordering::Release);
         let _ = self.stop_tx.send(true);
-        if let Some(mut h) = self.batcher.take() {
-            if tokio::time::timeout_at(end, &mut h).await.is_err() {
-                h.abort();
-            }
+        if let Some(mut h) = self.batcher.take()
+            && tokio::time::timeout_at(end, &mut h).await.is_err()
+        {
+            h.abort();
         }
         s.batcher_done.store(true, Ordering::Release);
         s.sender_wake.notify_one();
-        if let Some(mut h) = self.sender.take() {
-            if tokio::time::timeout_at(end, &mut h).await.is_err() {
-                h.abort();
-                // Cancellation lands at the sender's next await point, i.e. at once.
-                let _ = tokio::time::timeout(Duration::from_millis(200), h).await;
-            }
+        if let Some(mut h) = self.sender.take()
+            && tokio::time::timeout_at(end, &mut h).await.is_err()
+        {
+            h.abort();
+            // Cancellation lands at the sender's next await point, i.e. at once.
+            let _ = tokio::time::timeout(Duration::from_millis(200), h).await;
         }
         s.abandon_pending();
         let st = s.stats();

@@ -45,7 +45,7 @@ fn series(i: usize) -> Arc<MetricSeries> {
         name: "test.value".into(),
         description: String::new(),
         unit: "1".into(),
-        kind: if i % 2 == 0 { MetricKind::Gauge } else { MetricKind::Counter },
+        kind: if i.is_multiple_of(2) { MetricKind::Gauge } else { MetricKind::Counter },
         attributes: vec![("i".into(), AttrValue::Int(i as i64))],
         start_time_ns: 1,
     })

@@ -58,6 +58,9 @@ pub struct Prepared {
     pub sha256: String,
     pub contract: String,
     pub file: PathBuf,
+    pub from_cache: bool,
+    /// When loading this file began, for `load_ms`.
+    pub began: Instant,
 }
 
 /// The host's handle on a running plugin thread.
@@ -114,10 +117,10 @@ impl PluginHandle {
 /// Starts a plugin: instantiates it and calls `start` on the caller's thread
 /// (so a failure is reported before anything is replaced), then moves the
 /// instance to its own thread.
-pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared, loaded_sha: Option<String>) -> Result<PluginHandle, (String, PluginStatus)> {
+pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<PluginHandle, (String, PluginStatus)> {
     let metrics = Arc::new(PluginMetrics::default());
     let status = Arc::new(Mutex::new(PluginStatus::new(&prep.name, &prep.file, &prep.sha256, &prep.contract)));
-    let _ = loaded_sha;
+    status.lock().compiled_from_cache = prep.from_cache;
     let limits = Limits::from(pcfg, &cfg);
     let mut actor = Actor {
         name: prep.name.clone(),
@@ -135,6 +138,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         traps: VecDeque::new(),
         backoff_until: None,
         acc: SampleAcc::default(),
+        last_stderr: Default::default(),
     };
     if let Err(reason) = actor.instantiate() {
         let mut st = status.lock().clone();
@@ -142,6 +146,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         st.reason = Some(reason.clone());
         return Err((reason, st));
     }
+    status.lock().load_ms = prep.began.elapsed().as_secs_f64() * 1000.0;
     let (tx, rx) = crossbeam_channel::bounded(actor.limits.queue);
     let wants_samples = actor.wants_samples.clone();
     let wants_events = actor.wants_events.clone();
@@ -209,6 +214,7 @@ struct Actor {
     traps: VecDeque<Instant>,
     backoff_until: Option<Instant>,
     acc: SampleAcc,
+    last_stderr: super::sandbox::LastLines,
 }
 
 /// Why a call did not produce a value.
@@ -222,7 +228,7 @@ enum CallFailure {
 impl Actor {
     /// Creates a store and instance and calls `start`. Err holds the reason.
     fn instantiate(&mut self) -> Result<(), String> {
-        let wasi = wasi_ctx(&self.name, &self.cfg.grants).map_err(|e| format!("{e:#}"))?;
+        let wasi = wasi_ctx(&self.name, &self.cfg.grants, self.last_stderr.clone()).map_err(|e| format!("{e:#}"))?;
         let data = PluginState::new(
             &self.name,
             wasi,
@@ -365,6 +371,9 @@ impl Actor {
         } else {
             trap_reason(e)
         };
+        // What the guest printed last (a Rust panic message) says why it trapped.
+        let said: Vec<String> = self.last_stderr.lock().drain(..).collect();
+        let reason = if said.is_empty() { reason } else { format!("{reason}; plugin stderr: {}", said.join(" / ")) };
         self.metrics.traps.fetch_add(1, Relaxed);
         if timeout {
             self.metrics.timeouts.fetch_add(1, Relaxed);
@@ -544,13 +553,21 @@ impl Actor {
     }
 }
 
-/// A readable reason from a wasmtime error: the trap or error message first,
-/// then the guest backtrace's first frames.
+/// A readable reason from a wasmtime error: the trap kind or the root cause,
+/// then the innermost guest frame when the component has names for it.
 pub fn trap_reason(e: &wasmtime::Error) -> String {
-    let full = format!("{e:#}");
-    let mut s: String = full.lines().take(6).collect::<Vec<_>>().join(" | ");
+    let mut s = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => format!("wasm trap: {trap}"),
+        None => e.root_cause().to_string(),
+    };
+    if let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() {
+        if let Some(name) = bt.frames().first().and_then(|f| f.func_name()) {
+            s.push_str(&format!(" (in {name})"));
+        }
+    }
     if s.len() > 600 {
-        s.truncate(600);
+        let cut = (0..=600).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+        s.truncate(cut);
         s.push('…');
     }
     s

@@ -181,7 +181,7 @@ impl PluginManager {
         }
         let t0 = Instant::now();
         let prepared = self.prepare(name, path, bytes, &sha);
-        let result = prepared.and_then(|p| instance::spawn(p, cfg, &pcfg, self.shared.clone(), None).map_err(|(r, _)| r));
+        let result = prepared.and_then(|p| instance::spawn(p, cfg, &pcfg, self.shared.clone()).map_err(|(r, _)| r));
         match result {
             Ok(handle) => {
                 tracing::info!(
@@ -216,6 +216,7 @@ impl PluginManager {
     }
 
     fn prepare(&self, name: &str, path: &Path, bytes: &[u8], sha: &str) -> Result<Prepared, String> {
+        let began = Instant::now();
         let loaded = self.shared.engine.load_component(bytes).map_err(|e| format!("{e:#}"))?;
         debug_assert_eq!(loaded.sha256, sha);
         let pre = self
@@ -224,7 +225,15 @@ impl PluginManager {
             .instantiate_pre(&loaded.component)
             .map_err(|e| format!("cannot link: {e:#}"))?;
         let pre = PluginPre::new(pre).map_err(|e| format!("does not match the plugin world: {e:#}"))?;
-        Ok(Prepared { name: name.to_string(), pre, sha256: loaded.sha256, contract: loaded.contract, file: path.to_path_buf() })
+        Ok(Prepared {
+            name: name.to_string(),
+            pre,
+            sha256: loaded.sha256,
+            contract: loaded.contract,
+            file: path.to_path_buf(),
+            from_cache: loaded.from_cache,
+            began,
+        })
     }
 
     fn stop_wait(&self, pcfg: &PluginsConfig) -> Duration {

@@ -88,6 +88,10 @@ pub struct PluginStatus {
     /// Set when a newer file for this plugin was rejected; the old one keeps running.
     pub update_rejected: Option<String>,
     pub started_at_ns: u64,
+    /// Whether the compiled code came from the on-disk cache, and how long
+    /// compiling (or loading) and starting took.
+    pub compiled_from_cache: bool,
+    pub load_ms: f64,
     pub metrics: metrics::MetricsSnapshot,
 }
 
@@ -111,6 +115,8 @@ impl PluginStatus {
             last_error: None,
             update_rejected: None,
             started_at_ns: 0,
+            compiled_from_cache: false,
+            load_ms: 0.0,
             metrics: Default::default(),
         }
     }

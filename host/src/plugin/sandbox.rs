@@ -2,21 +2,28 @@
 //! Everything is denied unless the plugin's `grants` in the config allow it;
 //! stdout and stderr go to the host's log, tagged with the plugin's name.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use anyhow::{Context as _, Result};
+use parking_lot::Mutex;
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
 use crate::config::Grants;
 
+/// The last lines a plugin wrote to stderr: a panic message explains a trap
+/// far better than the trap itself (`unreachable executed`).
+pub type LastLines = Arc<Mutex<VecDeque<String>>>;
+
 /// Builds the WASI context of one plugin instance from its grants.
-pub fn wasi_ctx(plugin: &str, grants: &Grants) -> Result<WasiCtx> {
+pub fn wasi_ctx(plugin: &str, grants: &Grants, last_stderr: LastLines) -> Result<WasiCtx> {
     let mut b = WasiCtxBuilder::new();
-    b.stdout(LogStream { plugin: plugin.to_string(), stream: "stdout" });
-    b.stderr(LogStream { plugin: plugin.to_string(), stream: "stderr" });
+    b.stdout(LogStream { plugin: plugin.to_string(), stream: "stdout", last: None });
+    b.stderr(LogStream { plugin: plugin.to_string(), stream: "stderr", last: Some(last_stderr) });
     for name in &grants.env {
         if let Ok(v) = std::env::var(name) {
             b.env(name, v);
@@ -41,6 +48,7 @@ pub fn wasi_ctx(plugin: &str, grants: &Grants) -> Result<WasiCtx> {
 struct LogStream {
     plugin: String,
     stream: &'static str,
+    last: Option<LastLines>,
 }
 
 impl IsTerminal for LogStream {
@@ -51,7 +59,7 @@ impl IsTerminal for LogStream {
 
 impl StdoutStream for LogStream {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(LineLogger { plugin: self.plugin.clone(), stream: self.stream, buf: Vec::new() })
+        Box::new(LineLogger { plugin: self.plugin.clone(), stream: self.stream, buf: Vec::new(), last: self.last.clone() })
     }
 }
 
@@ -59,6 +67,7 @@ struct LineLogger {
     plugin: String,
     stream: &'static str,
     buf: Vec<u8>,
+    last: Option<LastLines>,
 }
 
 impl LineLogger {
@@ -78,7 +87,15 @@ impl LineLogger {
 
     fn log(&self, line: &[u8]) {
         let text = String::from_utf8_lossy(line);
-        tracing::info!(plugin = %self.plugin, stream = self.stream, "{}", text.trim_end());
+        let text = text.trim_end();
+        tracing::info!(plugin = %self.plugin, stream = self.stream, "{text}");
+        if let Some(last) = &self.last {
+            let mut l = last.lock();
+            if l.len() == 4 {
+                l.pop_front();
+            }
+            l.push_back(text.chars().take(300).collect());
+        }
     }
 }
 

@@ -74,10 +74,9 @@ fn add_series(out: &mut Out, name: &[u8]) -> u32 {
     let mut first = None;
     for (metric, unit, dir) in PER_DISK {
         let a = match dir {
-            Some(d) => attrs([
-                ("system.device", AttrValue::from(name.as_str())),
-                ("disk.io.direction", AttrValue::from(d)),
-            ]),
+            Some(d) => {
+                attrs([("system.device", AttrValue::from(name.as_str())), ("disk.io.direction", AttrValue::from(d))])
+            }
             None => attrs([("system.device", AttrValue::from(name.as_str()))]),
         };
         first.get_or_insert(out.add(metric, unit, SeriesKind::Counter, a));
@@ -136,7 +135,8 @@ mod tests {
 
     #[test]
     fn parses_lines() {
-        let l = b" 254       0 vda 6100 3199 1417538 5550 2954 36312 4253240 33094 0 3976 39025 3842 90 194608 376 90 2";
+        let l =
+            b" 254       0 vda 6100 3199 1417538 5550 2954 36312 4253240 33094 0 3976 39025 3842 90 194608 376 90 2";
         let (n, v) = parse_line(l).unwrap();
         assert_eq!(n, b"vda");
         assert_eq!(v, [1417538.0 * 512.0, 4253240.0 * 512.0, 6100.0, 2954.0, 3.976]);

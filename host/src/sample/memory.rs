@@ -153,7 +153,8 @@ mod tests {
     #[test]
     fn missing_fields_are_nan() {
         // An old kernel without MemAvailable / SReclaimable.
-        let m = parse_meminfo(b"MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 10 kB\nCached: 90 kB\nHugePages_Total: 0\n");
+        let m =
+            parse_meminfo(b"MemTotal: 1000 kB\nMemFree: 100 kB\nBuffers: 10 kB\nCached: 90 kB\nHugePages_Total: 0\n");
         assert!(m.available.is_nan());
         assert_eq!(m.cached_all(), 90.0 * 1024.0);
         assert_eq!(m.used(), 800.0 * 1024.0);

@@ -266,7 +266,11 @@ mod tests {
 
     fn find<'a>(s: &'a [SeriesInfo], metric: &str, want: &[(&str, V)]) -> &'a SeriesInfo {
         s.iter()
-            .find(|x| x.metric == metric && want.iter().all(|(k, v)| attr(x, k) == Some(v)) && x.attributes.len() == want.len())
+            .find(|x| {
+                x.metric == metric
+                    && want.iter().all(|(k, v)| attr(x, k) == Some(v))
+                    && x.attributes.len() == want.len()
+            })
             .unwrap_or_else(|| panic!("no {metric} {want:?}"))
     }
 
@@ -318,11 +322,8 @@ mod tests {
                 assert_eq!((x.unit.as_str(), x.kind), (unit, SeriesKind::Counter));
             }
         }
-        let ifaces: std::collections::BTreeSet<_> = series
-            .iter()
-            .filter_map(|x| attr(x, "network.interface.name"))
-            .map(|v| format!("{v:?}"))
-            .collect();
+        let ifaces: std::collections::BTreeSet<_> =
+            series.iter().filter_map(|x| attr(x, "network.interface.name")).map(|v| format!("{v:?}")).collect();
         assert_eq!(ifaces.len(), 2, "lo and lo2 (IFF_LOOPBACK) excluded: {ifaces:?}");
 
         let disks: std::collections::BTreeSet<_> =
@@ -467,7 +468,15 @@ mod tests {
         eprintln!("{} series on this machine:", s.series().len());
         for x in s.series() {
             let a: Vec<String> = x.attributes.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
-            eprintln!("  {:3} {} [{}] {:?} {{{}}} = {}", x.id, x.metric, x.unit, x.kind, a.join(", "), b.values[x.id as usize]);
+            eprintln!(
+                "  {:3} {} [{}] {:?} {{{}}} = {}",
+                x.id,
+                x.metric,
+                x.unit,
+                x.kind,
+                a.join(", "),
+                b.values[x.id as usize]
+            );
         }
     }
 
@@ -519,6 +528,9 @@ mod tests {
             let mut sys = sysinfo::System::new();
             sys.refresh_cpu_usage();
         }
-        eprintln!("  sysinfo new System + refresh_cpu_usage: {:.1} µs mean", t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        eprintln!(
+            "  sysinfo new System + refresh_cpu_usage: {:.1} µs mean",
+            t0.elapsed().as_secs_f64() * 1e6 / n as f64
+        );
     }
 }

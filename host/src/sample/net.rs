@@ -231,7 +231,8 @@ mod tests {
 
     #[test]
     fn allowlist_wins() {
-        let cfg = SamplerConfig { interfaces: vec!["wlan0".into(), "lo".into(), "absent".into()], ..Default::default() };
+        let cfg =
+            SamplerConfig { interfaces: vec!["wlan0".into(), "lo".into(), "absent".into()], ..Default::default() };
         assert_eq!(selected(&cfg), vec!["lo", "wlan0"]);
     }
 }

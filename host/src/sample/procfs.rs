@@ -151,23 +151,17 @@ impl Tracker {
     /// excluded, `None` when it was never seen.
     #[inline]
     pub(crate) fn get(&self, pos: usize, name: &[u8]) -> Option<Option<u32>> {
-        if let Some((n, id)) = self.entries.get(pos) {
-            if **n == *name {
-                return Some(*id);
-            }
+        if let Some((n, id)) = self.entries.get(pos)
+            && **n == *name
+        {
+            return Some(*id);
         }
         self.entries.iter().find(|(n, _)| **n == *name).map(|(_, id)| *id)
     }
 
     /// Records a newly seen name. `make` creates its series (returns the first
     /// id) and is only called when `include` is true and the cap allows it.
-    pub(crate) fn insert(
-        &mut self,
-        what: &str,
-        name: &[u8],
-        include: bool,
-        make: impl FnOnce() -> u32,
-    ) -> Option<u32> {
+    pub(crate) fn insert(&mut self, what: &str, name: &[u8], include: bool, make: impl FnOnce() -> u32) -> Option<u32> {
         let id = if include && self.included < MAX_TRACKED {
             self.included += 1;
             Some(make())

@@ -6,22 +6,9 @@
 //! the series-major sample layout, a point buffer and a metric-handle cache.
 //!
 //! A plugin crate (`crate-type = ["cdylib"]`, built for `wasm32-wasip2`)
-//! implements the hooks and exports them:
-//!
-//! ```ignore
-//! use sonde_plugin_sdk::{export, Guest};
-//! use sonde_plugin_sdk::types::{HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo,
-//!     EventBatch};
-//!
-//! struct MyPlugin;
-//!
-//! impl Guest for MyPlugin {
-//!     fn start(info: StartInfo) -> Result<Manifest, String> { /* ... */ }
-//!     // configure, on_samples, on_events, on_timer, on_request, stop
-//! }
-//!
-//! export!(MyPlugin);
-//! ```
+//! implements [`Guest`] (`exports::sonde::plugin::hooks::Guest`) for a type
+//! and exports it with `sonde_plugin_sdk::export!(MyPlugin);`. A complete
+//! plugin is `examples/cpu_max.rs` (walked through in `plugins/README.md`).
 //!
 //! The helpers are plain Rust over the generated types and unit-test natively.
 //! Calls into the host (`host::*`, and the few helpers that wrap them such as
@@ -29,6 +16,7 @@
 //! the host: in a native test they panic with `unreachable`.
 
 wit_bindgen::generate!({
+    // Relative to this crate's Cargo.toml: the repository's wit/.
     path: "../../wit",
     world: "plugin",
     // The plugin crate, not this one, expands `export!`, so it must be public
@@ -39,6 +27,10 @@ wit_bindgen::generate!({
     export_macro_name: "__export_hooks",
     // Lets tests and plugins compare records (e.g. a manifest or a batch).
     additional_derives: [PartialEq],
+    // An empty batch is where `PointBuffer` starts.
+    additional_type_attributes: {
+        "sonde:plugin/types@0.1.0/point-batch": [#[derive(Default)]],
+    },
 });
 
 mod attrs;

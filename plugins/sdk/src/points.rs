@@ -9,12 +9,6 @@ pub struct PointBuffer {
     batch: PointBatch,
 }
 
-impl Default for PointBatch {
-    fn default() -> Self {
-        PointBatch { series: Vec::new(), time: Vec::new(), value: Vec::new() }
-    }
-}
-
 impl PointBuffer {
     pub fn new() -> Self {
         Self::default()

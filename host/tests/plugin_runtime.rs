@@ -1,0 +1,368 @@
+//! The plugin runtime against real compiled components (built by
+//! `scripts/build-plugins.sh` into target/plugins/): the testbed in its
+//! modes, the bundled sysmetrics plugin, and deliberately bad files.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use sonde::config::Config;
+use sonde::model::{MetricBatch, MetricKind, SeriesInfo, SeriesKind, Tick};
+use sonde::pipeline::{Pipeline, PipelineHandle};
+use sonde::plugin::bindings::types::HttpRequest;
+use sonde::plugin::{PluginManager, PluginStatus, RunState};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn component(rel: &str) -> Vec<u8> {
+    let p = repo().join("target/plugins").join(rel);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-plugins.sh first", p.display()))
+}
+
+struct Env {
+    _tmp: tempfile::TempDir,
+    plugins_dir: PathBuf,
+    sinks_dir: PathBuf,
+    manager: Arc<PluginManager>,
+    pipeline: PipelineHandle,
+    rt: tokio::runtime::Runtime,
+}
+
+fn env(tweak: impl FnOnce(&mut Config)) -> Env {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // Share compiled code between tests: compiling a component in a debug build takes a while.
+    let shared_cache = repo().join("target/test-plugin-cache");
+    std::fs::create_dir_all(&shared_cache).unwrap();
+    std::os::unix::fs::symlink(&shared_cache, data.join("cache")).unwrap();
+    let mut cfg = Config::default();
+    cfg.host.data_dir = data;
+    cfg.plugins.dir = tmp.path().join("plugins");
+    cfg.sinks.dir = tmp.path().join("sinks");
+    std::fs::create_dir_all(&cfg.sinks.dir).unwrap();
+    tweak(&mut cfg);
+    cfg.validate().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (pipeline, _task) = rt.block_on(async { Pipeline::start(&cfg.export, vec![]) }).unwrap();
+    std::mem::forget(_task);
+    let manager = PluginManager::new(&cfg, pipeline.clone()).unwrap();
+    Env { plugins_dir: cfg.plugins.dir.clone(), sinks_dir: cfg.sinks.dir.clone(), _tmp: tmp, manager, pipeline, rt }
+}
+
+impl Env {
+    fn install(&self, rel: &str, name: &str) {
+        self.write(name, &component(rel));
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) {
+        // Write beside and rename, as a careful user (and the upload API) would.
+        let tmp = self.plugins_dir.join(format!(".{name}.wasm.tmp"));
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, self.plugins_dir.join(format!("{name}.wasm"))).unwrap();
+    }
+
+    fn status(&self, name: &str) -> PluginStatus {
+        self.manager.status(name).unwrap_or_else(|| panic!("no status for {name}: {:?}", self.manager.statuses()))
+    }
+
+    fn request(&self, name: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        let req = HttpRequest { method: method.into(), path: path.into(), query: query.into(), headers: vec![], body: body.to_vec() };
+        let r = self.rt.block_on(self.manager.request(name, req));
+        (r.status, String::from_utf8_lossy(&r.body).into_owned())
+    }
+
+    /// Feeds synthetic ticks at `every` for `count` ticks.
+    fn feed(&self, count: usize, every: Duration) {
+        let series = fake_series();
+        for i in 0..count {
+            let tick = Tick { time_ns: sonde::model::now_ns(), values: vec![0.25 + i as f64 * 0.001, 1e9, 12345.0] };
+            self.manager.on_tick(&tick, &series);
+            std::thread::sleep(every);
+        }
+    }
+}
+
+fn fake_series() -> Vec<SeriesInfo> {
+    let s = |id, metric: &str, unit: &str, kind| SeriesInfo { id, metric: metric.into(), unit: unit.into(), kind, attributes: vec![] };
+    vec![
+        s(0, "system.cpu.utilization", "1", SeriesKind::Gauge),
+        s(1, "system.memory.usage", "By", SeriesKind::Gauge),
+        s(2, "system.network.io", "By", SeriesKind::Counter),
+    ]
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    f()
+}
+
+#[test]
+fn echo_plugin_reaches_every_host_function() {
+    let e = env(|c| {
+        c.plugin.insert("echo".into(), toml_plugin(r#"settings = { timer_ms = 50 }"#));
+    });
+    e.install("testing/testbed.wasm", "echo");
+    e.manager.scan(false);
+    let st = e.status("echo");
+    assert_eq!(st.state, RunState::Running, "{st:?}");
+    assert_eq!(st.contract, "0.1.0");
+    assert!(st.version.is_some());
+
+    // Routes and state.
+    assert_eq!(e.request("echo", "GET", "/restarts", b""), (200, "0".into()));
+    assert_eq!(e.request("echo", "GET", "/state/k", b"").0, 404);
+    assert_eq!(e.request("echo", "PUT", "/state/k", b"v1").0, 204);
+    assert_eq!(e.request("echo", "GET", "/state/k", b""), (200, "v1".into()));
+    assert_eq!(e.request("echo", "POST", "/append/log", b"a"), (200, "1".into()));
+    assert_eq!(e.request("echo", "POST", "/append/log", b"b"), (200, "2".into()));
+    let (code, body) = e.request("echo", "GET", "/read/log?from=2", b"");
+    assert_eq!(code, 200);
+    assert!(body.contains("[2,\"b\"]") && !body.contains("\"a\""), "{body}");
+    assert_eq!(e.request("echo", "GET", "/nope", b"").0, 404);
+
+    // Decisions from a route and from a timer.
+    assert_eq!(e.request("echo", "POST", "/decision?kind=plan&subject=job-1", b"{\"workers\":3}").0, 204);
+    assert!(wait_until(Duration::from_secs(3), || e.manager.decisions().list(Some("echo")).iter().any(|d| d.kind == "timer")));
+    let plan = e.manager.decisions().list(Some("echo")).into_iter().find(|d| d.kind == "plan").unwrap();
+    assert_eq!(plan.body["workers"], 3);
+    assert_eq!(plan.subject, "job-1");
+    let (code, count) = e.request("echo", "GET", "/state/timer_count", b"");
+    assert_eq!(code, 200);
+    assert!(count.trim().parse::<u64>().unwrap() >= 1, "{count}");
+
+    // Samples in, points and sink rows out.
+    let mut live = e.pipeline.subscribe();
+    // 100 ms period, delivered every 200 ms: 12 ticks 50 ms apart make 3 calls.
+    e.feed(12, Duration::from_millis(50));
+    assert!(wait_until(Duration::from_secs(3), || e.status("echo").metrics.points_emitted >= 2), "{:?}", e.status("echo"));
+    let mut names = Vec::new();
+    while let Ok(b) = live.try_recv() {
+        names.extend(b.points.iter().map(|p| p.series.name.clone()));
+        assert_eq!(b.scope.name, "sonde.plugin.echo");
+    }
+    assert!(names.iter().any(|n| n == "testbed.samples"), "{names:?}");
+    let tsv = std::fs::read_to_string(e.sinks_dir.join("testbed.tsv")).unwrap();
+    let mut lines = tsv.lines();
+    assert_eq!(lines.next(), Some("t\tname\tvalue"));
+    assert!(lines.count() >= 2, "{tsv}");
+}
+
+#[test]
+fn sysmetrics_turns_samples_into_otel_metrics() {
+    let e = env(|_| {});
+    e.install("bundled/sysmetrics.wasm", "sysmetrics");
+    e.manager.scan(false);
+    assert_eq!(e.status("sysmetrics").state, RunState::Running, "{:?}", e.status("sysmetrics"));
+    let mut live = e.pipeline.subscribe();
+    // The real sampler, at the period the plugin asked for.
+    let sampler = sonde::sample::Sampler::new(&Default::default());
+    let m = e.manager.clone();
+    let h = sonde::sample::driver::spawn(sampler, e.manager.sample_plan().period_ms.clone(), move |t, s| m.on_tick(t, s));
+    let mut got: Vec<Arc<MetricBatch>> = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) && got.iter().map(|b| b.points.len()).sum::<usize>() < 50 {
+        if let Ok(b) = e.rt.block_on(async { tokio::time::timeout(Duration::from_millis(500), live.recv()).await }) {
+            got.push(b.unwrap());
+        }
+    }
+    h.stop();
+    let points: Vec<_> = got.iter().flat_map(|b| b.points.iter()).collect();
+    let find = |name: &str| points.iter().filter(|p| p.series.name == name).collect::<Vec<_>>();
+    let cpu = find("system.cpu.utilization");
+    assert!(!cpu.is_empty(), "no CPU points among {:?}", points.iter().map(|p| &p.series.name).collect::<std::collections::BTreeSet<_>>());
+    assert!(cpu.iter().all(|p| (0.0..=1.0).contains(&p.value) && p.series.kind == MetricKind::Gauge));
+    assert!(cpu.iter().any(|p| p.series.attributes.iter().any(|(k, _)| k == "cpu.logical_number")));
+    let mem = find("system.memory.usage");
+    assert!(mem.iter().any(|p| p.series.kind == MetricKind::UpDownCounter && p.value > 0.0 && p.series.unit == "By"));
+    assert!(got.iter().all(|b| b.scope.name == "sonde.plugin.sysmetrics"));
+    // Consecutive CPU points of one series are one sampling period apart.
+    let total: Vec<u64> = cpu.iter().filter(|p| p.series.attributes.is_empty()).map(|p| p.time_ns).collect();
+    assert!(total.len() >= 5, "{total:?}");
+    for w in total.windows(2) {
+        let gap = (w[1] - w[0]) as f64 / 1e6;
+        assert!((50.0..=300.0).contains(&gap), "gap {gap} ms");
+    }
+}
+
+#[test]
+fn spinning_plugin_is_interrupted_and_sampling_goes_on() {
+    // A long deadline: if the plugin could hold up the sampler, gaps would show it.
+    let e = env(|c| {
+        c.plugins.call_timeout_ms = 1500;
+        c.plugins.max_traps = 2;
+        c.plugins.backoff_initial_ms = 50;
+    });
+    e.install("testing/testbed.wasm", "spin");
+    e.manager.scan(false);
+    assert_eq!(e.status("spin").state, RunState::Running);
+    let ticks = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let (m, t) = (e.manager.clone(), ticks.clone());
+    let period = Arc::new(AtomicU32::new(100));
+    let h = sonde::sample::driver::spawn(sonde::sample::Sampler::new(&Default::default()), period, move |tick, s| {
+        t.lock().push(Instant::now());
+        m.on_tick(tick, s);
+    });
+    let quarantined = wait_until(Duration::from_secs(8), || e.status("spin").state == RunState::Quarantined);
+    let st = e.status("spin");
+    h.stop();
+    assert!(quarantined, "{st:?}");
+    assert!(st.metrics.timeouts >= 2, "{st:?}");
+    assert!(st.reason.as_deref().unwrap().contains("deadline"), "{:?}", st.reason);
+    let ticks = ticks.lock();
+    let max_gap = ticks.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(max_gap < Duration::from_millis(1000), "the sampler stalled for {max_gap:?} while the plugin spun");
+    assert!(ticks.len() >= 25, "only {} ticks", ticks.len());
+}
+
+#[test]
+fn memory_bomb_hits_the_cap_with_a_clear_reason() {
+    let e = env(|c| {
+        c.plugins.memory_limit_mb = 16;
+        c.plugins.max_traps = 1;
+    });
+    e.install("testing/testbed.wasm", "membomb");
+    e.manager.scan(false);
+    e.feed(3, Duration::from_millis(120));
+    assert!(wait_until(Duration::from_secs(5), || e.status("membomb").state == RunState::Quarantined));
+    let st = e.status("membomb");
+    assert!(st.last_trap.as_deref().unwrap_or("").contains("memory limit"), "{:?}", st.last_trap);
+    assert!(st.metrics.memory_peak_bytes <= 16 << 20, "{}", st.metrics.memory_peak_bytes);
+}
+
+#[test]
+fn trapping_plugin_backs_off_restarts_then_is_quarantined() {
+    let e = env(|c| {
+        c.plugins.max_traps = 3;
+        c.plugins.backoff_initial_ms = 20;
+    });
+    e.install("testing/testbed.wasm", "trap");
+    e.manager.scan(false);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(6) && e.status("trap").state != RunState::Quarantined {
+        e.feed(1, Duration::from_millis(40));
+    }
+    let st = e.status("trap");
+    assert_eq!(st.state, RunState::Quarantined, "{st:?}");
+    assert_eq!(st.metrics.traps, 3);
+    assert_eq!(st.restarts, 2, "re-instantiated after each trap but the last");
+    let reason = st.reason.unwrap();
+    assert!(reason.contains("quarantined after 3 traps") && reason.contains("deliberate trap"), "{reason}");
+    // Requests get a clear answer instead of hanging.
+    let (code, body) = e.request("trap", "GET", "/x", b"");
+    assert_eq!(code, 503);
+    assert!(body.contains("quarantined"), "{body}");
+}
+
+#[test]
+fn bad_files_are_reported_and_never_disturb_the_running_set() {
+    let e = env(|_| {});
+    e.install("testing/testbed.wasm", "echo");
+    e.write("garbage", b"this is not wasm at all");
+    e.write("core", b"\0asm\x01\0\0\0");
+    e.install("testing/wrongworld.wasm", "wrongworld");
+    e.install("testing/testbed.wasm", "failstart");
+    e.write("truncated", &component("testing/testbed.wasm")[..5000]);
+    e.manager.scan(false);
+    let reason = |n: &str| {
+        let st = e.status(n);
+        assert_eq!(st.state, RunState::Failed, "{st:?}");
+        st.reason.unwrap()
+    };
+    assert!(reason("garbage").contains("not a WebAssembly file"));
+    assert!(reason("core").contains("core WebAssembly module"));
+    let r = reason("wrongworld");
+    assert!(r.contains("sonde:plugin@9.0.0") && r.contains("0.1.0"), "{r}");
+    assert!(reason("failstart").contains("start refused: testbed failstart mode"));
+    assert!(!reason("truncated").is_empty());
+    assert_eq!(e.status("echo").state, RunState::Running);
+    assert_eq!(e.request("echo", "GET", "/restarts", b"").0, 200);
+    let (code, body) = e.request("garbage", "GET", "/x", b"");
+    assert_eq!(code, 503);
+    assert!(body.contains("not a WebAssembly file"), "{body}");
+    assert_eq!(e.request("absent", "GET", "/x", b"").0, 404);
+}
+
+#[test]
+fn watched_directory_loads_replaces_and_unloads_within_two_seconds() {
+    let e = env(|_| {});
+    // Compile both components first: the 2 s are about noticing and swapping,
+    // not about a cold compile in a debug build (see the README's cold-start figures).
+    let engine = sonde::plugin::engine::PluginEngine::new(&e._tmp.path().join("data/cache")).unwrap();
+    engine.load_component(&component("testing/testbed.wasm")).unwrap();
+    engine.load_component(&component("bundled/sysmetrics.wasm")).unwrap();
+    let _w = e.manager.watch().unwrap();
+    let within = Duration::from_secs(2);
+
+    e.install("testing/testbed.wasm", "echo");
+    let t0 = Instant::now();
+    assert!(wait_until(within, || e.manager.status("echo").is_some_and(|s| s.state == RunState::Running)), "not loaded");
+    eprintln!("loaded after {:?}", t0.elapsed());
+    let first_sha = e.status("echo").sha256;
+
+    // A broken replacement is rejected; the running version stays and answers.
+    e.write("echo", b"garbage");
+    assert!(wait_until(within, || e.status("echo").update_rejected.is_some()), "rejection not reported");
+    let st = e.status("echo");
+    assert_eq!((st.state, st.sha256.clone()), (RunState::Running, first_sha.clone()));
+    assert!(st.update_rejected.unwrap().contains("not a WebAssembly file"));
+    assert_eq!(e.request("echo", "GET", "/restarts", b"").0, 200);
+
+    // A good replacement (different code) takes over.
+    e.install("bundled/sysmetrics.wasm", "echo");
+    assert!(
+        wait_until(within, || e.status("echo").sha256 != first_sha && e.status("echo").state == RunState::Running),
+        "{:?}",
+        e.status("echo")
+    );
+    assert!(e.status("echo").description.unwrap_or_default().to_lowercase().contains("metric"));
+
+    std::fs::remove_file(e.plugins_dir.join("echo.wasm")).unwrap();
+    assert!(wait_until(within, || e.manager.status("echo").is_none()), "not unloaded");
+}
+
+#[test]
+fn compiled_code_is_cached_on_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let plugins = tmp.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::write(plugins.join("noop.wasm"), component("testing/testbed.wasm")).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let mut cfg = Config::default();
+    cfg.host.data_dir = data.clone();
+    cfg.plugins.dir = plugins;
+    let load = || {
+        let (p, _t) = rt.block_on(async { Pipeline::start(&cfg.export, vec![]) }).unwrap();
+        std::mem::forget(_t);
+        let m = PluginManager::new(&cfg, p).unwrap();
+        m.scan(false);
+        let st = m.status("noop").unwrap();
+        m.shutdown(Duration::from_secs(1));
+        st
+    };
+    let first = load();
+    assert_eq!(first.state, RunState::Running);
+    assert!(!first.compiled_from_cache);
+    let cached: Vec<_> = std::fs::read_dir(data.join("cache")).unwrap().collect();
+    assert_eq!(cached.len(), 1);
+    let second = load();
+    assert!(second.compiled_from_cache);
+    eprintln!("load: compile {:.1} ms, from cache {:.1} ms", first.load_ms, second.load_ms);
+}
+
+fn toml_plugin(s: &str) -> sonde::config::PluginConfig {
+    let c = Config::from_toml_str(&format!("[plugin.x]\n{s}\n")).unwrap();
+    c.plugin("x")
+}
