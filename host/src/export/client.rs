@@ -85,6 +85,7 @@ impl fmt::Debug for Client {
 impl Client {
     /// Builds the client for `cfg` (which must have an endpoint). Nothing connects
     /// yet: gRPC connects lazily on the first send, HTTP per pooled connection.
+    /// Call it inside a tokio runtime context: tonic's lazy channel spawns its worker.
     pub fn new(cfg: &ExportConfig) -> anyhow::Result<Client> {
         let endpoint = cfg.endpoint.as_deref().ok_or_else(|| anyhow::anyhow!("export.endpoint is not set"))?;
         let timeout = Duration::from_millis(cfg.timeout_ms.max(1));

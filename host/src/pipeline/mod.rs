@@ -368,6 +368,8 @@ impl Pipeline {
             && tokio::time::timeout_at(end, &mut h).await.is_err()
         {
             h.abort();
+            // A flush is synchronous: let one that is running finish its accounting.
+            let _ = tokio::time::timeout(Duration::from_millis(200), h).await;
         }
         s.batcher_done.store(true, Ordering::Release);
         s.sender_wake.notify_one();
@@ -549,8 +551,8 @@ impl Shared {
             // Same critical section as the queue push, so stats never see the items twice.
             let mut b = self.buf.lock();
             match signal {
-                Signal::Metrics => b.points -= count,
-                Signal::Logs => b.records -= count,
+                Signal::Metrics => b.points = b.points.saturating_sub(count),
+                Signal::Logs => b.records = b.records.saturating_sub(count),
             }
         }
         for (sig, n) in evicted {

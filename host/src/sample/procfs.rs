@@ -39,8 +39,8 @@ impl ProcFile {
         &self.path
     }
 
-    /// Reads the whole file from offset 0. Steady state: two `pread` calls and
-    /// no allocation (the buffer only grows while the file outgrows it).
+    /// Reads the whole file from offset 0. Steady state: one `pread` and no
+    /// allocation (the buffer only grows while the file outgrows it).
     pub(crate) fn read(&mut self) -> Option<&[u8]> {
         let file = self.file.as_ref()?;
         if self.buf.is_empty() {
@@ -52,11 +52,19 @@ impl ProcFile {
                 let n = self.buf.len() * 2;
                 self.buf.resize(n, 0);
             }
-            // seq_file hands out at most its own buffer (a page or so) per call,
-            // so a short read is not the end: read until 0.
+            let room = self.buf.len() - len;
             match read_at(file, &mut self.buf[len..], len as u64) {
                 Ok(0) => break,
-                Ok(n) => len += n,
+                Ok(n) => {
+                    len += n;
+                    // A seq_file read stops at EOF, at the end of our buffer, or
+                    // when its own page-sized buffer cannot take the next record.
+                    // So a read shorter than our room and than a page less the
+                    // longest record is the end: skip the pread that returns 0.
+                    if n < room && n < SEQ_PAGE - MAX_RECORD {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     if !self.warned {
@@ -70,6 +78,12 @@ impl ProcFile {
         Some(&self.buf[..len])
     }
 }
+
+/// The kernel's seq_file buffer starts at one page.
+const SEQ_PAGE: usize = 4096;
+/// Longer than any one line of /proc/net/dev or /proc/diskstats
+/// (20 numbers of at most 20 digits plus a name).
+const MAX_RECORD: usize = 512;
 
 #[cfg(unix)]
 fn read_at(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
