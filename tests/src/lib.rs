@@ -176,9 +176,18 @@ impl Sonde {
 
 /// A minimal HTTP/1.1 client: one request per connection.
 pub fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) {
+    http_with(addr, method, path, &[], body)
+}
+
+/// The same, with extra request headers.
+pub fn http_with(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
     let Ok(mut s) = TcpStream::connect(addr) else { return (0, String::new()) };
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n", body.len());
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
     if s.write_all(head.as_bytes()).and_then(|_| s.write_all(body)).is_err() {
         return (0, String::new());
     }

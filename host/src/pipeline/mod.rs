@@ -510,8 +510,8 @@ impl Shared {
 
     fn emit_metrics(&self, parts: &[(&Scope, &[Point])], count: usize, enabled: bool, tuning: &Tuning) {
         let item = enabled.then(|| {
-            let req = otlp::encode_metric_parts(self.resource.clone(), parts);
-            Encoded { signal: Signal::Metrics, body: Bytes::from(req.encode_to_vec()), items: count }
+            let body = otlp::encode_metric_parts_to_bytes(&self.resource, parts);
+            Encoded { signal: Signal::Metrics, body: Bytes::from(body), items: count }
         });
         self.enqueue(Signal::Metrics, count, item, tuning);
     }

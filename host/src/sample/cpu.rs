@@ -89,35 +89,26 @@ pub(crate) struct CpuReader {
 impl CpuReader {
     pub(crate) fn new(cfg: &SamplerConfig, roots: &Roots, out: &mut Out) -> Self {
         let total = Slot::new(out.add("system.cpu.utilization", "1", SeriesKind::Gauge, Vec::new()));
+        // procfs directly: sysinfo re-reads CPU times at most every 200 ms (see the header).
         let mut file = ProcFile::open(roots.proc.join("stat"));
-        let mut me = Self {
-            src: Source::Sysinfo(Box::new(sysinfo::System::new())),
-            per_core: cfg.per_core,
-            total,
-            cores: Vec::new(),
-            tracker: Tracker::default(),
-        };
+        let per_core = cfg.per_core;
         if file.read().is_some_and(|b| b.starts_with(b"cpu ")) {
-            me.src = Source::Proc(file);
+            let mut me =
+                Self { src: Source::Proc(file), per_core, total, cores: Vec::new(), tracker: Tracker::default() };
             me.read(out); // discovers the CPUs and sets the baseline
-        } else {
-            tracing::info!(path = %file.path().display(), "sampler: no /proc/stat; CPU utilization from sysinfo (updates at most every 200 ms)");
-            if let Source::Sysinfo(sys) = &mut me.src {
-                sys.refresh_cpu_usage();
-                if me.per_core {
-                    for n in 0..sys.cpus().len() {
-                        let id = out.add(
-                            "system.cpu.utilization",
-                            "1",
-                            SeriesKind::Gauge,
-                            attrs([("cpu.logical_number", AttrValue::Int(n as i64))]),
-                        );
-                        me.cores.push(Slot::new(id));
-                    }
-                }
+            return me;
+        }
+        tracing::info!(path = %file.path().display(), "sampler: no /proc/stat; CPU utilization from sysinfo (updates at most every 200 ms)");
+        let mut sys = sysinfo::System::new();
+        sys.refresh_cpu_usage();
+        let mut cores = Vec::new();
+        if per_core {
+            for n in 0..sys.cpus().len() {
+                let a = attrs([("cpu.logical_number", AttrValue::Int(n as i64))]);
+                cores.push(Slot::new(out.add("system.cpu.utilization", "1", SeriesKind::Gauge, a)));
             }
         }
-        me
+        Self { src: Source::Sysinfo(Box::new(sys)), per_core, total, cores, tracker: Tracker::default() }
     }
 
     pub(crate) fn read(&mut self, out: &mut Out) {

@@ -133,6 +133,7 @@ pub(crate) struct DiskReader {
 impl DiskReader {
     pub(crate) fn new(cfg: &SamplerConfig, roots: &Roots, out: &mut Out) -> Self {
         let mut me = Self {
+            // procfs directly: sysinfo has no block-device counters (its disks are filesystems).
             diskstats: ProcFile::open(roots.proc.join("diskstats")),
             filter: DiskFilter::new(cfg, roots),
             tracker: Tracker::default(),
@@ -181,6 +182,7 @@ impl DiskReader {
                     let (filter, per_disk) = (&self.filter, &mut self.per_disk);
                     self.tracker.insert("block device", name, include, || {
                         let base = add_series(out, name);
+                        // sysfs per disk: the kernel formats only this disk (see the header).
                         per_disk.push((ProcFile::open(filter.stat_path(&name_s)), base));
                         base
                     })
@@ -195,7 +197,10 @@ impl DiskReader {
         if self.tracker.included_count() != before || !self.fast {
             self.fast = !self.per_disk.is_empty()
                 && self.per_disk.len() <= MAX_SYSFS
-                && self.per_disk.iter_mut().all(|(f, _)| f.read().is_some_and(|b| parse_counters(procfs::fields(b)).is_some()));
+                && self
+                    .per_disk
+                    .iter_mut()
+                    .all(|(f, _)| f.read().is_some_and(|b| parse_counters(procfs::fields(b)).is_some()));
         }
     }
 }

@@ -8,14 +8,24 @@
 //!   wake it at once); elsewhere `park_timeout` to the deadline.
 //! - The period (ms) is read from a shared `AtomicU32` before each deadline is
 //!   computed: a change applies from the next deadline. A store made without
-//!   `set_period_ms` is noticed within `MAX_SLICE` (the wait is cut into
+//!   `set_period_ms` is noticed within `MAX_SLICE_NS` (the wait is cut into
 //!   slices of at most that length).
 //! - Behind by a whole period or more: the missed deadlines are skipped
 //!   (counted in `skipped`), never run back to back.
 //! - Period error (wake time − deadline) and sample cost go into a fixed ring
 //!   of the last `RING` ticks; percentiles are computed only in `stats()`.
-//! - The thread asks for nice −5 (needs CAP_SYS_NICE or RLIMIT_NICE; a
-//!   refusal is logged at debug and ignored) and a 10 µs timer slack.
+//! - Scheduling (Linux): by default the thread asks for SCHED_FIFO priority 1
+//!   (the lowest real-time priority, with SCHED_RESET_ON_FORK so nothing it
+//!   starts inherits it). It needs CAP_SYS_NICE or RLIMIT_RTPRIO; refused, it
+//!   falls back to nice −5 (CAP_SYS_NICE or RLIMIT_NICE) and a 0.5 ms EEVDF
+//!   slice (Linux ≥ 6.12, any thread may ask). Why real-time: on a 2-core VM
+//!   with both cores busy (two spinning threads, load average 6), period
+//!   error p99 was 0.03–0.12 ms under SCHED_FIFO and 8–16 ms under
+//!   SCHED_OTHER with or without nice −5 and the short slice (20 and 100 ms
+//!   periods, 100–500 ticks); the 2 ms floor needs it. The thread runs
+//!   ~0.1 ms a tick, and `on_tick` (the caller's) must stay a hand-off
+//!   (channel send), never real work, since it runs at this priority too.
+//!   `SamplerHandle::scheduling()` says what was granted.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -34,16 +44,18 @@ pub const LATE_NS: u64 = 2_000_000;
 /// Longest single wait, so a period stored directly into the atomic is seen.
 const MAX_SLICE_NS: u64 = 100_000_000;
 
-/// The sampler thread's settings that can change while it runs.
+/// The sampler thread's settings (`spawn_with`).
 #[derive(Clone, Debug)]
 pub struct DriverConfig {
     /// The period in ms, changeable live (0 is treated as 1).
     pub period: Arc<AtomicU32>,
+    /// Ask for SCHED_FIFO priority 1 (see the module doc); `spawn` sets it.
+    pub realtime: bool,
 }
 
 impl DriverConfig {
     pub fn new(period_ms: u32) -> Self {
-        Self { period: Arc::new(AtomicU32::new(period_ms)) }
+        Self { period: Arc::new(AtomicU32::new(period_ms)), realtime: true }
     }
 }
 
@@ -62,9 +74,9 @@ pub struct PeriodStats {
     /// Wall time of `sample_into` alone (not `on_tick`).
     pub sample_cost_p50_us: f64,
     pub sample_cost_p99_us: f64,
-    /// Mean CPU time of the sampler thread per tick, `sample_into` plus
-    /// `on_tick` (Linux; NaN elsewhere). The number to compare with the
-    /// 0.1 ms-per-sample floor.
+    /// Mean CPU time of the sampler thread per tick since it started:
+    /// sampling, `on_tick`, waking and bookkeeping (Linux; NaN elsewhere).
+    /// The sampler's share of the 0.1 ms-per-sample floor.
     pub cpu_per_tick_us: f64,
 }
 
@@ -80,6 +92,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// The last `RING` (error, cost) pairs in µs, and the run's counters.
+#[derive(Clone)]
 struct Ring {
     err_us: Vec<f32>,
     cost_us: Vec<f32>,
@@ -87,7 +100,6 @@ struct Ring {
     ticks: u64,
     late: u64,
     skipped: u64,
-    cpu_ns: u64,
 }
 
 impl Ring {
@@ -99,7 +111,6 @@ impl Ring {
             ticks: 0,
             late: 0,
             skipped: 0,
-            cpu_ns: 0,
         }
     }
 
@@ -114,7 +125,8 @@ impl Ring {
         self.next = (self.next + 1) % RING;
     }
 
-    fn stats(&self) -> PeriodStats {
+    /// `thread_cpu_ns`: the sampler thread's CPU time so far, if known.
+    fn stats(&self, thread_cpu_ns: Option<u64>) -> PeriodStats {
         let sorted = |v: &[f32]| {
             let mut s: Vec<f64> = v.iter().map(|&x| f64::from(x)).collect();
             s.sort_by(f64::total_cmp);
@@ -131,10 +143,9 @@ impl Ring {
             error_max_us: e.last().copied().unwrap_or(f64::NAN),
             sample_cost_p50_us: percentile(&c, 50.0),
             sample_cost_p99_us: percentile(&c, 99.0),
-            cpu_per_tick_us: if self.ticks == 0 || !clock::HAS_THREAD_CPU {
-                f64::NAN
-            } else {
-                self.cpu_ns as f64 / self.ticks as f64 / 1000.0
+            cpu_per_tick_us: match thread_cpu_ns {
+                Some(ns) if self.ticks > 0 => ns as f64 / self.ticks as f64 / 1000.0,
+                _ => f64::NAN,
             },
         }
     }
@@ -148,6 +159,8 @@ const CHANGED: u32 = 2;
 struct Shared {
     ctl: AtomicU32,
     ring: Mutex<Ring>,
+    /// What the thread's scheduling request got, set once it starts.
+    scheduling: std::sync::OnceLock<String>,
 }
 
 /// The running sampler thread. Dropping it stops the thread too.
@@ -176,11 +189,22 @@ impl SamplerHandle {
 
     /// Period error and cost statistics (computed now from the ring).
     pub fn stats(&self) -> PeriodStats {
-        self.shared.ring.lock().stats()
+        // Read from here, not on the thread: the sampler pays nothing for it.
+        let cpu = self.thread.as_ref().and_then(clock::thread_cpu_ns);
+        // Copy under the lock, sort outside it: the (real-time) sampler thread
+        // never waits for a sort.
+        let ring = self.shared.ring.lock().clone();
+        ring.stats(cpu)
     }
 
     pub fn gpu_status(&self) -> String {
         self.gpu_status.clone()
+    }
+
+    /// What scheduling the thread got, e.g. "SCHED_FIFO priority 1" or
+    /// "SCHED_OTHER nice -5, 0.5 ms slice" (empty until the thread started).
+    pub fn scheduling(&self) -> String {
+        self.shared.scheduling.get().cloned().unwrap_or_default()
     }
 
     /// The shared period (ms); storing into it directly also works, noticed
@@ -209,59 +233,78 @@ impl Drop for SamplerHandle {
 /// Starts the "sonde-sampler" thread. The first tick is taken at once, then
 /// one every `period_ms` on absolute deadlines. `on_tick` runs on that thread
 /// with the fresh tick and the current series (which may have grown: compare
-/// its length); keep it cheap. A panic in `on_tick` is caught and logged and
-/// sampling goes on.
+/// its length); keep it a cheap hand-off, it runs at real-time priority when
+/// that was granted. A panic in `on_tick` is caught and logged and sampling
+/// goes on.
 pub fn spawn<F>(sampler: Sampler, period_ms: Arc<AtomicU32>, on_tick: F) -> SamplerHandle
 where
     F: FnMut(&Tick, &[SeriesInfo]) + Send + 'static,
 {
-    let shared = Arc::new(Shared { ctl: AtomicU32::new(0), ring: Mutex::new(Ring::new()) });
+    spawn_with(sampler, DriverConfig { period: period_ms, realtime: true }, on_tick)
+}
+
+/// `spawn` with every setting explicit (e.g. `realtime: false`).
+pub fn spawn_with<F>(sampler: Sampler, cfg: DriverConfig, on_tick: F) -> SamplerHandle
+where
+    F: FnMut(&Tick, &[SeriesInfo]) + Send + 'static,
+{
+    let shared = Arc::new(Shared {
+        ctl: AtomicU32::new(0),
+        ring: Mutex::new(Ring::new()),
+        scheduling: std::sync::OnceLock::new(),
+    });
     let gpu_status = sampler.gpu_status().to_string();
-    let (sh, per) = (shared.clone(), period_ms.clone());
+    let (sh, per, rt) = (shared.clone(), cfg.period.clone(), cfg.realtime);
     let thread = std::thread::Builder::new()
         .name("sonde-sampler".into())
-        .spawn(move || run(sampler, per, sh, on_tick))
+        .spawn(move || run(sampler, per, rt, sh, on_tick))
         .expect("cannot start the sonde-sampler thread");
-    SamplerHandle { shared, period_ms, thread: Some(thread), gpu_status }
+    SamplerHandle { shared, period_ms: cfg.period, thread: Some(thread), gpu_status }
 }
 
 fn period_ns(p: &AtomicU32) -> u64 {
     u64::from(p.load(Ordering::Relaxed).max(1)) * 1_000_000
 }
 
-fn run<F>(mut sampler: Sampler, period_ms: Arc<AtomicU32>, shared: Arc<Shared>, mut on_tick: F)
+fn run<F>(mut sampler: Sampler, period_ms: Arc<AtomicU32>, realtime: bool, shared: Arc<Shared>, mut on_tick: F)
 where
     F: FnMut(&Tick, &[SeriesInfo]),
 {
-    clock::tune_thread();
+    let sched = clock::tune_thread(realtime);
+    tracing::info!(scheduling = %sched, "sampler thread started");
+    let _ = shared.scheduling.set(sched);
     let mut tick = sampler.new_tick();
     let mut panics: u64 = 0;
-    // The deadline of the previous tick; the first tick is due now.
+    // The deadline of the previous tick (the first tick is due now), and the
+    // period it was computed with.
     let mut last: Option<u64> = None;
+    let mut last_period = period_ns(&period_ms);
     'ticks: loop {
         // Wait for the next deadline (re-reading the period after each wake).
         let mut skipped = 0u64;
-        let (deadline, woke) = loop {
+        let (deadline, woke, period) = loop {
             let seen = shared.ctl.load(Ordering::SeqCst);
             if seen & STOP != 0 {
                 break 'ticks;
             }
             let now = clock::mono_ns();
-            let Some(prev) = last else { break (now, now) };
             let period = period_ns(&period_ms);
-            let mut deadline = prev + period;
+            let Some(prev) = last else { break (now, now, period) };
+            let deadline = prev + period;
             if now >= deadline {
+                if period != last_period {
+                    // Shortened while waiting: the new cadence starts now.
+                    break (now, now, period);
+                }
                 // Behind by whole periods: skip them instead of bursting.
-                let behind = (now - deadline) / period;
-                skipped = behind;
-                deadline += behind * period;
-                break (deadline, now);
+                skipped = (now - deadline) / period;
+                break (deadline + skipped * period, now, period);
             }
             clock::wait_until(&shared.ctl, seen, deadline.min(now + MAX_SLICE_NS));
         };
+        last_period = period;
         last = Some(deadline);
         let err_ns = woke.saturating_sub(deadline);
-        let cpu0 = clock::thread_cpu_ns();
         let t0 = clock::mono_ns();
         sampler.sample_into(&mut tick);
         let cost_ns = clock::mono_ns().saturating_sub(t0);
@@ -271,12 +314,10 @@ where
                 tracing::error!(panics, "sampler: on_tick panicked; sampling goes on");
             }
         }
-        let cpu_ns = clock::thread_cpu_ns().saturating_sub(cpu0);
         let mut r = shared.ring.lock();
         r.ticks += 1;
         r.skipped += skipped;
         r.late += u64::from(err_ns > LATE_NS);
-        r.cpu_ns += cpu_ns;
         r.push(err_ns as f32 / 1000.0, cost_ns as f32 / 1000.0);
     }
 }
@@ -292,8 +333,6 @@ fn wake(ctl: &AtomicU32, t: &std::thread::Thread) {
 mod clock {
     use std::sync::atomic::AtomicU32;
 
-    pub const HAS_THREAD_CPU: bool = true;
-
     fn now(clock: libc::clockid_t) -> u64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: valid pointer to a timespec; the clocks used always exist.
@@ -306,8 +345,21 @@ mod clock {
         now(libc::CLOCK_MONOTONIC)
     }
 
-    pub fn thread_cpu_ns() -> u64 {
-        now(libc::CLOCK_THREAD_CPUTIME_ID)
+    /// CPU time used so far by the (running) thread behind `t`.
+    pub fn thread_cpu_ns(t: &std::thread::JoinHandle<()>) -> Option<u64> {
+        use std::os::unix::thread::JoinHandleExt;
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: the thread is not joined while its JoinHandle is borrowed,
+        // so its pthread_t is valid.
+        if unsafe { libc::pthread_getcpuclockid(t.as_pthread_t() as libc::pthread_t, &mut clock) } != 0 {
+            return None;
+        }
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: valid pointer; fails (and we say so) if the thread has exited.
+        if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+            return None;
+        }
+        Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
     }
 
     /// Sleeps until CLOCK_MONOTONIC reaches `deadline_ns` or `word` stops
@@ -340,14 +392,25 @@ mod clock {
         }
     }
 
-    /// Nice −5 for this thread (needs CAP_SYS_NICE or RLIMIT_NICE), a short
-    /// EEVDF slice (Linux ≥ 6.12 lets any thread ask for one; a shorter slice
-    /// gets an earlier deadline, so the wakeup preempts a busy core sooner;
-    /// older kernels ignore it) and a 10 µs timer slack. Failures are ignored.
-    pub fn tune_thread() {
-        if std::env::var_os("SONDE_SAMPLER_NO_TUNE").is_some() { return; }
+    /// Real-time priority if asked and allowed, else nice −5 and a short
+    /// slice where allowed (see the module doc). Returns what it got.
+    pub fn tune_thread(realtime: bool) -> String {
         // SAFETY: plain syscalls on the calling thread with valid arguments.
         unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 10_000 as libc::c_ulong, 0, 0, 0);
+            if realtime {
+                let p = libc::sched_param { sched_priority: 1 };
+                if libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &p) == 0 {
+                    return "SCHED_FIFO priority 1".into();
+                }
+                tracing::debug!(
+                    "sampler: real-time priority refused ({}); trying nice -5",
+                    std::io::Error::last_os_error()
+                );
+            }
+            if libc::sched_getscheduler(0) & !libc::SCHED_RESET_ON_FORK != libc::SCHED_OTHER {
+                return "inherited (not SCHED_OTHER; left as is)".into();
+            }
             let tid = libc::syscall(libc::SYS_gettid) as libc::pid_t;
             let nice = if libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, -5) == 0 {
                 -5
@@ -358,27 +421,18 @@ mod clock {
                 );
                 libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t)
             };
-            if std::env::var_os("SONDE_SAMPLER_NO_SLICE").is_none() && libc::sched_getscheduler(0) == libc::SCHED_OTHER {
-                let attr = libc::sched_attr {
-                    size: std::mem::size_of::<libc::sched_attr>() as u32,
-                    sched_policy: libc::SCHED_OTHER as u32,
-                    sched_flags: 0,
-                    sched_nice: nice,
-                    sched_priority: 0,
-                    sched_runtime: SLICE_NS,
-                    sched_deadline: 0,
-                    sched_period: 0,
-                };
-                if libc::syscall(libc::SYS_sched_setattr, tid, &attr as *const libc::sched_attr, 0u32) != 0 {
-                    tracing::debug!("sampler: cannot set a short scheduler slice: {}", std::io::Error::last_os_error());
-                }
-            }
-            libc::prctl(libc::PR_SET_TIMERSLACK, 10_000 as libc::c_ulong, 0, 0, 0);
-            if std::env::var_os("SONDE_SAMPLER_FIFO").is_some() {
-                let p = libc::sched_param { sched_priority: 1 };
-                let r = libc::sched_setscheduler(0, libc::SCHED_FIFO, &p);
-                eprintln!("fifo: {r}");
-            }
+            let attr = libc::sched_attr {
+                size: std::mem::size_of::<libc::sched_attr>() as u32,
+                sched_policy: libc::SCHED_OTHER as u32,
+                sched_flags: 0,
+                sched_nice: nice,
+                sched_priority: 0,
+                sched_runtime: SLICE_NS,
+                sched_deadline: 0,
+                sched_period: 0,
+            };
+            let slice = libc::syscall(libc::SYS_sched_setattr, tid, &attr as *const libc::sched_attr, 0u32) == 0;
+            format!("SCHED_OTHER nice {nice}{}", if slice { ", 0.5 ms slice" } else { "" })
         }
     }
 
@@ -392,8 +446,6 @@ mod clock {
     use std::sync::atomic::AtomicU32;
     use std::time::{Duration, Instant};
 
-    pub const HAS_THREAD_CPU: bool = false;
-
     fn base() -> Instant {
         static BASE: OnceLock<Instant> = OnceLock::new();
         *BASE.get_or_init(Instant::now)
@@ -403,8 +455,8 @@ mod clock {
         base().elapsed().as_nanos() as u64
     }
 
-    pub fn thread_cpu_ns() -> u64 {
-        0
+    pub fn thread_cpu_ns(_t: &std::thread::JoinHandle<()>) -> Option<u64> {
+        None
     }
 
     pub fn wait_until(_word: &AtomicU32, _seen: u32, deadline_ns: u64) {
@@ -416,7 +468,9 @@ mod clock {
 
     pub fn wake(_word: &AtomicU32) {}
 
-    pub fn tune_thread() {}
+    pub fn tune_thread(_realtime: bool) -> String {
+        "default (no scheduling change on this OS)".into()
+    }
 }
 
 #[cfg(test)]
@@ -445,7 +499,7 @@ mod tests {
     #[test]
     fn ring_keeps_the_last_ticks() {
         let mut r = Ring::new();
-        assert!(r.stats().error_p50_us.is_nan());
+        assert!(r.stats(None).error_p50_us.is_nan());
         // RING + 100 ticks: the first 100 (huge errors) fall out of the ring.
         for i in 0..RING + 100 {
             let e = if i < 100 { 1e6 } else { (i - 100) as f32 };
@@ -453,8 +507,9 @@ mod tests {
             r.ticks += 1;
         }
         assert_eq!(r.err_us.len(), RING);
-        let s = r.stats();
+        let s = r.stats(Some(2_000 * (RING + 100) as u64));
         assert_eq!(s.ticks, (RING + 100) as u64);
+        assert_eq!(s.cpu_per_tick_us, 2.0);
         assert_eq!(s.error_max_us, (RING - 1) as f64);
         assert_eq!(s.error_p50_us, (RING / 2 - 1) as f64);
         assert_eq!(s.error_p99_us, ((RING as f64 * 0.99).ceil() - 1.0));
@@ -512,8 +567,11 @@ mod tests {
         let gap = (b[4] - b[0]) as f64 / 4e6;
         assert!((45.0..=80.0).contains(&gap), "after store(60): {gap} ms");
         let s = h.stats();
-        assert!(s.ticks >= 14);
+        // 14 received; the last may not be counted yet (counted after on_tick).
+        assert!(s.ticks >= 13, "{s:?}");
         assert_eq!(h.gpu_status(), "GPU sampling off in config");
+        eprintln!("scheduling: {}", h.scheduling());
+        assert!(!h.scheduling().is_empty());
         h.stop();
     }
 

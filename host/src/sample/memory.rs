@@ -96,6 +96,7 @@ impl MemReader {
         let limit = out.add("system.memory.limit", "By", SeriesKind::Gauge, Vec::new());
         let available = out.add("system.linux.memory.available", "By", SeriesKind::Gauge, Vec::new());
         let utilization = out.add("system.memory.utilization", "1", SeriesKind::Gauge, state("used"));
+        // procfs directly: sysinfo has no cached/buffers and re-opens the file per call.
         let mut file = ProcFile::open(roots.proc.join("meminfo"));
         let src = if file.read().is_some() {
             Source::Proc(file)

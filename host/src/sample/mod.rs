@@ -6,7 +6,8 @@
 //! fan-out). Nothing here depends on plugins or export.
 //!
 //! Files: `cpu` (/proc/stat), `memory` (/proc/meminfo), `net` (/proc/net/dev),
-//! `disk` (/proc/diskstats), `gpu` (NVML), `procfs` (the open-once, pread-at-0
+//! `disk` (/proc/diskstats; per-disk /sys/class/block/<dev>/stat when at most
+//! 4 disks are selected), `gpu` (NVML), `procfs` (the open-once, pread-at-0
 //! reader and byte parsers every procfs part uses), `driver` (the thread).
 //! On Linux every part reads procfs directly (why: see each file's header);
 //! where a procfs file is missing (other OSes) CPU, memory and network fall
@@ -23,8 +24,13 @@
 //!                                                     unreadable; no allocation in steady state)
 //!   Sampler::gpu_status(&self) -> &str
 //!   driver::spawn(sampler, period_ms: Arc<AtomicU32>, on_tick) -> driver::SamplerHandle
-//!     on_tick(&Tick, &[SeriesInfo]) runs on the "sonde-sampler" thread; compare
-//!     series.len() with what you last saw to notice appended series.
+//!     (driver::spawn_with(sampler, DriverConfig { period, realtime }, on_tick) to opt out of
+//!     real-time priority). on_tick(&Tick, &[SeriesInfo]) runs on the "sonde-sampler" thread,
+//!     at SCHED_FIFO 1 when granted: keep it a hand-off. Compare series.len() with what you
+//!     last saw to notice appended series.
+//!   SamplerHandle: stop(self) (prompt: wakes the thread), stats() -> PeriodStats,
+//!     gpu_status(), scheduling(), set_period_ms(ms) (wakes the thread; a plain store into
+//!     the shared atomic is seen within 100 ms), period(). Dropping it stops the thread.
 //!
 //! Values: gauges are instantaneous; counters are cumulative since boot (as
 //! f64), so consumers compute rates themselves. CPU utilization is the busy

@@ -4,7 +4,7 @@
 //! Why: opening a file costs a path walk and an allocation of a `File`, and
 //! `read_to_string` allocates and validates UTF-8. The kernel regenerates a
 //! procfs file's text on every read at offset 0, so one `pread(fd, buf, 0)`
-//! (plus one more that returns 0 at the end) is all a tick needs.
+//! is all a tick needs (a second only when the text outgrows a page).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,56 @@
+# Every task a developer runs. `./dev <recipe>` installs `just` first if needed.
+# The two the README starts with: `./dev run` and `./dev test`.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# the Python packages the end-to-end tests use (a real OTLP collector)
+rotel := "rotel==0.0.1a15"
+
+default:
+    @just --list
+
+# install what the build and the tests need: the wasm target, Python test packages
+setup:
+    rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
+    python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}"
+
+# build the plugins (wasm32-wasip2 components) into target/plugins/
+plugins:
+    bash scripts/build-plugins.sh
+
+# build the sonde binary (release) and the plugins
+build: plugins
+    cargo build --release -p sonde
+
+# run sonde on this machine with its bundled plugins; extra args go to sonde (e.g. --export-endpoint http://127.0.0.1:4317)
+run *ARGS: build
+    mkdir -p sonde-data/plugins sonde-data/sinks
+    for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/plugins/$(basename "$f")" || cp "$f" sonde-data/plugins/; done
+    exec target/release/sonde --data-dir sonde-data --plugins-dir sonde-data/plugins --sinks-dir sonde-data/sinks {{ARGS}}
+
+# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic
+test: setup plugins
+    cargo build -p sonde --bins
+    cargo test --workspace
+    cargo test --manifest-path plugins/Cargo.toml --workspace
+
+# only the end-to-end tests (sonde binary + real collector)
+e2e: setup plugins
+    cargo build -p sonde --bins
+    cargo test -p sonde-e2e
+
+# benchmarks: criterion micro-benchmarks, then whole-process CPU/RSS/period error and cold start
+bench: build
+    cargo bench -p sonde --bench plugin_boundary --bench sample --bench export
+    bash scripts/bench-process.sh
+
+# formatting and lints
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+    cargo fmt --manifest-path plugins/Cargo.toml --all --check
+
+# remove build outputs and the local data directory
+clean:
+    cargo clean
+    rm -rf plugins/target sonde-data

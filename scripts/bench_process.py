@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Whole-process benchmark of sonde, side by side with a peer in one run.
+
+Runs the release `sonde` with its bundled plugins and OTLP export on (to a
+rotel collector with a blackhole exporter), and at the same time a psutil
+sampler doing the equivalent reads at the same 100 ms period. Reports, for
+each, CPU per sample (user+sys of the whole process divided by samples taken)
+and RSS, the ratio sonde/peer, sonde's sample-period error (idle and with both
+cores busy), and cold start to the first sample, without and with the compile
+cache. Medians of ROUNDS rounds; the machine is shared and noisy.
+
+Usage: scripts/bench_process.py [--seconds 20] [--rounds 3]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SONDE = os.path.join(ROOT, "target/release/sonde")
+BUNDLED = os.path.join(ROOT, "target/plugins/bundled")
+TICK = os.sysconf("SC_CLK_TCK")
+
+PSUTIL_PEER = r"""
+import psutil, time, sys
+period = 0.1
+n = 0
+psutil.cpu_percent(percpu=True)
+next_t = time.monotonic()
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    psutil.cpu_percent(percpu=True); psutil.cpu_percent()
+    psutil.virtual_memory()
+    psutil.net_io_counters(pernic=True)
+    psutil.disk_io_counters(perdisk=True)
+    n += 1
+    next_t += period
+    time.sleep(max(0, next_t - time.monotonic()))
+print(n)
+"""
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def get(api, path):
+    with urllib.request.urlopen(f"http://{api}{path}", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def start_sonde(data, api, endpoint, extra=()):
+    plugins = os.path.join(data, "plugins")
+    os.makedirs(plugins, exist_ok=True)
+    os.makedirs(os.path.join(data, "sinks"), exist_ok=True)
+    for f in os.listdir(BUNDLED):
+        shutil.copy(os.path.join(BUNDLED, f), plugins)
+    args = [SONDE, "--data-dir", data, "--plugins-dir", plugins, "--sinks-dir", os.path.join(data, "sinks"),
+            "--listen", api, *extra]
+    if endpoint:
+        args += ["--export-endpoint", endpoint]
+    t0 = time.monotonic()
+    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Cold start: until the sampler has taken its first sample.
+    while True:
+        try:
+            st = get(api, "/api/status")
+            if st["sampler"] and st["sampler"]["period"]["ticks"] >= 1:
+                return p, (time.monotonic() - t0) * 1000
+        except Exception:
+            pass
+        if p.poll() is not None:
+            sys.exit(f"sonde exited early with {p.returncode}")
+        time.sleep(0.005)
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
+def one_round(seconds, endpoint, busy):
+    data = tempfile.mkdtemp(prefix="sonde-bench-")
+    api = f"127.0.0.1:{free_port()}"
+    hogs = []
+    if busy:
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        p, _ = start_sonde(data, api, endpoint)
+        time.sleep(2)  # warm-up: plugin loaded, first export done
+        peer = None if busy else subprocess.Popen([sys.executable, "-c", PSUTIL_PEER, str(seconds)], stdout=subprocess.PIPE, text=True)
+        c0, t0 = cpu_seconds(p.pid), get(api, "/api/status")["sampler"]["period"]["ticks"]
+        pc0 = cpu_seconds(peer.pid) if peer else 0
+        time.sleep(seconds)
+        st = get(api, "/api/status")
+        c1, t1 = cpu_seconds(p.pid), st["sampler"]["period"]["ticks"]
+        res = {
+            "sonde_cpu_ms_per_sample": (c1 - c0) * 1000 / max(1, t1 - t0),
+            "sonde_rss_mb": rss_mb(p.pid),
+            "period_p50_us": st["sampler"]["period"]["error_p50_us"],
+            "period_p99_us": st["sampler"]["period"]["error_p99_us"],
+            "points_exported": st["export"]["stats"]["points_exported"],
+        }
+        if peer:
+            pc1, prss = cpu_seconds(peer.pid), rss_mb(peer.pid)
+            n = int(peer.communicate()[0].strip() or 1)
+            res["peer_cpu_ms_per_sample"] = (pc1 - pc0) * 1000 / max(1, n)
+            res["peer_rss_mb"] = prss
+        stop(p)
+        return res
+    finally:
+        for h in hogs:
+            h.kill()
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def cold_start(endpoint):
+    data = tempfile.mkdtemp(prefix="sonde-cold-")
+    try:
+        out = []
+        for _ in range(2):  # first run compiles the plugins, the second loads the cache
+            p, ms = start_sonde(data, f"127.0.0.1:{free_port()}", endpoint)
+            out.append(ms)
+            stop(p)
+        return out
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    if not os.path.exists(SONDE):
+        sys.exit("build first: cargo build --release -p sonde && scripts/build-plugins.sh")
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "psutil"])
+    rotel = subprocess.check_output([sys.executable, "-c",
+        "import rotel,os;print(os.path.join(os.path.dirname(rotel.__file__),'rotel-agent'))"], text=True).strip()
+    grpc = free_port()
+    col = subprocess.Popen([rotel, "start", "--exporter", "blackhole", "--otlp-grpc-endpoint", f"127.0.0.1:{grpc}",
+                            "--otlp-http-endpoint", f"127.0.0.1:{free_port()}"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{grpc}"
+    try:
+        time.sleep(1)
+        idle = [one_round(a.seconds, endpoint, busy=False) for _ in range(a.rounds)]
+        busy = [one_round(a.seconds, endpoint, busy=True) for _ in range(a.rounds)]
+        colds = [cold_start(endpoint) for _ in range(a.rounds)]
+    finally:
+        col.kill()
+    med = lambda rs, k: statistics.median(r[k] for r in rs)
+    s_cpu, p_cpu = med(idle, "sonde_cpu_ms_per_sample"), med(idle, "peer_cpu_ms_per_sample")
+    s_rss, p_rss = med(idle, "sonde_rss_mb"), med(idle, "peer_rss_mb")
+    print(f"\nwhole process, {a.rounds} rounds of {a.seconds:.0f} s, medians ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)")
+    print(f"{'':34}{'sonde':>10}{'psutil peer':>14}{'sonde/peer':>12}")
+    print(f"{'CPU per 100 ms sample (ms)':34}{s_cpu:>10.3f}{p_cpu:>14.3f}{s_cpu / p_cpu:>12.2f}")
+    print(f"{'RSS (MB)':34}{s_rss:>10.1f}{p_rss:>14.1f}{s_rss / p_rss:>12.2f}")
+    print(f"sample period error, idle:        p50 {med(idle, 'period_p50_us'):.0f} us, p99 {med(idle, 'period_p99_us'):.0f} us")
+    print(f"sample period error, cores busy:  p50 {med(busy, 'period_p50_us'):.0f} us, p99 {med(busy, 'period_p99_us'):.0f} us")
+    print(f"cold start to first sample:       first run {statistics.median(c[0] for c in colds):.0f} ms, "
+          f"with compile cache {statistics.median(c[1] for c in colds):.0f} ms")
+    print(f"points exported per round (median): {med(idle, 'points_exported'):.0f}")
+
+
+if __name__ == "__main__":
+    main()
