@@ -16,45 +16,51 @@ use std::time::Instant;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use prost::Message;
 use sonde::export::otlp::{self, encode_metric_parts_to_bytes, encode_metrics};
-use sonde::model::Point as P;
 use sonde::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, Point, Scope};
 
 const SERIES: usize = 100;
 const TICKS: usize = 100;
 
 fn window() -> (Vec<(String, AttrValue)>, Vec<MetricBatch>) {
-    let scope = Arc::new(Scope { name: "sonde.sampler".into(), version: "0.1.0".into() });
+    let scope = Arc::new(Scope {
+        name: "sonde.sampler".into(),
+        version: "0.1.0".into(),
+    });
     let series: Vec<Arc<MetricSeries>> = (0..SERIES)
         .map(|i| {
-            let (name, unit, kind, attrs): (&str, &str, MetricKind, Vec<(String, AttrValue)>) = match i % 4 {
-                0 => (
-                    "system.cpu.utilization",
-                    "1",
-                    MetricKind::Gauge,
-                    vec![("cpu.logical_number".into(), AttrValue::Int(i as i64))],
-                ),
-                1 => (
-                    "system.cpu.time",
-                    "s",
-                    MetricKind::Counter,
-                    vec![("cpu.mode".into(), "user".into()), ("cpu.logical_number".into(), AttrValue::Int(i as i64))],
-                ),
-                2 => (
-                    "system.network.io",
-                    "By",
-                    MetricKind::Counter,
-                    vec![
-                        ("network.interface.name".into(), format!("eth{i}").into()),
-                        ("network.io.direction".into(), "receive".into()),
-                    ],
-                ),
-                _ => (
-                    "system.memory.usage",
-                    "By",
-                    MetricKind::UpDownCounter,
-                    vec![("system.memory.state".into(), "used".into())],
-                ),
-            };
+            let (name, unit, kind, attrs): (&str, &str, MetricKind, Vec<(String, AttrValue)>) =
+                match i % 4 {
+                    0 => (
+                        "system.cpu.utilization",
+                        "1",
+                        MetricKind::Gauge,
+                        vec![("cpu.logical_number".into(), AttrValue::Int(i as i64))],
+                    ),
+                    1 => (
+                        "system.cpu.time",
+                        "s",
+                        MetricKind::Counter,
+                        vec![
+                            ("cpu.mode".into(), "user".into()),
+                            ("cpu.logical_number".into(), AttrValue::Int(i as i64)),
+                        ],
+                    ),
+                    2 => (
+                        "system.network.io",
+                        "By",
+                        MetricKind::Counter,
+                        vec![
+                            ("network.interface.name".into(), format!("eth{i}").into()),
+                            ("network.io.direction".into(), "receive".into()),
+                        ],
+                    ),
+                    _ => (
+                        "system.memory.usage",
+                        "By",
+                        MetricKind::UpDownCounter,
+                        vec![("system.memory.state".into(), "used".into())],
+                    ),
+                };
             Arc::new(MetricSeries {
                 name: name.into(),
                 description: String::new(),
@@ -72,7 +78,11 @@ fn window() -> (Vec<(String, AttrValue)>, Vec<MetricBatch>) {
             points: series
                 .iter()
                 .enumerate()
-                .map(|(i, s)| Point { series: s.clone(), time_ns: t0 + t as u64 * 100_000_000, value: (i * t) as f64 * 0.5 })
+                .map(|(i, s)| Point {
+                    series: s.clone(),
+                    time_ns: t0 + t as u64 * 100_000_000,
+                    value: (i * t) as f64 * 0.5,
+                })
                 .collect(),
         })
         .collect();
@@ -99,7 +109,10 @@ fn bench_encode(c: &mut Criterion) {
     let res = otlp::resource(&resource);
     let t = Instant::now();
     for _ in 0..n {
-        let parts: Vec<(&Scope, &[P])> = batches.iter().map(|b| (&*b.scope, b.points.as_slice())).collect();
+        let parts: Vec<(&Scope, &[Point])> = batches
+            .iter()
+            .map(|b| (&*b.scope, b.points.as_slice()))
+            .collect();
         black_box(encode_metric_parts_to_bytes(&res, &parts));
     }
     let direct = t.elapsed().as_nanos() as f64 / (n as f64 * points as f64);
@@ -111,14 +124,19 @@ fn bench_encode(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("export");
     g.throughput(Throughput::Elements(points));
-    g.bench_function("encode_metrics_10k_points", |b| b.iter(|| black_box(encode_metrics(&resource, black_box(&batches)))));
+    g.bench_function("encode_metrics_10k_points", |b| {
+        b.iter(|| black_box(encode_metrics(&resource, black_box(&batches))))
+    });
     g.bench_function("encode_metrics_10k_points_to_bytes", |b| {
         b.iter(|| black_box(encode_metrics(&resource, black_box(&batches)).encode_to_vec()))
     });
     let res = otlp::resource(&resource);
     g.bench_function("encode_metrics_10k_points_direct_to_bytes", |b| {
         b.iter(|| {
-            let parts: Vec<(&Scope, &[P])> = batches.iter().map(|b| (&*b.scope, b.points.as_slice())).collect();
+            let parts: Vec<(&Scope, &[Point])> = batches
+                .iter()
+                .map(|b| (&*b.scope, b.points.as_slice()))
+                .collect();
             black_box(encode_metric_parts_to_bytes(&res, black_box(&parts)))
         })
     });

@@ -58,6 +58,10 @@ pub struct SamplerConfig {
     pub per_core: bool,
     /// Try NVML for GPU metrics (a machine without a GPU is fine either way).
     pub gpu: bool,
+    /// Run the sampling thread at real-time priority (SCHED_FIFO 1) when the
+    /// system allows it, so busy cores do not delay samples; it only sleeps and
+    /// reads counters. Falls back to a raised nice value when refused.
+    pub realtime: bool,
 }
 
 impl Default for SamplerConfig {
@@ -69,6 +73,7 @@ impl Default for SamplerConfig {
             disks: Vec::new(),
             per_core: true,
             gpu: true,
+            realtime: true,
         }
     }
 }

@@ -33,9 +33,8 @@ pub async fn run(cfg: Config) -> Result<()> {
     let series_count = sampler.series().len();
     let gpu = sampler.gpu_status().to_string();
     let fanout = plugins.clone();
-    let sampler = driver::spawn(sampler, plugins.sample_plan().period_ms.clone(), move |tick, series| {
-        fanout.on_tick(tick, series)
-    });
+    let driver_cfg = driver::DriverConfig { period: plugins.sample_plan().period_ms.clone(), realtime: cfg.sampler.realtime };
+    let sampler = driver::spawn_with(sampler, driver_cfg, move |tick, series| fanout.on_tick(tick, series));
     let sampler = Arc::new(Mutex::new(Some(sampler)));
 
     let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
@@ -47,7 +46,9 @@ pub async fn run(cfg: Config) -> Result<()> {
         config: Arc::new(Mutex::new(cfg.clone())),
         plugins: plugins.clone(),
         pipeline: pipeline_handle.clone(),
-        sampler: Arc::new(move || sampler_for_api.lock().as_ref().map(|s| (s.stats(), series_count, s.gpu_status()))),
+        sampler: Arc::new(move || {
+            sampler_for_api.lock().as_ref().map(|s| (s.stats(), series_count, s.gpu_status(), s.scheduling()))
+        }),
         ready,
         started,
     };

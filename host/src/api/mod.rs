@@ -34,7 +34,7 @@ pub struct AppState {
     pub config: Arc<Mutex<Config>>,
     pub plugins: Arc<PluginManager>,
     pub pipeline: PipelineHandle,
-    pub sampler: Arc<dyn Fn() -> Option<(PeriodStats, usize, String)> + Send + Sync>,
+    pub sampler: Arc<dyn Fn() -> Option<(PeriodStats, usize, String, String)> + Send + Sync>,
     pub ready: Arc<AtomicBool>,
     pub started: std::time::Instant,
 }
@@ -96,15 +96,17 @@ async fn ready(State(st): State<AppState>) -> Response {
 }
 
 async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
-    let sampler = (st.sampler)().map(|(s, series, gpu)| {
+    let sampler = (st.sampler)().map(|(s, series, gpu, scheduling)| {
         json!({
             "period": {
                 "ticks": s.ticks, "late_ticks": s.late_ticks, "skipped": s.skipped,
                 "error_p50_us": s.error_p50_us, "error_p99_us": s.error_p99_us, "error_max_us": s.error_max_us,
                 "sample_cost_p50_us": s.sample_cost_p50_us, "sample_cost_p99_us": s.sample_cost_p99_us,
+                "cpu_per_tick_us": s.cpu_per_tick_us,
             },
             "series": series,
             "gpu": gpu,
+            "scheduling": scheduling,
         })
     });
     let cfg = st.config.lock().clone();

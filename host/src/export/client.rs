@@ -54,10 +54,18 @@ pub struct SendError {
 
 impl SendError {
     pub fn retryable(msg: impl Into<String>) -> Self {
-        Self { retryable: true, msg: msg.into(), retry_after: None }
+        Self {
+            retryable: true,
+            msg: msg.into(),
+            retry_after: None,
+        }
     }
     pub fn fatal(msg: impl Into<String>) -> Self {
-        Self { retryable: false, msg: msg.into(), retry_after: None }
+        Self {
+            retryable: false,
+            msg: msg.into(),
+            retry_after: None,
+        }
     }
 }
 
@@ -87,15 +95,31 @@ impl Client {
     /// yet: gRPC connects lazily on the first send, HTTP per pooled connection.
     /// Call it inside a tokio runtime context: tonic's lazy channel spawns its worker.
     pub fn new(cfg: &ExportConfig) -> anyhow::Result<Client> {
-        let endpoint = cfg.endpoint.as_deref().ok_or_else(|| anyhow::anyhow!("export.endpoint is not set"))?;
+        let endpoint = cfg
+            .endpoint
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("export.endpoint is not set"))?;
         let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
         Ok(match cfg.protocol {
-            Protocol::Grpc => Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout)?)),
+            Protocol::Grpc => {
+                Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout)?))
+            }
             Protocol::HttpProtobuf => {
                 let base = endpoint.trim_end_matches('/');
-                let metrics = cfg.metrics_endpoint.clone().unwrap_or_else(|| format!("{base}/v1/metrics"));
-                let logs = cfg.logs_endpoint.clone().unwrap_or_else(|| format!("{base}/v1/logs"));
-                Client::Http(Box::new(HttpClient::new(&metrics, &logs, &cfg.headers, timeout)?))
+                let metrics = cfg
+                    .metrics_endpoint
+                    .clone()
+                    .unwrap_or_else(|| format!("{base}/v1/metrics"));
+                let logs = cfg
+                    .logs_endpoint
+                    .clone()
+                    .unwrap_or_else(|| format!("{base}/v1/logs"));
+                Client::Http(Box::new(HttpClient::new(
+                    &metrics,
+                    &logs,
+                    &cfg.headers,
+                    timeout,
+                )?))
             }
         })
     }
@@ -142,13 +166,20 @@ impl GrpcClient {
             .connect_lazy();
         let mut metadata = MetadataMap::new();
         for (k, v) in headers {
-            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                .map_err(|e| anyhow::anyhow!("export.headers: {k:?} is not a valid gRPC metadata key: {e}"))?;
-            let val = MetadataValue::try_from(v.as_str())
-                .map_err(|e| anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}"))?;
+            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|e| {
+                anyhow::anyhow!("export.headers: {k:?} is not a valid gRPC metadata key: {e}")
+            })?;
+            let val = MetadataValue::try_from(v.as_str()).map_err(|e| {
+                anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}")
+            })?;
             metadata.insert(key, val);
         }
-        Ok(Self { grpc: tonic::client::Grpc::new(channel), metadata, timeout, endpoint: endpoint.to_string() })
+        Ok(Self {
+            grpc: tonic::client::Grpc::new(channel),
+            metadata,
+            timeout,
+            endpoint: endpoint.to_string(),
+        })
     }
 
     async fn send(&self, signal: Signal, body: Bytes) -> Result<Accepted, SendError> {
@@ -157,18 +188,27 @@ impl GrpcClient {
         req.set_timeout(self.timeout);
         let mut grpc = self.grpc.clone();
         let call = async move {
-            grpc.ready().await.map_err(|e| SendError::retryable(format!("gRPC channel not ready: {e}")))?;
+            grpc.ready()
+                .await
+                .map_err(|e| SendError::retryable(format!("gRPC channel not ready: {e}")))?;
             match signal {
                 Signal::Metrics => {
                     let path = http::uri::PathAndQuery::from_static(
                         "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
                     );
                     let resp = grpc
-                        .unary(req, path, RawCodec::<ExportMetricsServiceResponse>::default())
+                        .unary(
+                            req,
+                            path,
+                            RawCodec::<ExportMetricsServiceResponse>::default(),
+                        )
                         .await
                         .map_err(classify_status)?;
                     Ok(match resp.into_inner().partial_success {
-                        Some(p) => Accepted { rejected: p.rejected_data_points.max(0) as u64, message: p.error_message },
+                        Some(p) => Accepted {
+                            rejected: p.rejected_data_points.max(0) as u64,
+                            message: p.error_message,
+                        },
                         None => Accepted::default(),
                     })
                 }
@@ -181,7 +221,10 @@ impl GrpcClient {
                         .await
                         .map_err(classify_status)?;
                     Ok(match resp.into_inner().partial_success {
-                        Some(p) => Accepted { rejected: p.rejected_log_records.max(0) as u64, message: p.error_message },
+                        Some(p) => Accepted {
+                            rejected: p.rejected_log_records.max(0) as u64,
+                            message: p.error_message,
+                        },
                         None => Accepted::default(),
                     })
                 }
@@ -190,7 +233,10 @@ impl GrpcClient {
         // The channel enforces the timeout too; this outer bound also covers `ready()`.
         match tokio::time::timeout(self.timeout, call).await {
             Ok(r) => r,
-            Err(_) => Err(SendError::retryable(format!("gRPC export timed out after {:?}", self.timeout))),
+            Err(_) => Err(SendError::retryable(format!(
+                "gRPC export timed out after {:?}",
+                self.timeout
+            ))),
         }
     }
 }
@@ -214,7 +260,11 @@ pub fn classify_status(s: Status) -> SendError {
     if let Some(src) = std::error::Error::source(&s) {
         msg.push_str(&format!(" ({src})"));
     }
-    SendError { retryable, msg, retry_after: None }
+    SendError {
+        retryable,
+        msg,
+        retry_after: None,
+    }
 }
 
 /// Sends pre-encoded protobuf bytes as they are; decodes the reply with prost.
@@ -256,7 +306,8 @@ impl<R: Message + Default> Decoder for ProstDecoder<R> {
     type Error = Status;
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<R>, Status> {
         let n = src.remaining();
-        let r = R::decode(src.copy_to_bytes(n)).map_err(|e| Status::internal(format!("bad response: {e}")))?;
+        let r = R::decode(src.copy_to_bytes(n))
+            .map_err(|e| Status::internal(format!("bad response: {e}")))?;
         Ok(Some(r))
     }
 }
@@ -291,10 +342,12 @@ impl HttpClient {
         let logs_url = parse(logs_url, "export.logs_endpoint")?;
         let mut map = http::HeaderMap::new();
         for (k, v) in headers {
-            let name = http::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|e| anyhow::anyhow!("export.headers: {k:?} is not a valid header name: {e}"))?;
-            let val = http::HeaderValue::from_str(v)
-                .map_err(|e| anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}"))?;
+            let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
+                anyhow::anyhow!("export.headers: {k:?} is not a valid header name: {e}")
+            })?;
+            let val = http::HeaderValue::from_str(v).map_err(|e| {
+                anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}")
+            })?;
             map.insert(name, val);
         }
         let mut connector = HttpConnector::new();
@@ -305,7 +358,13 @@ impl HttpClient {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(2)
             .build(connector);
-        Ok(Self { client, metrics_url, logs_url, headers: map, timeout })
+        Ok(Self {
+            client,
+            metrics_url,
+            logs_url,
+            headers: map,
+            timeout,
+        })
     }
 
     async fn send(&self, signal: Signal, body: Bytes) -> Result<Accepted, SendError> {
@@ -317,7 +376,10 @@ impl HttpClient {
             .method(http::Method::POST)
             .uri(uri.clone())
             .header(http::header::CONTENT_TYPE, "application/x-protobuf")
-            .header(http::header::USER_AGENT, concat!("sonde/", env!("CARGO_PKG_VERSION")))
+            .header(
+                http::header::USER_AGENT,
+                concat!("sonde/", env!("CARGO_PKG_VERSION")),
+            )
             .body(Full::new(body))
             .map_err(|e| SendError::fatal(format!("building request for {uri}: {e}")))?;
         req.headers_mut().extend(self.headers.clone());
@@ -360,11 +422,18 @@ impl HttpClient {
             }
             let retryable = matches!(status.as_u16(), 429 | 502 | 503 | 504);
             let detail = String::from_utf8_lossy(&body[..body.len().min(256)]).into_owned();
-            Err(SendError { retryable, msg: format!("POST {uri}: HTTP {status}: {detail}"), retry_after })
+            Err(SendError {
+                retryable,
+                msg: format!("POST {uri}: HTTP {status}: {detail}"),
+                retry_after,
+            })
         };
         match tokio::time::timeout(self.timeout, call).await {
             Ok(r) => r,
-            Err(_) => Err(SendError::retryable(format!("POST {uri}: timed out after {:?}", self.timeout))),
+            Err(_) => Err(SendError::retryable(format!(
+                "POST {uri}: timed out after {:?}",
+                self.timeout
+            ))),
         }
     }
 }
@@ -375,10 +444,22 @@ mod tests {
 
     #[test]
     fn export_grpc_codes_are_classified() {
-        for c in [Code::Unavailable, Code::ResourceExhausted, Code::DeadlineExceeded, Code::Aborted, Code::Cancelled] {
+        for c in [
+            Code::Unavailable,
+            Code::ResourceExhausted,
+            Code::DeadlineExceeded,
+            Code::Aborted,
+            Code::Cancelled,
+        ] {
             assert!(classify_status(Status::new(c, "x")).retryable, "{c:?}");
         }
-        for c in [Code::InvalidArgument, Code::Unauthenticated, Code::PermissionDenied, Code::Unimplemented, Code::Unknown] {
+        for c in [
+            Code::InvalidArgument,
+            Code::Unauthenticated,
+            Code::PermissionDenied,
+            Code::Unimplemented,
+            Code::Unknown,
+        ] {
             assert!(!classify_status(Status::new(c, "x")).retryable, "{c:?}");
         }
     }

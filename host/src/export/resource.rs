@@ -22,13 +22,25 @@ pub fn resource_attributes(cfg: &Config) -> Vec<(String, AttrValue)> {
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(machine_hostname);
     let mut attrs: Vec<(String, AttrValue)> = vec![
-        ("service.name".into(), AttrValue::Str(cfg.export.service_name.clone())),
-        ("service.version".into(), AttrValue::Str(env!("CARGO_PKG_VERSION").into())),
-        ("service.instance.id".into(), AttrValue::Str(instance_id().to_string())),
+        (
+            "service.name".into(),
+            AttrValue::Str(cfg.export.service_name.clone()),
+        ),
+        (
+            "service.version".into(),
+            AttrValue::Str(env!("CARGO_PKG_VERSION").into()),
+        ),
+        (
+            "service.instance.id".into(),
+            AttrValue::Str(instance_id().to_string()),
+        ),
         ("host.name".into(), AttrValue::Str(host_name)),
         ("host.arch".into(), AttrValue::Str(host_arch().into())),
         ("os.type".into(), AttrValue::Str(os_type().into())),
-        ("process.pid".into(), AttrValue::Int(std::process::id() as i64)),
+        (
+            "process.pid".into(),
+            AttrValue::Int(std::process::id() as i64),
+        ),
     ];
     for (k, v) in &cfg.export.resource {
         match attrs.iter_mut().find(|(key, _)| key == k) {
@@ -47,7 +59,14 @@ pub fn instance_id() -> &'static str {
         b[6] = (b[6] & 0x0f) | 0x40; // version 4
         b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
         let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-        format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
     })
 }
 
@@ -107,23 +126,47 @@ mod tests {
         let mut cfg = Config::default();
         cfg.export.service_name = "trainer".into();
         cfg.host.name = Some("node-7".into());
-        cfg.export.resource.insert("k8s.pod.name".into(), "p-1".into());
-        cfg.export.resource.insert("host.name".into(), "override".into());
+        cfg.export
+            .resource
+            .insert("k8s.pod.name".into(), "p-1".into());
+        cfg.export
+            .resource
+            .insert("host.name".into(), "override".into());
         let a = resource_attributes(&cfg);
-        assert_eq!(get(&a, "service.name"), Some(&AttrValue::Str("trainer".into())));
-        assert_eq!(get(&a, "service.version"), Some(&AttrValue::Str(env!("CARGO_PKG_VERSION").into())));
-        assert_eq!(get(&a, "host.name"), Some(&AttrValue::Str("override".into())));
+        assert_eq!(
+            get(&a, "service.name"),
+            Some(&AttrValue::Str("trainer".into()))
+        );
+        assert_eq!(
+            get(&a, "service.version"),
+            Some(&AttrValue::Str(env!("CARGO_PKG_VERSION").into()))
+        );
+        assert_eq!(
+            get(&a, "host.name"),
+            Some(&AttrValue::Str("override".into()))
+        );
         assert_eq!(get(&a, "k8s.pod.name"), Some(&AttrValue::Str("p-1".into())));
-        assert_eq!(get(&a, "process.pid"), Some(&AttrValue::Int(std::process::id() as i64)));
+        assert_eq!(
+            get(&a, "process.pid"),
+            Some(&AttrValue::Int(std::process::id() as i64))
+        );
         assert!(get(&a, "host.arch").is_some() && get(&a, "os.type").is_some());
-        assert_eq!(a.iter().filter(|(k, _)| k == "host.name").count(), 1, "overridden in place");
-        let Some(AttrValue::Str(id)) = get(&a, "service.instance.id") else { panic!("no instance id") };
+        assert_eq!(
+            a.iter().filter(|(k, _)| k == "host.name").count(),
+            1,
+            "overridden in place"
+        );
+        let Some(AttrValue::Str(id)) = get(&a, "service.instance.id") else {
+            panic!("no instance id")
+        };
         assert_eq!(id.len(), 36);
         assert_eq!(&id[14..15], "4");
         assert_eq!(id, instance_id(), "stable for the process");
         cfg.host.name = None;
         let a = resource_attributes(&cfg);
-        let Some(AttrValue::Str(h)) = get(&a, "host.name") else { panic!() };
+        let Some(AttrValue::Str(h)) = get(&a, "host.name") else {
+            panic!()
+        };
         assert!(!h.is_empty());
     }
 }

@@ -9,11 +9,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
+    LogsService, LogsServiceServer,
+};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{MetricsService, MetricsServiceServer};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
@@ -66,7 +70,9 @@ impl FakeState {
         self.fail_remaining.store(n, Ordering::SeqCst);
     }
     fn take_failure(&self) -> bool {
-        self.fail_remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        self.fail_remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
     /// Waits until `f` holds (polling), up to `timeout`.
     pub async fn wait_for(&self, timeout: Duration, f: impl Fn(&FakeState) -> bool) -> bool {
@@ -127,7 +133,9 @@ impl FakeCollector {
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             loop {
-                let Ok((sock, _)) = listener.accept().await else { continue };
+                let Ok((sock, _)) = listener.accept().await else {
+                    continue;
+                };
                 let st = st.clone();
                 conns.spawn(async move {
                     let _ = http_conn(sock, st).await;
@@ -159,7 +167,10 @@ impl Fake {
             .iter()
             .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        st.seen.lock().push(Seen { path: path.into(), headers });
+        st.seen.lock().push(Seen {
+            path: path.into(),
+            headers,
+        });
         let d = st.delay_ms.load(Ordering::SeqCst);
         if d > 0 {
             tokio::time::sleep(Duration::from_millis(d)).await;
@@ -220,12 +231,19 @@ impl Service<http::Request<tonic::body::Body>> for Both {
     type Error = Infallible;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
-    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
         std::task::Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        if req.uri().path().starts_with("/opentelemetry.proto.collector.logs.") {
+        if req
+            .uri()
+            .path()
+            .starts_with("/opentelemetry.proto.collector.logs.")
+        {
             Box::pin(self.logs.call(req))
         } else {
             Box::pin(self.metrics.call(req))
@@ -243,7 +261,10 @@ async fn http_conn(sock: tokio::net::TcpStream, st: Arc<FakeState>) -> std::io::
             return Ok(());
         }
         let mut parts = line.split_whitespace();
-        let (_method, path) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
+        let (_method, path) = (
+            parts.next().unwrap_or("").to_string(),
+            parts.next().unwrap_or("").to_string(),
+        );
         let mut headers = BTreeMap::new();
         loop {
             let mut h = String::new();
@@ -258,17 +279,26 @@ async fn http_conn(sock: tokio::net::TcpStream, st: Arc<FakeState>) -> std::io::
                 headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
             }
         }
-        let len: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let len: usize = headers
+            .get("content-length")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let mut body = vec![0u8; len];
         r.read_exact(&mut body).await?;
         st.attempts.fetch_add(1, Ordering::SeqCst);
-        st.seen.lock().push(Seen { path: path.clone(), headers });
+        st.seen.lock().push(Seen {
+            path: path.clone(),
+            headers,
+        });
         let d = st.delay_ms.load(Ordering::SeqCst);
         if d > 0 {
             tokio::time::sleep(Duration::from_millis(d)).await;
         }
         let (status, resp): (u16, Vec<u8>) = if st.take_failure() {
-            (st.fail_http.load(Ordering::SeqCst) as u16, b"fake collector says no".to_vec())
+            (
+                st.fail_http.load(Ordering::SeqCst) as u16,
+                b"fake collector says no".to_vec(),
+            )
         } else if path.ends_with("metrics") {
             match ExportMetricsServiceRequest::decode(body.as_slice()) {
                 Ok(req) => {

@@ -37,7 +37,10 @@ fn resource() -> Vec<(String, AttrValue)> {
 }
 
 fn scope() -> Arc<Scope> {
-    Arc::new(Scope { name: "test".into(), version: "1".into() })
+    Arc::new(Scope {
+        name: "test".into(),
+        version: "1".into(),
+    })
 }
 
 fn series(i: usize) -> Arc<MetricSeries> {
@@ -45,7 +48,11 @@ fn series(i: usize) -> Arc<MetricSeries> {
         name: "test.value".into(),
         description: String::new(),
         unit: "1".into(),
-        kind: if i.is_multiple_of(2) { MetricKind::Gauge } else { MetricKind::Counter },
+        kind: if i.is_multiple_of(2) {
+            MetricKind::Gauge
+        } else {
+            MetricKind::Counter
+        },
         attributes: vec![("i".into(), AttrValue::Int(i as i64))],
         start_time_ns: 1,
     })
@@ -54,7 +61,16 @@ fn series(i: usize) -> Arc<MetricSeries> {
 /// `n` points, all stamped `t`.
 fn batch(n: usize, t: u64) -> MetricBatch {
     let sc = scope();
-    MetricBatch { scope: sc, points: (0..n).map(|i| Point { series: series(i % 8), time_ns: t, value: i as f64 }).collect() }
+    MetricBatch {
+        scope: sc,
+        points: (0..n)
+            .map(|i| Point {
+                series: series(i % 8),
+                time_ns: t,
+                value: i as f64,
+            })
+            .collect(),
+    }
 }
 
 fn logs(n: usize) -> LogBatch {
@@ -84,17 +100,30 @@ async fn wait_stats(h: &PipelineHandle, f: impl Fn(&ExportStats) -> bool) -> Exp
 }
 
 fn conserved(st: &ExportStats) -> bool {
-    st.points_in == st.points_exported + st.points_dropped + st.points_failed + (st.buffered_points + st.queued_points) as u64
+    st.points_in
+        == st.points_exported
+            + st.points_dropped
+            + st.points_failed
+            + (st.buffered_points + st.queued_points) as u64
 }
 
 /// Times of the points the collector received.
 fn times(state: &FakeState) -> BTreeSet<u64> {
     let mut out = BTreeSet::new();
     for req in state.metrics.lock().iter() {
-        for m in req.resource_metrics.iter().flat_map(|r| &r.scope_metrics).flat_map(|s| &s.metrics) {
+        for m in req
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+        {
             match &m.data {
-                Some(metric::Data::Gauge(g)) => out.extend(g.data_points.iter().map(|d| d.time_unix_nano)),
-                Some(metric::Data::Sum(s)) => out.extend(s.data_points.iter().map(|d| d.time_unix_nano)),
+                Some(metric::Data::Gauge(g)) => {
+                    out.extend(g.data_points.iter().map(|d| d.time_unix_nano))
+                }
+                Some(metric::Data::Sum(s)) => {
+                    out.extend(s.data_points.iter().map(|d| d.time_unix_nano))
+                }
                 _ => {}
             }
         }
@@ -120,31 +149,66 @@ async fn pipeline_delivers_over_grpc_and_http_with_headers() {
             h.submit_metrics(batch(50, 1000 + t));
         }
         h.submit_logs(logs(7));
-        assert!(fc.state.wait_for(WAIT, |s| s.points() == 150 && s.records() == 7).await, "{proto:?}: {:?}", h.stats());
+        assert!(
+            fc.state
+                .wait_for(WAIT, |s| s.points() == 150 && s.records() == 7)
+                .await,
+            "{proto:?}: {:?}",
+            h.stats()
+        );
         let st = wait_stats(&h, |s| s.points_exported == 150 && s.logs_exported == 7).await;
-        assert_eq!((st.points_in, st.points_exported, st.points_dropped, st.points_failed), (150, 150, 0, 0), "{proto:?}");
+        assert_eq!(
+            (
+                st.points_in,
+                st.points_exported,
+                st.points_dropped,
+                st.points_failed
+            ),
+            (150, 150, 0, 0),
+            "{proto:?}"
+        );
         assert_eq!((st.logs_in, st.logs_exported), (7, 7));
-        assert!(st.enabled && st.requests_ok >= 2 && st.last_success_ns > 0 && st.last_error.is_none(), "{st:?}");
+        assert!(
+            st.enabled && st.requests_ok >= 2 && st.last_success_ns > 0 && st.last_error.is_none(),
+            "{st:?}"
+        );
         let seen = fc.state.seen.lock().clone();
-        assert!(seen.iter().all(|s| s.headers.get("api-key").map(String::as_str) == Some("s3cret")), "{proto:?} {seen:?}");
+        assert!(
+            seen.iter()
+                .all(|s| s.headers.get("api-key").map(String::as_str) == Some("s3cret")),
+            "{proto:?} {seen:?}"
+        );
         match proto {
             Protocol::HttpProtobuf => {
                 assert!(seen.iter().any(|s| s.path == "/v1/metrics"), "{seen:?}");
                 assert!(seen.iter().any(|s| s.path == "/v1/logs"), "{seen:?}");
-                assert!(seen.iter().all(|s| s.headers.get("content-type").map(String::as_str) == Some("application/x-protobuf")));
+                assert!(
+                    seen.iter()
+                        .all(|s| s.headers.get("content-type").map(String::as_str)
+                            == Some("application/x-protobuf"))
+                );
             }
             Protocol::Grpc => {
-                assert!(seen.iter().any(|s| s.path == "metrics") && seen.iter().any(|s| s.path == "logs"));
+                assert!(
+                    seen.iter().any(|s| s.path == "metrics")
+                        && seen.iter().any(|s| s.path == "logs")
+                );
             }
         }
         // resource and scope made it through
         let req = fc.state.metrics.lock()[0].clone();
         let rm = &req.resource_metrics[0];
-        assert_eq!(rm.resource.as_ref().unwrap().attributes[0].key, "service.name");
+        assert_eq!(
+            rm.resource.as_ref().unwrap().attributes[0].key,
+            "service.name"
+        );
         assert_eq!(rm.scope_metrics[0].scope.as_ref().unwrap().name, "test");
         let lreq = fc.state.logs.lock()[0].clone();
         let rec = &lreq.resource_logs[0].scope_logs[0].log_records[0];
-        assert_eq!((rec.severity_number, rec.event_name.as_str()), (13, "test.event"));
+        assert_eq!(
+            (rec.severity_number, rec.event_name.as_str()),
+            (13, "test.event")
+        );
         let st = p.shutdown(Duration::from_secs(2)).await;
         assert!(conserved(&st), "{st:?}");
     }
@@ -169,8 +233,18 @@ async fn pipeline_splits_requests_at_max_batch_points() {
     c.interval_ms = 60_000; // only the early wake (buffer >= max_batch_points) flushes
     let (h, p) = Pipeline::start(&c, resource()).unwrap();
     h.submit_metrics(batch(250, 7));
-    assert!(fc.state.wait_for(WAIT, |s| s.points() == 250).await, "{:?}", h.stats());
-    let sizes: Vec<_> = fc.state.metrics.lock().iter().map(metric_point_count).collect();
+    assert!(
+        fc.state.wait_for(WAIT, |s| s.points() == 250).await,
+        "{:?}",
+        h.stats()
+    );
+    let sizes: Vec<_> = fc
+        .state
+        .metrics
+        .lock()
+        .iter()
+        .map(metric_point_count)
+        .collect();
     assert_eq!(sizes, [100, 100, 50]);
     p.shutdown(Duration::from_secs(1)).await;
 }
@@ -185,7 +259,11 @@ async fn pipeline_retries_unavailable_then_delivers_once() {
         let st = wait_stats(&h, |s| s.points_exported == 10).await;
         assert_eq!(st.points_exported, 10, "{proto:?} {st:?}");
         assert_eq!(st.retries, 2, "{proto:?} {st:?}");
-        assert_eq!((st.requests_ok, st.requests_failed, st.points_failed), (1, 0, 0), "{st:?}");
+        assert_eq!(
+            (st.requests_ok, st.requests_failed, st.points_failed),
+            (1, 0, 0),
+            "{st:?}"
+        );
         assert_eq!(fc.state.attempts.load(Ordering::SeqCst), 3);
         assert_eq!(fc.state.points(), 10, "arrived exactly once");
         assert!(st.last_error.is_some(), "the failures are remembered");
@@ -201,10 +279,22 @@ async fn pipeline_non_retryable_gives_up_at_once() {
         let (h, p) = Pipeline::start(&cfg(Some(fc.url()), proto), resource()).unwrap();
         h.submit_metrics(batch(10, 5));
         let st = wait_stats(&h, |s| s.points_failed == 10).await;
-        assert_eq!((st.points_failed, st.points_exported, st.retries, st.requests_failed), (10, 0, 0, 1), "{proto:?} {st:?}");
+        assert_eq!(
+            (
+                st.points_failed,
+                st.points_exported,
+                st.retries,
+                st.requests_failed
+            ),
+            (10, 0, 0, 1),
+            "{proto:?} {st:?}"
+        );
         assert_eq!(fc.state.attempts.load(Ordering::SeqCst), 1);
         let err = st.last_error.unwrap();
-        assert!(err.contains("400") || err.contains("InvalidArgument"), "{err}");
+        assert!(
+            err.contains("400") || err.contains("InvalidArgument"),
+            "{err}"
+        );
         // the sender lives on: the next batch goes through
         h.submit_metrics(batch(3, 6));
         let st = wait_stats(&h, |s| s.points_exported == 3).await;
@@ -220,7 +310,11 @@ async fn pipeline_partial_success_counts_rejected_as_failed() {
     let (h, p) = Pipeline::start(&cfg(Some(fc.url()), Protocol::Grpc), resource()).unwrap();
     h.submit_metrics(batch(10, 5));
     let st = wait_stats(&h, |s| s.points_exported + s.points_failed == 10).await;
-    assert_eq!((st.points_exported, st.points_failed, st.requests_ok), (6, 4, 1), "{st:?}");
+    assert_eq!(
+        (st.points_exported, st.points_failed, st.requests_ok),
+        (6, 4, 1),
+        "{st:?}"
+    );
     assert!(st.last_error.unwrap().contains("rejected 4"));
     p.shutdown(Duration::from_secs(1)).await;
 }
@@ -248,10 +342,16 @@ async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
         }
         let took = t0.elapsed();
         // 10 000 submits (with 100 stats reads) are microseconds each; a generous sanity bound.
-        assert!(took < Duration::from_secs(5), "{proto:?}: 10 000 submits took {took:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "{proto:?}: 10 000 submits took {took:?}"
+        );
         assert!(max_buffered <= bound, "{max_buffered} > {bound}");
         assert!(max_queue_len <= c.queue_capacity);
-        assert!(max_queued <= bound + c.max_batch_points, "queued {max_queued}: queue plus one in flight");
+        assert!(
+            max_queued <= bound + c.max_batch_points,
+            "queued {max_queued}: queue plus one in flight"
+        );
         // settle: the buffer drains into the queue, which stays full
         let st = wait_stats(&h, |s| s.buffered_points == 0 && conserved(s)).await;
         assert_eq!(st.points_in, 100_000);
@@ -263,8 +363,14 @@ async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
         let t1 = Instant::now();
         let st = p.shutdown(Duration::from_millis(300)).await;
         assert!(t1.elapsed() < Duration::from_secs(2));
-        assert!(conserved(&st) && st.buffered_points == 0 && st.queued_points == 0, "{st:?}");
-        assert_eq!(st.points_exported + st.points_dropped + st.points_failed, 100_000);
+        assert!(
+            conserved(&st) && st.buffered_points == 0 && st.queued_points == 0,
+            "{st:?}"
+        );
+        assert_eq!(
+            st.points_exported + st.points_dropped + st.points_failed,
+            100_000
+        );
     }
 }
 
@@ -286,12 +392,20 @@ async fn pipeline_queue_full_drops_oldest() {
         }
     }
     let st = h.stats();
-    assert_eq!((st.queue_len, st.queued_points, st.points_dropped), (2, 30, 30), "{st:?}");
+    assert_eq!(
+        (st.queue_len, st.queued_points, st.points_dropped),
+        (2, 30, 30),
+        "{st:?}"
+    );
     // point the pipeline at a live collector: the in-flight request and the two newest arrive
     let mut live = c.clone();
     live.endpoint = Some(fc.url());
     h.reconfigure(&live).unwrap();
-    assert!(fc.state.wait_for(WAIT, |s| s.points() == 30).await, "{:?}", h.stats());
+    assert!(
+        fc.state.wait_for(WAIT, |s| s.points() == 30).await,
+        "{:?}",
+        h.stats()
+    );
     assert_eq!(times(&fc.state), BTreeSet::from([1, 5, 6]));
     let st = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!((st.points_exported, st.points_dropped), (30, 30));
@@ -309,12 +423,25 @@ async fn pipeline_slow_collector_times_out_and_recovers() {
         let t0 = Instant::now();
         h.submit_metrics(batch(10, 1));
         let st = wait_stats(&h, |s| s.points_failed == 10).await;
-        assert_eq!((st.points_failed, st.points_exported, st.requests_failed), (10, 0, 1), "{proto:?} {st:?}");
+        assert_eq!(
+            (st.points_failed, st.points_exported, st.requests_failed),
+            (10, 0, 1),
+            "{proto:?} {st:?}"
+        );
         assert!(st.retries >= 1, "timeouts are retryable: {st:?}");
         assert!(fc.state.attempts.load(Ordering::SeqCst) >= 2);
         let err = st.last_error.clone().unwrap();
-        assert!(err.contains("timed out") || err.contains("Cancelled") || err.contains("DeadlineExceeded"), "{err}");
-        assert!(t0.elapsed() < Duration::from_secs(5), "no hang: {:?}", t0.elapsed());
+        assert!(
+            err.contains("timed out")
+                || err.contains("Cancelled")
+                || err.contains("DeadlineExceeded"),
+            "{err}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "no hang: {:?}",
+            t0.elapsed()
+        );
         fc.state.delay_ms.store(0, Ordering::SeqCst);
         h.submit_metrics(batch(5, 2));
         let st = wait_stats(&h, |s| s.points_exported == 5).await;
@@ -337,7 +464,10 @@ async fn pipeline_shutdown_with_dead_collector_meets_deadline() {
         let t0 = Instant::now();
         let st = p.shutdown(Duration::from_millis(500)).await;
         let took = t0.elapsed();
-        assert!(took < Duration::from_secs(2), "{proto:?}: shutdown took {took:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{proto:?}: shutdown took {took:?}"
+        );
         assert_eq!(st.points_in, 280);
         assert_eq!(st.points_failed + st.points_dropped, 280, "{st:?}");
         assert_eq!(st.logs_failed + st.logs_dropped, 3, "{st:?}");
@@ -360,7 +490,11 @@ async fn pipeline_shutdown_flushes_to_live_collector() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(fc.state.points(), 0);
         let st = p.shutdown(Duration::from_secs(3)).await;
-        assert_eq!((st.points_exported, st.logs_exported), (50, 2), "{proto:?} {st:?}");
+        assert_eq!(
+            (st.points_exported, st.logs_exported),
+            (50, 2),
+            "{proto:?} {st:?}"
+        );
         assert_eq!(fc.state.points(), 50);
         assert_eq!(fc.state.records(), 2);
     }
@@ -372,17 +506,39 @@ async fn pipeline_subscribe_gets_batches_with_export_off() {
     let mut rx = h.subscribe();
     let mut rx2 = h.clone().subscribe();
     h.submit_metrics(batch(12, 99));
-    let got = tokio::time::timeout(WAIT, rx.recv()).await.unwrap().unwrap();
+    let got = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((got.points.len(), got.points[0].time_ns), (12, 99));
-    assert_eq!(tokio::time::timeout(WAIT, rx2.recv()).await.unwrap().unwrap().points.len(), 12);
+    assert_eq!(
+        tokio::time::timeout(WAIT, rx2.recv())
+            .await
+            .unwrap()
+            .unwrap()
+            .points
+            .len(),
+        12
+    );
     let st = h.stats();
     assert!(!st.enabled);
-    assert_eq!((st.points_in, st.points_exported, st.buffered_points, st.queued_points), (12, 0, 0, 0));
+    assert_eq!(
+        (
+            st.points_in,
+            st.points_exported,
+            st.buffered_points,
+            st.queued_points
+        ),
+        (12, 0, 0, 0)
+    );
     // a lagging receiver loses items, never blocks the submitter
     for i in 0..(TAP_CAPACITY as u64 + 10) {
         h.submit_metrics(batch(1, i));
     }
-    assert!(matches!(rx.recv().await, Err(broadcast::error::RecvError::Lagged(_))));
+    assert!(matches!(
+        rx.recv().await,
+        Err(broadcast::error::RecvError::Lagged(_))
+    ));
     p.shutdown(Duration::from_millis(200)).await;
 }
 
@@ -398,9 +554,26 @@ async fn pipeline_reconfigure_switches_endpoint_and_protocol_live() {
     cb.headers.insert("x-tenant".into(), "t1".into());
     h.reconfigure(&cb).unwrap();
     h.submit_metrics(batch(20, 2));
-    assert!(b.state.wait_for(WAIT, |s| s.points() == 20).await, "{:?} a={} b={} seen_b={:?}", h.stats(), a.state.points(), b.state.points(), b.state.seen.lock());
-    assert_eq!(a.state.points(), 10, "nothing more went to the old collector");
-    assert_eq!(b.state.seen.lock()[0].headers.get("x-tenant").map(String::as_str), Some("t1"));
+    assert!(
+        b.state.wait_for(WAIT, |s| s.points() == 20).await,
+        "{:?} a={} b={} seen_b={:?}",
+        h.stats(),
+        a.state.points(),
+        b.state.points(),
+        b.state.seen.lock()
+    );
+    assert_eq!(
+        a.state.points(),
+        10,
+        "nothing more went to the old collector"
+    );
+    assert_eq!(
+        b.state.seen.lock()[0]
+            .headers
+            .get("x-tenant")
+            .map(String::as_str),
+        Some("t1")
+    );
     // switching export off: data is no longer sent, the tap still works
     h.reconfigure(&cfg(None, Protocol::Grpc)).unwrap();
     let mut rx = h.subscribe();
@@ -415,7 +588,11 @@ async fn pipeline_reconfigure_switches_endpoint_and_protocol_live() {
     // and back on
     h.reconfigure(&ca).unwrap();
     h.submit_metrics(batch(7, 4));
-    assert!(a.state.wait_for(WAIT, |s| s.points() == 17).await, "{:?}", h.stats());
+    assert!(
+        a.state.wait_for(WAIT, |s| s.points() == 17).await,
+        "{:?}",
+        h.stats()
+    );
     let st = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!(st.points_exported, 37);
     assert_eq!(b.state.points(), 20);
@@ -432,14 +609,21 @@ async fn pipeline_reconfigure_rescues_requests_stuck_on_a_dead_endpoint() {
     h.submit_metrics(batch(10, 1));
     wait_stats(&h, |s| s.retries >= 1).await;
     let t0 = Instant::now();
-    h.reconfigure(&cfg(Some(fc.url()), Protocol::HttpProtobuf)).unwrap();
+    h.reconfigure(&cfg(Some(fc.url()), Protocol::HttpProtobuf))
+        .unwrap();
     assert!(fc.state.wait_for(WAIT, |s| s.points() == 10).await);
-    assert!(t0.elapsed() < Duration::from_secs(3), "did not wait out the old backoff: {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(3),
+        "did not wait out the old backoff: {:?}",
+        t0.elapsed()
+    );
     p.shutdown(Duration::from_secs(1)).await;
 }
 
 #[test]
 fn pipeline_start_outside_a_runtime_is_an_error() {
-    let err = Pipeline::start(&cfg(None, Protocol::Grpc), resource()).err().unwrap();
+    let err = Pipeline::start(&cfg(None, Protocol::Grpc), resource())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("tokio runtime"), "{err}");
 }

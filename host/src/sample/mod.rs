@@ -34,7 +34,8 @@
 //!
 //! Values: gauges are instantaneous; counters are cumulative since boot (as
 //! f64), so consumers compute rates themselves. CPU utilization is the busy
-//! share since the previous tick (NaN on the first tick).
+//! share since the previous reading (`new` takes the first one, so only a
+//! tick within one USER_HZ jiffy, 10 ms, of `new` reads NaN).
 
 mod cpu;
 mod disk;
