@@ -366,3 +366,31 @@ fn toml_plugin(s: &str) -> sonde::config::PluginConfig {
     let c = Config::from_toml_str(&format!("[plugin.x]\n{s}\n")).unwrap();
     c.plugin("x")
 }
+
+#[test]
+fn wasi_capabilities_are_denied_unless_granted() {
+    let home = std::env::var("HOME").expect("HOME is set for the test process");
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::write(shared.path().join("visible.txt"), b"x").unwrap();
+    let grant = format!(
+        "grants = {{ env = [\"HOME\"], dirs = [{{ host = \"{}\", guest = \"/data\" }}] }}",
+        shared.path().display()
+    );
+    let e = env(|c| {
+        c.plugin.insert("granted".into(), toml_plugin(&format!("settings = {{ mode = \"echo\" }}\n{grant}")));
+    });
+    e.install("testing/testbed.wasm", "denied");
+    e.install("testing/testbed.wasm", "granted");
+    e.manager.scan(false);
+
+    // Nothing granted: the host's environment and file system are invisible.
+    let (code, body) = e.request("denied", "GET", "/wasi/env/HOME", b"");
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(e.request("denied", "GET", "/wasi/dir/", b"").0, 403);
+    assert_eq!(e.request("denied", "GET", "/wasi/dir/data", b"").0, 403);
+
+    // Granted: exactly what the config names.
+    assert_eq!(e.request("granted", "GET", "/wasi/env/HOME", b""), (200, home));
+    assert_eq!(e.request("granted", "GET", "/wasi/env/PATH", b"").0, 403, "only the named variables pass");
+    assert_eq!(e.request("granted", "GET", "/wasi/dir/data", b""), (200, "[\"visible.txt\"]".to_string()));
+}

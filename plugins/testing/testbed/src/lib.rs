@@ -274,6 +274,20 @@ impl Testbed {
                 Err(_) => HttpResponse::error(400, "decision body must be UTF-8"),
             },
             Route::Config => HttpResponse::json(200, self.settings.raw.clone()),
+            // Probes of the WASI sandbox: what the host granted, seen from inside.
+            Route::WasiEnv(name) => match std::env::var(name) {
+                Ok(v) => HttpResponse::text(200, &v),
+                Err(e) => HttpResponse::error(403, &format!("env {name}: {e}")),
+            },
+            Route::WasiDir(path) => match std::fs::read_dir(path) {
+                Ok(entries) => {
+                    let mut names: Vec<String> =
+                        entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+                    names.sort();
+                    HttpResponse::json(200, serde_json::json!(names).to_string())
+                }
+                Err(e) => HttpResponse::error(403, &format!("dir {path}: {e}")),
+            },
             Route::NotFound => HttpResponse::error(404, &format!("no route {} {}", req.method, req.path)),
         }
     }

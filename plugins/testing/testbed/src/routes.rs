@@ -21,6 +21,10 @@ pub enum Route<'a> {
     Decision,
     /// `GET /config`
     Config,
+    /// `GET /wasi/env/<NAME>`: reads an environment variable (denied unless granted)
+    WasiEnv(&'a str),
+    /// `GET /wasi/dir/<path>`: lists a directory, e.g. `/wasi/dir/data` lists `/data`
+    WasiDir(&'a str),
     NotFound,
 }
 
@@ -31,6 +35,8 @@ pub fn route<'a>(method: &str, path: &'a str) -> Route<'a> {
         "GET" if path == "/restarts" => Route::Restarts,
         "GET" if path == "/config" => Route::Config,
         "POST" if path == "/decision" => Route::Decision,
+        "GET" if named("/wasi/env/").is_some() => Route::WasiEnv(&path["/wasi/env/".len()..]),
+        "GET" if path.starts_with("/wasi/dir/") => Route::WasiDir(&path["/wasi/dir".len()..]),
         "GET" => match (named("/state/"), named("/read/")) {
             (Some(key), _) => Route::GetState(key),
             (_, Some(stream)) => Route::Read(stream),
@@ -88,6 +94,8 @@ mod tests {
             ("POST", "/append/log", Route::Append("log")),
             ("GET", "/read/log", Route::Read("log")),
             ("GET", "/now", Route::Now),
+            ("GET", "/wasi/env/HOME", Route::WasiEnv("HOME")),
+            ("GET", "/wasi/dir/data/x", Route::WasiDir("/data/x")),
             ("GET", "/restarts", Route::Restarts),
             ("POST", "/decision", Route::Decision),
             ("GET", "/config", Route::Config),
