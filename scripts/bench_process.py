@@ -109,8 +109,10 @@ def stop(p):
         p.kill()
 
 
-def one_round(seconds, endpoint, busy):
+def one_round(seconds, endpoint, busy, cache):
     data = tempfile.mkdtemp(prefix="sonde-bench-")
+    # Steady state: a restart with the plugins already compiled (the cold case is measured apart).
+    shutil.copytree(cache, os.path.join(data, "cache"))
     api = f"127.0.0.1:{free_port()}"
     hogs = []
     if busy:
@@ -144,15 +146,19 @@ def one_round(seconds, endpoint, busy):
         shutil.rmtree(data, ignore_errors=True)
 
 
-def cold_start(endpoint):
+def cold_start(endpoint, keep_cache=None):
+    """(ms to first sample without a compile cache, RSS 2 s later, ms with the cache)."""
     data = tempfile.mkdtemp(prefix="sonde-cold-")
     try:
-        out = []
-        for _ in range(2):  # first run compiles the plugins, the second loads the cache
-            p, ms = start_sonde(data, f"127.0.0.1:{free_port()}", endpoint)
-            out.append(ms)
-            stop(p)
-        return out
+        p, cold_ms = start_sonde(data, f"127.0.0.1:{free_port()}", endpoint)
+        time.sleep(2)
+        cold_rss = rss_mb(p.pid)
+        stop(p)
+        p, warm_ms = start_sonde(data, f"127.0.0.1:{free_port()}", endpoint)
+        stop(p)
+        if keep_cache:
+            shutil.copytree(os.path.join(data, "cache"), keep_cache)
+        return cold_ms, cold_rss, warm_ms
     finally:
         shutil.rmtree(data, ignore_errors=True)
 
@@ -177,9 +183,10 @@ def main():
     endpoint = f"http://127.0.0.1:{grpc}"
     try:
         time.sleep(1)
-        idle = [one_round(a.seconds, endpoint, busy=False) for _ in range(a.rounds)]
-        busy = [one_round(a.seconds, endpoint, busy=True) for _ in range(a.rounds)]
-        colds = [cold_start(endpoint) for _ in range(a.rounds)]
+        cache = os.path.join(tempfile.mkdtemp(prefix="sonde-cache-"), "cache")
+        colds = [cold_start(endpoint, keep_cache=cache if i == 0 else None) for i in range(a.rounds)]
+        idle = [one_round(a.seconds, endpoint, False, cache) for _ in range(a.rounds)]
+        busy = [one_round(a.seconds, endpoint, True, cache) for _ in range(a.rounds)]
     finally:
         col.kill()
     med = lambda rs, k: statistics.median(r[k] for r in rs)
@@ -192,7 +199,8 @@ def main():
     print(f"sample period error, idle:        p50 {med(idle, 'period_p50_us'):.0f} us, p99 {med(idle, 'period_p99_us'):.0f} us")
     print(f"sample period error, cores busy:  p50 {med(busy, 'period_p50_us'):.0f} us, p99 {med(busy, 'period_p99_us'):.0f} us")
     print(f"cold start to first sample:       first run {statistics.median(c[0] for c in colds):.0f} ms, "
-          f"with compile cache {statistics.median(c[1] for c in colds):.0f} ms")
+          f"with compile cache {statistics.median(c[2] for c in colds):.0f} ms")
+    print(f"RSS after a first run that compiled the plugins: {statistics.median(c[1] for c in colds):.1f} MB")
     print(f"points exported per round (median): {med(idle, 'points_exported'):.0f}")
 
 

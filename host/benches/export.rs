@@ -28,39 +28,38 @@ fn window() -> (Vec<(String, AttrValue)>, Vec<MetricBatch>) {
     });
     let series: Vec<Arc<MetricSeries>> = (0..SERIES)
         .map(|i| {
-            let (name, unit, kind, attrs): (&str, &str, MetricKind, Vec<(String, AttrValue)>) =
-                match i % 4 {
-                    0 => (
-                        "system.cpu.utilization",
-                        "1",
-                        MetricKind::Gauge,
-                        vec![("cpu.logical_number".into(), AttrValue::Int(i as i64))],
-                    ),
-                    1 => (
-                        "system.cpu.time",
-                        "s",
-                        MetricKind::Counter,
-                        vec![
-                            ("cpu.mode".into(), "user".into()),
-                            ("cpu.logical_number".into(), AttrValue::Int(i as i64)),
-                        ],
-                    ),
-                    2 => (
-                        "system.network.io",
-                        "By",
-                        MetricKind::Counter,
-                        vec![
-                            ("network.interface.name".into(), format!("eth{i}").into()),
-                            ("network.io.direction".into(), "receive".into()),
-                        ],
-                    ),
-                    _ => (
-                        "system.memory.usage",
-                        "By",
-                        MetricKind::UpDownCounter,
-                        vec![("system.memory.state".into(), "used".into())],
-                    ),
-                };
+            let (name, unit, kind, attrs): (&str, &str, MetricKind, Vec<(String, AttrValue)>) = match i % 4 {
+                0 => (
+                    "system.cpu.utilization",
+                    "1",
+                    MetricKind::Gauge,
+                    vec![("cpu.logical_number".into(), AttrValue::Int(i as i64))],
+                ),
+                1 => (
+                    "system.cpu.time",
+                    "s",
+                    MetricKind::Counter,
+                    vec![
+                        ("cpu.mode".into(), "user".into()),
+                        ("cpu.logical_number".into(), AttrValue::Int(i as i64)),
+                    ],
+                ),
+                2 => (
+                    "system.network.io",
+                    "By",
+                    MetricKind::Counter,
+                    vec![
+                        ("network.interface.name".into(), format!("eth{i}").into()),
+                        ("network.io.direction".into(), "receive".into()),
+                    ],
+                ),
+                _ => (
+                    "system.memory.usage",
+                    "By",
+                    MetricKind::UpDownCounter,
+                    vec![("system.memory.state".into(), "used".into())],
+                ),
+            };
             Arc::new(MetricSeries {
                 name: name.into(),
                 description: String::new(),
@@ -109,10 +108,7 @@ fn bench_encode(c: &mut Criterion) {
     let res = otlp::resource(&resource);
     let t = Instant::now();
     for _ in 0..n {
-        let parts: Vec<(&Scope, &[Point])> = batches
-            .iter()
-            .map(|b| (&*b.scope, b.points.as_slice()))
-            .collect();
+        let parts: Vec<(&Scope, &[Point])> = batches.iter().map(|b| (&*b.scope, b.points.as_slice())).collect();
         black_box(encode_metric_parts_to_bytes(&res, &parts));
     }
     let direct = t.elapsed().as_nanos() as f64 / (n as f64 * points as f64);
@@ -133,10 +129,7 @@ fn bench_encode(c: &mut Criterion) {
     let res = otlp::resource(&resource);
     g.bench_function("encode_metrics_10k_points_direct_to_bytes", |b| {
         b.iter(|| {
-            let parts: Vec<(&Scope, &[Point])> = batches
-                .iter()
-                .map(|b| (&*b.scope, b.points.as_slice()))
-                .collect();
+            let parts: Vec<(&Scope, &[Point])> = batches.iter().map(|b| (&*b.scope, b.points.as_slice())).collect();
             black_box(encode_metric_parts_to_bytes(&res, black_box(&parts)))
         })
     });

@@ -48,7 +48,11 @@ fn instance(mode: &str, tmp: &Path) -> (Store<PluginState>, Plugin) {
         settings: format!("{{\"mode\":\"{mode}\"}}"),
         restarts: 0,
     };
-    plugin.sonde_plugin_hooks().call_start(&mut store, &info).unwrap().unwrap();
+    plugin
+        .sonde_plugin_hooks()
+        .call_start(&mut store, &info)
+        .unwrap()
+        .unwrap();
     // Keep the engine's ticker alive for the store's life.
     std::mem::forget(engine);
     (store, plugin)
@@ -57,7 +61,9 @@ fn instance(mode: &str, tmp: &Path) -> (Store<PluginState>, Plugin) {
 fn batch(series: u32, ticks: usize) -> types::SampleBatch {
     types::SampleBatch {
         new_series: vec![],
-        timestamps: (0..ticks as u64).map(|t| 1_700_000_000_000_000_000 + t * 100_000_000).collect(),
+        timestamps: (0..ticks as u64)
+            .map(|t| 1_700_000_000_000_000_000 + t * 100_000_000)
+            .collect(),
         series: (0..series).collect(),
         values: (0..series as usize * ticks).map(|i| i as f64 * 0.5).collect(),
     }
@@ -67,7 +73,13 @@ fn bench(c: &mut Criterion) {
     let tmp = tempfile::tempdir().unwrap();
     let (mut store, plugin) = instance("noop", tmp.path());
     c.bench_function("noop_hook_call", |b| {
-        b.iter(|| plugin.sonde_plugin_hooks().call_on_timer(&mut store, 1).unwrap().unwrap())
+        b.iter(|| {
+            plugin
+                .sonde_plugin_hooks()
+                .call_on_timer(&mut store, 1)
+                .unwrap()
+                .unwrap()
+        })
     });
 
     let (mut store, plugin) = instance("sum", tmp.path());
@@ -78,7 +90,11 @@ fn bench(c: &mut Criterion) {
         g.throughput(Throughput::Elements(items));
         g.bench_with_input(BenchmarkId::from_parameter(items), &b, |bench, b| {
             bench.iter(|| {
-                plugin.sonde_plugin_hooks().call_on_samples(&mut store, b).unwrap().unwrap();
+                plugin
+                    .sonde_plugin_hooks()
+                    .call_on_samples(&mut store, b)
+                    .unwrap()
+                    .unwrap();
                 // Drop what the plugin emitted so the outbox does not grow.
                 store.data_mut().outbox.points.clear();
             })

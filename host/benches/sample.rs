@@ -68,7 +68,9 @@ fn sample(c: &mut Criterion) {
         ("disk", Part::Disk),
         ("gpu", Part::Gpu),
     ] {
-        c.bench_function(&format!("sample_part/{name}"), |b| b.iter(|| s.sample_part_into(part, black_box(&mut tick))));
+        c.bench_function(&format!("sample_part/{name}"), |b| {
+            b.iter(|| s.sample_part_into(part, black_box(&mut tick)))
+        });
     }
 
     // What the procfs readers replaced (see the headers of sample/net.rs, memory.rs, cpu.rs).

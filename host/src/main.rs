@@ -63,9 +63,21 @@ fn main() -> ExitCode {
         }
     };
     flag("api.listen", cli.listen, &mut overrides);
-    flag("plugins.dir", cli.plugins_dir.map(|p| p.display().to_string()), &mut overrides);
-    flag("host.data_dir", cli.data_dir.map(|p| p.display().to_string()), &mut overrides);
-    flag("sinks.dir", cli.sinks_dir.map(|p| p.display().to_string()), &mut overrides);
+    flag(
+        "plugins.dir",
+        cli.plugins_dir.map(|p| p.display().to_string()),
+        &mut overrides,
+    );
+    flag(
+        "host.data_dir",
+        cli.data_dir.map(|p| p.display().to_string()),
+        &mut overrides,
+    );
+    flag(
+        "sinks.dir",
+        cli.sinks_dir.map(|p| p.display().to_string()),
+        &mut overrides,
+    );
     flag("export.endpoint", cli.export_endpoint, &mut overrides);
     flag("export.protocol", cli.export_protocol, &mut overrides);
     if let Some(p) = cli.period_ms {
@@ -93,7 +105,12 @@ fn main() -> ExitCode {
         println!("# configuration is valid");
         return ExitCode::SUCCESS;
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("sonde-rt").build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name("sonde-rt")
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sonde: cannot start the runtime: {e}");

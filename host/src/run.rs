@@ -27,13 +27,20 @@ pub async fn run(cfg: Config) -> Result<()> {
     // Load what the directory holds before sampling starts, off the async threads.
     let p = plugins.clone();
     tokio::task::spawn_blocking(move || p.scan(false)).await?;
-    let watcher = if cfg.plugins.watch { Some(plugins.watch()?) } else { None };
+    let watcher = if cfg.plugins.watch {
+        Some(plugins.watch()?)
+    } else {
+        None
+    };
 
     let sampler = Sampler::new(&cfg.sampler);
     let series_count = sampler.series().len();
     let gpu = sampler.gpu_status().to_string();
     let fanout = plugins.clone();
-    let driver_cfg = driver::DriverConfig { period: plugins.sample_plan().period_ms.clone(), realtime: cfg.sampler.realtime };
+    let driver_cfg = driver::DriverConfig {
+        period: plugins.sample_plan().period_ms.clone(),
+        realtime: cfg.sampler.realtime,
+    };
     let sampler = driver::spawn_with(sampler, driver_cfg, move |tick, series| fanout.on_tick(tick, series));
     let sampler = Arc::new(Mutex::new(Some(sampler)));
 
@@ -47,7 +54,10 @@ pub async fn run(cfg: Config) -> Result<()> {
         plugins: plugins.clone(),
         pipeline: pipeline_handle.clone(),
         sampler: Arc::new(move || {
-            sampler_for_api.lock().as_ref().map(|s| (s.stats(), series_count, s.gpu_status(), s.scheduling()))
+            sampler_for_api
+                .lock()
+                .as_ref()
+                .map(|s| (s.stats(), series_count, s.gpu_status(), s.scheduling()))
         }),
         ready,
         started,
@@ -77,7 +87,10 @@ pub async fn run(cfg: Config) -> Result<()> {
     let t0 = Instant::now();
     std::thread::spawn(move || {
         std::thread::sleep(deadline + Duration::from_secs(2));
-        eprintln!("sonde: shutdown took longer than {} ms; exiting anyway", deadline.as_millis());
+        eprintln!(
+            "sonde: shutdown took longer than {} ms; exiting anyway",
+            deadline.as_millis()
+        );
         std::process::exit(1);
     });
     selfm.abort();
@@ -87,7 +100,11 @@ pub async fn run(cfg: Config) -> Result<()> {
     }
     let per_plugin = Duration::from_millis(cfg.plugins.call_timeout_ms as u64 + 200).min(deadline / 2);
     let p = plugins.clone();
-    let _ = tokio::time::timeout(deadline / 2, tokio::task::spawn_blocking(move || p.shutdown(per_plugin))).await;
+    let _ = tokio::time::timeout(
+        deadline / 2,
+        tokio::task::spawn_blocking(move || p.shutdown(per_plugin)),
+    )
+    .await;
     let stats = pipeline.shutdown(deadline.saturating_sub(t0.elapsed())).await;
     let _ = stop_api_tx.send(());
     let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
@@ -105,7 +122,8 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
@@ -135,11 +153,26 @@ fn print_banner(cfg: &Config, plugins: &PluginManager, series: usize, gpu: &str,
             _ => format!("{} ({})", s.name, s.state.as_str()),
         })
         .collect();
-    println!("sonde {} (plugin contract sonde:plugin@{})", env!("CARGO_PKG_VERSION"), crate::plugin::engine::CONTRACT_VERSION);
+    println!(
+        "sonde {} (plugin contract sonde:plugin@{})",
+        env!("CARGO_PKG_VERSION"),
+        crate::plugin::engine::CONTRACT_VERSION
+    );
     println!("  dashboard  http://{}/", cfg.api.listen);
     println!("  API        http://{}/api/status", cfg.api.listen);
-    println!("  sampling   every {} ms, {series} series; GPU: {gpu}", plugins.sample_plan().period_ms.load(Ordering::Relaxed));
-    println!("  plugins    {} ({})", plugins.dir().display(), if list.is_empty() { "none".into() } else { list.join(", ") });
+    println!(
+        "  sampling   every {} ms, {series} series; GPU: {gpu}",
+        plugins.sample_plan().period_ms.load(Ordering::Relaxed)
+    );
+    println!(
+        "  plugins    {} ({})",
+        plugins.dir().display(),
+        if list.is_empty() {
+            "none".into()
+        } else {
+            list.join(", ")
+        }
+    );
     println!("  export     {export}");
     println!("  sinks      {}", cfg.sinks.dir.display());
     println!("  data       {}", cfg.host.data_dir.display());
@@ -154,7 +187,10 @@ async fn self_metrics_loop(
     sampler: Arc<Mutex<Option<driver::SamplerHandle>>>,
     every: Duration,
 ) {
-    let scope = Arc::new(Scope { name: "sonde.host".into(), version: env!("CARGO_PKG_VERSION").into() });
+    let scope = Arc::new(Scope {
+        name: "sonde.host".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    });
     let start = now_ns();
     let mut series: std::collections::HashMap<(String, String), Arc<MetricSeries>> = Default::default();
     let mut get = |name: &str, unit: &str, kind: MetricKind, plugin: Option<&str>| {
@@ -167,7 +203,9 @@ async fn self_metrics_loop(
                     description: String::new(),
                     unit: unit.into(),
                     kind,
-                    attributes: plugin.map(|p| vec![("sonde.plugin.name".to_string(), p.into())]).unwrap_or_default(),
+                    attributes: plugin
+                        .map(|p| vec![("sonde.plugin.name".to_string(), p.into())])
+                        .unwrap_or_default(),
                     start_time_ns: start,
                 })
             })
@@ -190,16 +228,44 @@ async fn self_metrics_loop(
                 ("sonde.plugin.timeouts", "{timeout}", m.timeouts),
                 ("sonde.plugin.dropped", "{item}", m.dropped),
             ] {
-                points.push(Point { series: get(name, unit, MetricKind::Counter, n), time_ns: t, value: v as f64 });
+                points.push(Point {
+                    series: get(name, unit, MetricKind::Counter, n),
+                    time_ns: t,
+                    value: v as f64,
+                });
             }
-            points.push(Point { series: get("sonde.plugin.memory.usage", "By", MetricKind::UpDownCounter, n), time_ns: t, value: m.memory_bytes as f64 });
-            points.push(Point { series: get("sonde.plugin.call.duration.p99", "s", MetricKind::Gauge, n), time_ns: t, value: m.call_us_p99 / 1e6 });
-            points.push(Point { series: get("sonde.plugin.running", "1", MetricKind::Gauge, n), time_ns: t, value: (st.state == crate::plugin::RunState::Running) as u8 as f64 });
+            points.push(Point {
+                series: get("sonde.plugin.memory.usage", "By", MetricKind::UpDownCounter, n),
+                time_ns: t,
+                value: m.memory_bytes as f64,
+            });
+            points.push(Point {
+                series: get("sonde.plugin.call.duration.p99", "s", MetricKind::Gauge, n),
+                time_ns: t,
+                value: m.call_us_p99 / 1e6,
+            });
+            points.push(Point {
+                series: get("sonde.plugin.running", "1", MetricKind::Gauge, n),
+                time_ns: t,
+                value: (st.state == crate::plugin::RunState::Running) as u8 as f64,
+            });
         }
         if let Some(s) = sampler.lock().as_ref().map(|s| s.stats()) {
-            points.push(Point { series: get("sonde.sampler.ticks", "{tick}", MetricKind::Counter, None), time_ns: t, value: s.ticks as f64 });
-            points.push(Point { series: get("sonde.sampler.period_error.p99", "s", MetricKind::Gauge, None), time_ns: t, value: s.error_p99_us / 1e6 });
-            points.push(Point { series: get("sonde.sampler.sample_cost.p50", "s", MetricKind::Gauge, None), time_ns: t, value: s.sample_cost_p50_us / 1e6 });
+            points.push(Point {
+                series: get("sonde.sampler.ticks", "{tick}", MetricKind::Counter, None),
+                time_ns: t,
+                value: s.ticks as f64,
+            });
+            points.push(Point {
+                series: get("sonde.sampler.period_error.p99", "s", MetricKind::Gauge, None),
+                time_ns: t,
+                value: s.error_p99_us / 1e6,
+            });
+            points.push(Point {
+                series: get("sonde.sampler.sample_cost.p50", "s", MetricKind::Gauge, None),
+                time_ns: t,
+                value: s.sample_cost_p50_us / 1e6,
+            });
         }
         let e = pipeline.stats();
         for (name, v) in [
@@ -207,8 +273,15 @@ async fn self_metrics_loop(
             ("sonde.export.points.failed", e.points_failed),
             ("sonde.export.points.exported", e.points_exported),
         ] {
-            points.push(Point { series: get(name, "{point}", MetricKind::Counter, None), time_ns: t, value: v as f64 });
+            points.push(Point {
+                series: get(name, "{point}", MetricKind::Counter, None),
+                time_ns: t,
+                value: v as f64,
+            });
         }
-        pipeline.submit_metrics(MetricBatch { scope: scope.clone(), points });
+        pipeline.submit_metrics(MetricBatch {
+            scope: scope.clone(),
+            points,
+        });
     }
 }

@@ -47,11 +47,22 @@ fn env(tweak: impl FnOnce(&mut Config)) -> Env {
     std::fs::create_dir_all(&cfg.sinks.dir).unwrap();
     tweak(&mut cfg);
     cfg.validate().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let (pipeline, _task) = rt.block_on(async { Pipeline::start(&cfg.export, vec![]) }).unwrap();
     std::mem::forget(_task);
     let manager = PluginManager::new(&cfg, pipeline.clone()).unwrap();
-    Env { plugins_dir: cfg.plugins.dir.clone(), sinks_dir: cfg.sinks.dir.clone(), _tmp: tmp, manager, pipeline, rt }
+    Env {
+        plugins_dir: cfg.plugins.dir.clone(),
+        sinks_dir: cfg.sinks.dir.clone(),
+        _tmp: tmp,
+        manager,
+        pipeline,
+        rt,
+    }
 }
 
 impl Env {
@@ -67,12 +78,20 @@ impl Env {
     }
 
     fn status(&self, name: &str) -> PluginStatus {
-        self.manager.status(name).unwrap_or_else(|| panic!("no status for {name}: {:?}", self.manager.statuses()))
+        self.manager
+            .status(name)
+            .unwrap_or_else(|| panic!("no status for {name}: {:?}", self.manager.statuses()))
     }
 
     fn request(&self, name: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) {
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
-        let req = HttpRequest { method: method.into(), path: path.into(), query: query.into(), headers: vec![], body: body.to_vec() };
+        let req = HttpRequest {
+            method: method.into(),
+            path: path.into(),
+            query: query.into(),
+            headers: vec![],
+            body: body.to_vec(),
+        };
         let r = self.rt.block_on(self.manager.request(name, req));
         (r.status, String::from_utf8_lossy(&r.body).into_owned())
     }
@@ -81,7 +100,10 @@ impl Env {
     fn feed(&self, count: usize, every: Duration) {
         let series = fake_series();
         for i in 0..count {
-            let tick = Tick { time_ns: sonde::model::now_ns(), values: vec![0.25 + i as f64 * 0.001, 1e9, 12345.0] };
+            let tick = Tick {
+                time_ns: sonde::model::now_ns(),
+                values: vec![0.25 + i as f64 * 0.001, 1e9, 12345.0],
+            };
             self.manager.on_tick(&tick, &series);
             std::thread::sleep(every);
         }
@@ -89,7 +111,13 @@ impl Env {
 }
 
 fn fake_series() -> Vec<SeriesInfo> {
-    let s = |id, metric: &str, unit: &str, kind| SeriesInfo { id, metric: metric.into(), unit: unit.into(), kind, attributes: vec![] };
+    let s = |id, metric: &str, unit: &str, kind| SeriesInfo {
+        id,
+        metric: metric.into(),
+        unit: unit.into(),
+        kind,
+        attributes: vec![],
+    };
     vec![
         s(0, "system.cpu.utilization", "1", SeriesKind::Gauge),
         s(1, "system.memory.usage", "By", SeriesKind::Gauge),
@@ -111,7 +139,8 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 #[test]
 fn echo_plugin_reaches_every_host_function() {
     let e = env(|c| {
-        c.plugin.insert("echo".into(), toml_plugin(r#"settings = { timer_ms = 50 }"#));
+        c.plugin
+            .insert("echo".into(), toml_plugin(r#"settings = { timer_ms = 50 }"#));
     });
     e.install("testing/testbed.wasm", "echo");
     e.manager.scan(false);
@@ -133,9 +162,24 @@ fn echo_plugin_reaches_every_host_function() {
     assert_eq!(e.request("echo", "GET", "/nope", b"").0, 404);
 
     // Decisions from a route and from a timer.
-    assert_eq!(e.request("echo", "POST", "/decision?kind=plan&subject=job-1", b"{\"workers\":3}").0, 204);
-    assert!(wait_until(Duration::from_secs(3), || e.manager.decisions().list(Some("echo")).iter().any(|d| d.kind == "timer")));
-    let plan = e.manager.decisions().list(Some("echo")).into_iter().find(|d| d.kind == "plan").unwrap();
+    assert_eq!(
+        e.request("echo", "POST", "/decision?kind=plan&subject=job-1", b"{\"workers\":3}")
+            .0,
+        204
+    );
+    assert!(wait_until(Duration::from_secs(3), || e
+        .manager
+        .decisions()
+        .list(Some("echo"))
+        .iter()
+        .any(|d| d.kind == "timer")));
+    let plan = e
+        .manager
+        .decisions()
+        .list(Some("echo"))
+        .into_iter()
+        .find(|d| d.kind == "plan")
+        .unwrap();
     assert_eq!(plan.body["workers"], 3);
     assert_eq!(plan.subject, "job-1");
     let (code, count) = e.request("echo", "GET", "/state/timer_count", b"");
@@ -146,7 +190,11 @@ fn echo_plugin_reaches_every_host_function() {
     let mut live = e.pipeline.subscribe();
     // 100 ms period, delivered every 200 ms: 12 ticks 50 ms apart make 3 calls.
     e.feed(12, Duration::from_millis(50));
-    assert!(wait_until(Duration::from_secs(3), || e.status("echo").metrics.points_emitted >= 2), "{:?}", e.status("echo"));
+    assert!(
+        wait_until(Duration::from_secs(3), || e.status("echo").metrics.points_emitted >= 2),
+        "{:?}",
+        e.status("echo")
+    );
     let mut names = Vec::new();
     while let Ok(b) = live.try_recv() {
         names.extend(b.points.iter().map(|p| p.series.name.clone()));
@@ -164,16 +212,25 @@ fn sysmetrics_turns_samples_into_otel_metrics() {
     let e = env(|_| {});
     e.install("bundled/sysmetrics.wasm", "sysmetrics");
     e.manager.scan(false);
-    assert_eq!(e.status("sysmetrics").state, RunState::Running, "{:?}", e.status("sysmetrics"));
+    assert_eq!(
+        e.status("sysmetrics").state,
+        RunState::Running,
+        "{:?}",
+        e.status("sysmetrics")
+    );
     let mut live = e.pipeline.subscribe();
     // The real sampler, at the period the plugin asked for.
     let sampler = sonde::sample::Sampler::new(&Default::default());
     let m = e.manager.clone();
-    let h = sonde::sample::driver::spawn(sampler, e.manager.sample_plan().period_ms.clone(), move |t, s| m.on_tick(t, s));
+    let h = sonde::sample::driver::spawn(sampler, e.manager.sample_plan().period_ms.clone(), move |t, s| {
+        m.on_tick(t, s)
+    });
     let mut got: Vec<Arc<MetricBatch>> = Vec::new();
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(5) && got.iter().map(|b| b.points.len()).sum::<usize>() < 50 {
-        if let Ok(b) = e.rt.block_on(async { tokio::time::timeout(Duration::from_millis(500), live.recv()).await }) {
+        if let Ok(b) =
+            e.rt.block_on(async { tokio::time::timeout(Duration::from_millis(500), live.recv()).await })
+        {
             got.push(b.unwrap());
         }
     }
@@ -181,14 +238,34 @@ fn sysmetrics_turns_samples_into_otel_metrics() {
     let points: Vec<_> = got.iter().flat_map(|b| b.points.iter()).collect();
     let find = |name: &str| points.iter().filter(|p| p.series.name == name).collect::<Vec<_>>();
     let cpu = find("system.cpu.utilization");
-    assert!(!cpu.is_empty(), "no CPU points among {:?}", points.iter().map(|p| &p.series.name).collect::<std::collections::BTreeSet<_>>());
-    assert!(cpu.iter().all(|p| (0.0..=1.0).contains(&p.value) && p.series.kind == MetricKind::Gauge));
-    assert!(cpu.iter().any(|p| p.series.attributes.iter().any(|(k, _)| k == "cpu.logical_number")));
+    assert!(
+        !cpu.is_empty(),
+        "no CPU points among {:?}",
+        points
+            .iter()
+            .map(|p| &p.series.name)
+            .collect::<std::collections::BTreeSet<_>>()
+    );
+    assert!(
+        cpu.iter()
+            .all(|p| (0.0..=1.0).contains(&p.value) && p.series.kind == MetricKind::Gauge)
+    );
+    assert!(
+        cpu.iter()
+            .any(|p| p.series.attributes.iter().any(|(k, _)| k == "cpu.logical_number"))
+    );
     let mem = find("system.memory.usage");
-    assert!(mem.iter().any(|p| p.series.kind == MetricKind::UpDownCounter && p.value > 0.0 && p.series.unit == "By"));
+    assert!(
+        mem.iter()
+            .any(|p| p.series.kind == MetricKind::UpDownCounter && p.value > 0.0 && p.series.unit == "By")
+    );
     assert!(got.iter().all(|b| b.scope.name == "sonde.plugin.sysmetrics"));
     // Consecutive CPU points of one series are one sampling period apart.
-    let total: Vec<u64> = cpu.iter().filter(|p| p.series.attributes.is_empty()).map(|p| p.time_ns).collect();
+    let total: Vec<u64> = cpu
+        .iter()
+        .filter(|p| p.series.attributes.is_empty())
+        .map(|p| p.time_ns)
+        .collect();
     assert!(total.len() >= 5, "{total:?}");
     for w in total.windows(2) {
         let gap = (w[1] - w[0]) as f64 / 1e6;
@@ -210,11 +287,17 @@ fn spinning_plugin_is_interrupted_and_sampling_goes_on() {
     let ticks = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let (m, t) = (e.manager.clone(), ticks.clone());
     let period = Arc::new(AtomicU32::new(100));
-    let h = sonde::sample::driver::spawn(sonde::sample::Sampler::new(&Default::default()), period, move |tick, s| {
-        t.lock().push(Instant::now());
-        m.on_tick(tick, s);
+    let h = sonde::sample::driver::spawn(
+        sonde::sample::Sampler::new(&Default::default()),
+        period,
+        move |tick, s| {
+            t.lock().push(Instant::now());
+            m.on_tick(tick, s);
+        },
+    );
+    let quarantined = wait_until(Duration::from_secs(8), || {
+        e.status("spin").state == RunState::Quarantined
     });
-    let quarantined = wait_until(Duration::from_secs(8), || e.status("spin").state == RunState::Quarantined);
     let st = e.status("spin");
     h.stop();
     assert!(quarantined, "{st:?}");
@@ -222,7 +305,10 @@ fn spinning_plugin_is_interrupted_and_sampling_goes_on() {
     assert!(st.reason.as_deref().unwrap().contains("deadline"), "{:?}", st.reason);
     let ticks = ticks.lock();
     let max_gap = ticks.windows(2).map(|w| w[1] - w[0]).max().unwrap();
-    assert!(max_gap < Duration::from_millis(1000), "the sampler stalled for {max_gap:?} while the plugin spun");
+    assert!(
+        max_gap < Duration::from_millis(1000),
+        "the sampler stalled for {max_gap:?} while the plugin spun"
+    );
     assert!(ticks.len() >= 25, "only {} ticks", ticks.len());
 }
 
@@ -235,10 +321,19 @@ fn memory_bomb_hits_the_cap_with_a_clear_reason() {
     e.install("testing/testbed.wasm", "membomb");
     e.manager.scan(false);
     e.feed(3, Duration::from_millis(120));
-    assert!(wait_until(Duration::from_secs(5), || e.status("membomb").state == RunState::Quarantined));
+    assert!(wait_until(Duration::from_secs(5), || e.status("membomb").state
+        == RunState::Quarantined));
     let st = e.status("membomb");
-    assert!(st.last_trap.as_deref().unwrap_or("").contains("memory limit"), "{:?}", st.last_trap);
-    assert!(st.metrics.memory_peak_bytes <= 16 << 20, "{}", st.metrics.memory_peak_bytes);
+    assert!(
+        st.last_trap.as_deref().unwrap_or("").contains("memory limit"),
+        "{:?}",
+        st.last_trap
+    );
+    assert!(
+        st.metrics.memory_peak_bytes <= 16 << 20,
+        "{}",
+        st.metrics.memory_peak_bytes
+    );
 }
 
 #[test]
@@ -258,7 +353,10 @@ fn trapping_plugin_backs_off_restarts_then_is_quarantined() {
     assert_eq!(st.metrics.traps, 3);
     assert_eq!(st.restarts, 2, "re-instantiated after each trap but the last");
     let reason = st.reason.unwrap();
-    assert!(reason.contains("quarantined after 3 traps") && reason.contains("deliberate trap"), "{reason}");
+    assert!(
+        reason.contains("quarantined after 3 traps") && reason.contains("deliberate trap"),
+        "{reason}"
+    );
     // Requests get a clear answer instead of hanging.
     let (code, body) = e.request("trap", "GET", "/x", b"");
     assert_eq!(code, 503);
@@ -307,13 +405,22 @@ fn watched_directory_loads_replaces_and_unloads_within_two_seconds() {
 
     e.install("testing/testbed.wasm", "echo");
     let t0 = Instant::now();
-    assert!(wait_until(within, || e.manager.status("echo").is_some_and(|s| s.state == RunState::Running)), "not loaded");
+    assert!(
+        wait_until(within, || e
+            .manager
+            .status("echo")
+            .is_some_and(|s| s.state == RunState::Running)),
+        "not loaded"
+    );
     eprintln!("loaded after {:?}", t0.elapsed());
     let first_sha = e.status("echo").sha256;
 
     // A broken replacement is rejected; the running version stays and answers.
     e.write("echo", b"garbage");
-    assert!(wait_until(within, || e.status("echo").update_rejected.is_some()), "rejection not reported");
+    assert!(
+        wait_until(within, || e.status("echo").update_rejected.is_some()),
+        "rejection not reported"
+    );
     let st = e.status("echo");
     assert_eq!((st.state, st.sha256.clone()), (RunState::Running, first_sha.clone()));
     assert!(st.update_rejected.unwrap().contains("not a WebAssembly file"));
@@ -322,14 +429,24 @@ fn watched_directory_loads_replaces_and_unloads_within_two_seconds() {
     // A good replacement (different code) takes over.
     e.install("bundled/sysmetrics.wasm", "echo");
     assert!(
-        wait_until(within, || e.status("echo").sha256 != first_sha && e.status("echo").state == RunState::Running),
+        wait_until(within, || e.status("echo").sha256 != first_sha
+            && e.status("echo").state == RunState::Running),
         "{:?}",
         e.status("echo")
     );
-    assert!(e.status("echo").description.unwrap_or_default().to_lowercase().contains("metric"));
+    assert!(
+        e.status("echo")
+            .description
+            .unwrap_or_default()
+            .to_lowercase()
+            .contains("metric")
+    );
 
     std::fs::remove_file(e.plugins_dir.join("echo.wasm")).unwrap();
-    assert!(wait_until(within, || e.manager.status("echo").is_none()), "not unloaded");
+    assert!(
+        wait_until(within, || e.manager.status("echo").is_none()),
+        "not unloaded"
+    );
 }
 
 #[test]
@@ -339,7 +456,10 @@ fn compiled_code_is_cached_on_disk() {
     let plugins = tmp.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::write(plugins.join("noop.wasm"), component("testing/testbed.wasm")).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut cfg = Config::default();
     cfg.host.data_dir = data.clone();
     cfg.plugins.dir = plugins;
@@ -359,7 +479,10 @@ fn compiled_code_is_cached_on_disk() {
     assert_eq!(cached.len(), 1);
     let second = load();
     assert!(second.compiled_from_cache);
-    eprintln!("load: compile {:.1} ms, from cache {:.1} ms", first.load_ms, second.load_ms);
+    eprintln!(
+        "load: compile {:.1} ms, from cache {:.1} ms",
+        first.load_ms, second.load_ms
+    );
 }
 
 fn toml_plugin(s: &str) -> sonde::config::PluginConfig {
@@ -377,7 +500,10 @@ fn wasi_capabilities_are_denied_unless_granted() {
         shared.path().display()
     );
     let e = env(|c| {
-        c.plugin.insert("granted".into(), toml_plugin(&format!("settings = {{ mode = \"echo\" }}\n{grant}")));
+        c.plugin.insert(
+            "granted".into(),
+            toml_plugin(&format!("settings = {{ mode = \"echo\" }}\n{grant}")),
+        );
     });
     e.install("testing/testbed.wasm", "denied");
     e.install("testing/testbed.wasm", "granted");
@@ -391,6 +517,13 @@ fn wasi_capabilities_are_denied_unless_granted() {
 
     // Granted: exactly what the config names.
     assert_eq!(e.request("granted", "GET", "/wasi/env/HOME", b""), (200, home));
-    assert_eq!(e.request("granted", "GET", "/wasi/env/PATH", b"").0, 403, "only the named variables pass");
-    assert_eq!(e.request("granted", "GET", "/wasi/dir/data", b""), (200, "[\"visible.txt\"]".to_string()));
+    assert_eq!(
+        e.request("granted", "GET", "/wasi/env/PATH", b"").0,
+        403,
+        "only the named variables pass"
+    );
+    assert_eq!(
+        e.request("granted", "GET", "/wasi/dir/data", b""),
+        (200, "[\"visible.txt\"]".to_string())
+    );
 }

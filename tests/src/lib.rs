@@ -16,8 +16,14 @@ pub fn repo() -> PathBuf {
 }
 
 pub fn sonde_bin() -> PathBuf {
-    let p = std::env::var_os("SONDE_BIN").map(PathBuf::from).unwrap_or_else(|| repo().join("target/debug/sonde"));
-    assert!(p.exists(), "{} is missing: build it first (`cargo build -p sonde`)", p.display());
+    let p = std::env::var_os("SONDE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/debug/sonde"));
+    assert!(
+        p.exists(),
+        "{} is missing: build it first (`cargo build -p sonde`)",
+        p.display()
+    );
     p
 }
 
@@ -29,7 +35,11 @@ pub fn plugin_file(rel: &str) -> PathBuf {
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A child process killed when dropped.
@@ -62,7 +72,10 @@ impl Drop for Proc {
 
 fn unsafe_kill(pid: u32, sig: i32) {
     // `kill` from coreutils keeps this crate free of libc bindings.
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
 }
 
 /// The rotel-agent executable shipped in the `rotel` wheel.
@@ -71,11 +84,18 @@ pub fn rotel_bin() -> PathBuf {
         return PathBuf::from(p);
     }
     let out = Command::new("python3")
-        .args(["-c", "import rotel, os; print(os.path.join(os.path.dirname(rotel.__file__), 'rotel-agent'))"])
+        .args([
+            "-c",
+            "import rotel, os; print(os.path.join(os.path.dirname(rotel.__file__), 'rotel-agent'))",
+        ])
         .output()
         .expect("running python3");
     let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(p.exists(), "rotel-agent not found ({}); `pip install rotel` (the test command does it)", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        p.exists(),
+        "rotel-agent not found ({}); `pip install rotel` (the test command does it)",
+        String::from_utf8_lossy(&out.stderr)
+    );
     p
 }
 
@@ -96,13 +116,29 @@ impl Rotel {
             .args(["start", "--exporter", "blackhole"])
             .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{grpc}")])
             .args(["--otlp-http-endpoint", &format!("127.0.0.1:{http}")])
-            .args(["--debug-log", "metrics", "--debug-log", "logs", "--debug-log-verbosity", "detailed"])
+            .args([
+                "--debug-log",
+                "metrics",
+                "--debug-log",
+                "logs",
+                "--debug-log-verbosity",
+                "detailed",
+            ])
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
             .expect("starting rotel-agent");
-        let r = Rotel { proc: Proc { child, name: "rotel" }, grpc, http, log };
-        assert!(wait_for(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", grpc)).is_ok()), "rotel did not listen");
+        let r = Rotel {
+            proc: Proc { child, name: "rotel" },
+            grpc,
+            http,
+            log,
+        };
+        assert!(
+            wait_for(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", grpc))
+                .is_ok()),
+            "rotel did not listen"
+        );
         r
     }
 
@@ -153,7 +189,12 @@ impl Sonde {
             .stderr(f)
             .spawn()
             .expect("starting sonde");
-        let s = Sonde { proc: Proc { child, name: "sonde" }, api, out, dir: dir.to_path_buf() };
+        let s = Sonde {
+            proc: Proc { child, name: "sonde" },
+            api,
+            out,
+            dir: dir.to_path_buf(),
+        };
         let up = wait_for(Duration::from_secs(60), || s.get("/api/ready").0 == 200);
         assert!(up, "sonde did not become ready:\n{}", s.output());
         s
@@ -181,7 +222,9 @@ pub fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, String) 
 
 /// The same, with extra request headers.
 pub fn http_with(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
-    let Ok(mut s) = TcpStream::connect(addr) else { return (0, String::new()) };
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return (0, String::new());
+    };
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     let head = format!(
@@ -195,7 +238,10 @@ pub fn http_with(addr: &str, method: &str, path: &str, headers: &[(&str, &str)],
     let _ = s.read_to_end(&mut resp);
     let text = String::from_utf8_lossy(&resp).into_owned();
     let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, dechunk(&body))
 }
 
@@ -204,8 +250,12 @@ fn dechunk(body: &str) -> String {
     let mut out = String::new();
     let mut rest = body;
     loop {
-        let Some((size, after)) = rest.split_once("\r\n") else { return body.to_string() };
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { return body.to_string() };
+        let Some((size, after)) = rest.split_once("\r\n") else {
+            return body.to_string();
+        };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            return body.to_string();
+        };
         if n == 0 {
             return out;
         }
@@ -251,7 +301,10 @@ pub fn parse_rotel_metrics(log: &str) -> Vec<SeenMetric> {
         if let Some(s) = t.strip_prefix("InstrumentationScope ") {
             scope = s.trim().to_string();
         } else if t.starts_with("Metric #") {
-            out.push(SeenMetric { scope: scope.clone(), ..Default::default() });
+            out.push(SeenMetric {
+                scope: scope.clone(),
+                ..Default::default()
+            });
             in_point = false;
         } else if t.starts_with("ResourceMetrics #") || t.starts_with("ResourceLog") {
             in_point = false;

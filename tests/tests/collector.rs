@@ -17,7 +17,10 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
     let endpoint = format!("http://127.0.0.1:{}", rotel.grpc);
     let mut sonde = Sonde::start(
         tmp.path(),
-        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics"), (plugin_file("testing/testbed.wasm"), "echo")],
+        &[
+            (plugin_file("bundled/sysmetrics.wasm"), "sysmetrics"),
+            (plugin_file("testing/testbed.wasm"), "echo"),
+        ],
         &[
             "--export-endpoint",
             &endpoint,
@@ -30,7 +33,10 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
         ],
     );
     let out = sonde.output();
-    assert!(out.contains(&format!("export     OTLP gRPC to {endpoint}")), "the banner says what it exports:\n{out}");
+    assert!(
+        out.contains(&format!("export     OTLP gRPC to {endpoint}")),
+        "the banner says what it exports:\n{out}"
+    );
     assert!(out.contains(&format!("dashboard  http://{}/", sonde.api)), "{out}");
 
     let arrived = wait_for(Duration::from_secs(20), || {
@@ -39,36 +45,87 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
     });
     // A graceful stop flushes what is buffered and exits 0 well within its deadline.
     let status = sonde.proc.terminate(Duration::from_secs(8));
-    assert_eq!(status.map(|s| s.success()), Some(true), "sonde did not exit cleanly:\n{}", sonde.output());
+    assert_eq!(
+        status.map(|s| s.success()),
+        Some(true),
+        "sonde did not exit cleanly:\n{}",
+        sonde.output()
+    );
     assert!(arrived, "nothing arrived at rotel:\n{}", sonde.output());
 
     let log = rotel.received();
     let ms = parse_rotel_metrics(&log);
     // Resource attributes.
-    for attr in ["service.name: Str(sonde)", "host.name: Str(", "service.instance.id: Str(", "process.pid: Int("] {
+    for attr in [
+        "service.name: Str(sonde)",
+        "host.name: Str(",
+        "service.instance.id: Str(",
+        "process.pid: Int(",
+    ] {
         assert!(log.contains(attr), "resource attribute {attr} missing");
     }
     // CPU: a gauge of ratios, total and per logical CPU.
     let cpu = find(&ms, "system.cpu.utilization");
-    assert!(cpu.iter().all(|m| m.unit == "1" && m.data_type == "Gauge" && m.scope.starts_with("sonde.plugin.sysmetrics")));
+    assert!(
+        cpu.iter()
+            .all(|m| m.unit == "1" && m.data_type == "Gauge" && m.scope.starts_with("sonde.plugin.sysmetrics"))
+    );
     let values: Vec<f64> = cpu.iter().flat_map(|m| m.points.iter().map(|p| p.1)).collect();
-    assert!(values.len() >= 10 && values.iter().all(|v| (0.0..=1.0).contains(v)), "{values:?}");
-    assert!(cpu.iter().flat_map(|m| &m.points).any(|(a, _)| a.iter().any(|a| a == "cpu.logical_number=Int(0)")));
+    assert!(
+        values.len() >= 10 && values.iter().all(|v| (0.0..=1.0).contains(v)),
+        "{values:?}"
+    );
+    assert!(
+        cpu.iter()
+            .flat_map(|m| &m.points)
+            .any(|(a, _)| a.iter().any(|a| a == "cpu.logical_number=Int(0)"))
+    );
     // Memory: cumulative non-monotonic sums in bytes, by state; used + free never exceed the limit.
     let mem = find(&ms, "system.memory.usage");
-    assert!(mem.iter().all(|m| m.unit == "By" && m.data_type == "Sum" && m.monotonic == Some(false)));
-    let used: Vec<f64> = mem.iter().flat_map(|m| &m.points).filter(|(a, _)| a.contains(&"system.memory.state=Str(used)".to_string())).map(|p| p.1).collect();
-    let limit: Vec<f64> = find(&ms, "system.memory.limit").iter().flat_map(|m| &m.points).map(|p| p.1).collect();
+    assert!(
+        mem.iter()
+            .all(|m| m.unit == "By" && m.data_type == "Sum" && m.monotonic == Some(false))
+    );
+    let used: Vec<f64> = mem
+        .iter()
+        .flat_map(|m| &m.points)
+        .filter(|(a, _)| a.contains(&"system.memory.state=Str(used)".to_string()))
+        .map(|p| p.1)
+        .collect();
+    let limit: Vec<f64> = find(&ms, "system.memory.limit")
+        .iter()
+        .flat_map(|m| &m.points)
+        .map(|p| p.1)
+        .collect();
     assert!(!used.is_empty() && !limit.is_empty());
-    assert!(used.iter().all(|u| *u > 0.0 && *u < limit[0]), "used {used:?} limit {limit:?}");
+    assert!(
+        used.iter().all(|u| *u > 0.0 && *u < limit[0]),
+        "used {used:?} limit {limit:?}"
+    );
     // Counters are monotonic sums; loopback is not reported by default.
-    for m in find(&ms, "system.network.io").iter().chain(find(&ms, "system.disk.io").iter()) {
-        assert_eq!((m.data_type.as_str(), m.monotonic, m.unit.as_str()), ("Sum", Some(true), "By"), "{m:?}");
-        assert!(!m.points.iter().any(|(a, _)| a.iter().any(|a| a == "network.interface.name=Str(lo)")));
+    for m in find(&ms, "system.network.io")
+        .iter()
+        .chain(find(&ms, "system.disk.io").iter())
+    {
+        assert_eq!(
+            (m.data_type.as_str(), m.monotonic, m.unit.as_str()),
+            ("Sum", Some(true), "By"),
+            "{m:?}"
+        );
+        assert!(
+            !m.points
+                .iter()
+                .any(|(a, _)| a.iter().any(|a| a == "network.interface.name=Str(lo)"))
+        );
     }
     // The host's self-metrics, per plugin.
     let calls = find(&ms, "sonde.plugin.calls");
-    assert!(calls.iter().flat_map(|m| &m.points).any(|(a, v)| a.contains(&"sonde.plugin.name=Str(sysmetrics)".to_string()) && *v > 0.0));
+    assert!(
+        calls
+            .iter()
+            .flat_map(|m| &m.points)
+            .any(|(a, v)| a.contains(&"sonde.plugin.name=Str(sysmetrics)".to_string()) && *v > 0.0)
+    );
     // Decisions travel as OTLP log records.
     assert!(log.contains("sonde.decision"), "no decision log records arrived");
 }
@@ -81,9 +138,18 @@ fn http_protobuf_export_works_too() {
     let mut sonde = Sonde::start(
         tmp.path(),
         &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
-        &["--export-endpoint", &endpoint, "--export-protocol", "http/protobuf", "--set", "export.interval_ms=300"],
+        &[
+            "--export-endpoint",
+            &endpoint,
+            "--export-protocol",
+            "http/protobuf",
+            "--set",
+            "export.interval_ms=300",
+        ],
     );
-    let ok = wait_for(Duration::from_secs(20), || !find(&parse_rotel_metrics(&rotel.received()), "system.memory.utilization").is_empty());
+    let ok = wait_for(Duration::from_secs(20), || {
+        !find(&parse_rotel_metrics(&rotel.received()), "system.memory.utilization").is_empty()
+    });
     sonde.proc.terminate(Duration::from_secs(8));
     assert!(ok, "nothing arrived over HTTP:\n{}", sonde.output());
 }
@@ -128,14 +194,27 @@ fn a_dead_collector_costs_nothing_but_counted_failures() {
 #[test]
 fn bad_config_is_refused_with_the_key_and_the_reason() {
     let out = std::process::Command::new(sonde_bin())
-        .args(["--set", "sampler.period_ms=5", "--set", "export.endpoint=ftp://x", "--check-config"])
+        .args([
+            "--set",
+            "sampler.period_ms=5",
+            "--set",
+            "export.endpoint=ftp://x",
+            "--check-config",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("sampler.period_ms: 5 is out of range 10..=60000"), "{err}");
     assert!(err.contains("export.endpoint:"), "{err}");
-    let out = std::process::Command::new(sonde_bin()).args(["--set", "sampler.perod_ms=50", "--check-config"]).output().unwrap();
+    let out = std::process::Command::new(sonde_bin())
+        .args(["--set", "sampler.perod_ms=50", "--check-config"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("perod_ms"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("perod_ms"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

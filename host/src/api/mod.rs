@@ -91,7 +91,11 @@ async fn ready(State(st): State<AppState>) -> Response {
     if st.ready.load(Ordering::Relaxed) {
         Json(json!({"ready": true})).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"ready": false, "reason": "still loading plugins"}))).into_response()
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ready": false, "reason": "still loading plugins"})),
+        )
+            .into_response()
     }
 }
 
@@ -151,7 +155,11 @@ async fn plugins(State(st): State<AppState>) -> Json<serde_json::Value> {
 async fn plugin(State(st): State<AppState>, Path(name): Path<String>) -> Response {
     match st.plugins.status(&name) {
         Some(s) => Json(s).into_response(),
-        None => (StatusCode::NOT_FOUND, Json(json!({"error": format!("no plugin named {name:?}")}))).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": format!("no plugin named {name:?}")})),
+        )
+            .into_response(),
     }
 }
 
@@ -190,5 +198,7 @@ async fn plugin_route(
             builder = builder.header(k, v);
         }
     }
-    builder.body(Body::from(resp.body)).unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+    builder
+        .body(Body::from(resp.body))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }

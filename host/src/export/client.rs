@@ -101,25 +101,15 @@ impl Client {
             .ok_or_else(|| anyhow::anyhow!("export.endpoint is not set"))?;
         let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
         Ok(match cfg.protocol {
-            Protocol::Grpc => {
-                Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout)?))
-            }
+            Protocol::Grpc => Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout)?)),
             Protocol::HttpProtobuf => {
                 let base = endpoint.trim_end_matches('/');
                 let metrics = cfg
                     .metrics_endpoint
                     .clone()
                     .unwrap_or_else(|| format!("{base}/v1/metrics"));
-                let logs = cfg
-                    .logs_endpoint
-                    .clone()
-                    .unwrap_or_else(|| format!("{base}/v1/logs"));
-                Client::Http(Box::new(HttpClient::new(
-                    &metrics,
-                    &logs,
-                    &cfg.headers,
-                    timeout,
-                )?))
+                let logs = cfg.logs_endpoint.clone().unwrap_or_else(|| format!("{base}/v1/logs"));
+                Client::Http(Box::new(HttpClient::new(&metrics, &logs, &cfg.headers, timeout)?))
             }
         })
     }
@@ -166,12 +156,10 @@ impl GrpcClient {
             .connect_lazy();
         let mut metadata = MetadataMap::new();
         for (k, v) in headers {
-            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|e| {
-                anyhow::anyhow!("export.headers: {k:?} is not a valid gRPC metadata key: {e}")
-            })?;
-            let val = MetadataValue::try_from(v.as_str()).map_err(|e| {
-                anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}")
-            })?;
+            let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                .map_err(|e| anyhow::anyhow!("export.headers: {k:?} is not a valid gRPC metadata key: {e}"))?;
+            let val = MetadataValue::try_from(v.as_str())
+                .map_err(|e| anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}"))?;
             metadata.insert(key, val);
         }
         Ok(Self {
@@ -197,11 +185,7 @@ impl GrpcClient {
                         "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
                     );
                     let resp = grpc
-                        .unary(
-                            req,
-                            path,
-                            RawCodec::<ExportMetricsServiceResponse>::default(),
-                        )
+                        .unary(req, path, RawCodec::<ExportMetricsServiceResponse>::default())
                         .await
                         .map_err(classify_status)?;
                     Ok(match resp.into_inner().partial_success {
@@ -306,8 +290,7 @@ impl<R: Message + Default> Decoder for ProstDecoder<R> {
     type Error = Status;
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<R>, Status> {
         let n = src.remaining();
-        let r = R::decode(src.copy_to_bytes(n))
-            .map_err(|e| Status::internal(format!("bad response: {e}")))?;
+        let r = R::decode(src.copy_to_bytes(n)).map_err(|e| Status::internal(format!("bad response: {e}")))?;
         Ok(Some(r))
     }
 }
@@ -342,12 +325,10 @@ impl HttpClient {
         let logs_url = parse(logs_url, "export.logs_endpoint")?;
         let mut map = http::HeaderMap::new();
         for (k, v) in headers {
-            let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
-                anyhow::anyhow!("export.headers: {k:?} is not a valid header name: {e}")
-            })?;
-            let val = http::HeaderValue::from_str(v).map_err(|e| {
-                anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}")
-            })?;
+            let name = http::HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| anyhow::anyhow!("export.headers: {k:?} is not a valid header name: {e}"))?;
+            let val = http::HeaderValue::from_str(v)
+                .map_err(|e| anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}"))?;
             map.insert(name, val);
         }
         let mut connector = HttpConnector::new();
@@ -376,10 +357,7 @@ impl HttpClient {
             .method(http::Method::POST)
             .uri(uri.clone())
             .header(http::header::CONTENT_TYPE, "application/x-protobuf")
-            .header(
-                http::header::USER_AGENT,
-                concat!("sonde/", env!("CARGO_PKG_VERSION")),
-            )
+            .header(http::header::USER_AGENT, concat!("sonde/", env!("CARGO_PKG_VERSION")))
             .body(Full::new(body))
             .map_err(|e| SendError::fatal(format!("building request for {uri}: {e}")))?;
         req.headers_mut().extend(self.headers.clone());

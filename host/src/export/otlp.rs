@@ -18,21 +18,17 @@ use std::hash::{BuildHasherDefault, Hasher};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
-use opentelemetry_proto::tonic::logs::v1::{
-    LogRecord as OtlpLogRecord, ResourceLogs, ScopeLogs, SeverityNumber,
-};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord as OtlpLogRecord, ResourceLogs, ScopeLogs, SeverityNumber};
 use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
-    metric, number_data_point,
+    AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric,
+    number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
 
-use crate::model::{
-    AttrValue, LogBatch, LogRecord, MetricBatch, MetricKind, MetricSeries, Point, Scope, Severity,
-};
+use crate::model::{AttrValue, LogBatch, LogRecord, MetricBatch, MetricKind, MetricSeries, Point, Scope, Severity};
 
 /// An attribute value as an OTLP `AnyValue`.
 pub fn any_value(v: &AttrValue) -> AnyValue {
@@ -78,10 +74,7 @@ fn scope_proto(s: &Scope) -> InstrumentationScope {
 
 /// Finds or adds `scope` in a short list (pointer equality first, then by value).
 fn scope_slot<'a>(scopes: &mut Vec<&'a Scope>, scope: &'a Scope) -> usize {
-    if let Some(i) = scopes
-        .iter()
-        .position(|s| std::ptr::eq(*s, scope) || *s == scope)
-    {
+    if let Some(i) = scopes.iter().position(|s| std::ptr::eq(*s, scope) || *s == scope) {
         return i;
     }
     scopes.push(scope);
@@ -89,14 +82,8 @@ fn scope_slot<'a>(scopes: &mut Vec<&'a Scope>, scope: &'a Scope) -> usize {
 }
 
 /// Encodes metric batches into one request (see the module doc for the layout).
-pub fn encode_metrics(
-    resource: &[(String, AttrValue)],
-    batches: &[MetricBatch],
-) -> ExportMetricsServiceRequest {
-    let parts: Vec<(&Scope, &[Point])> = batches
-        .iter()
-        .map(|b| (&*b.scope, b.points.as_slice()))
-        .collect();
+pub fn encode_metrics(resource: &[(String, AttrValue)], batches: &[MetricBatch]) -> ExportMetricsServiceRequest {
+    let parts: Vec<(&Scope, &[Point])> = batches.iter().map(|b| (&*b.scope, b.points.as_slice())).collect();
     encode_metric_parts(self::resource(resource), &parts)
 }
 
@@ -108,10 +95,7 @@ struct MetricAcc<'a> {
 
 /// Encodes (scope, points) slices into one request; the pipeline uses this to
 /// split batches across requests without copying points.
-pub fn encode_metric_parts(
-    resource: Resource,
-    parts: &[(&Scope, &[Point])],
-) -> ExportMetricsServiceRequest {
+pub fn encode_metric_parts(resource: Resource, parts: &[(&Scope, &[Point])]) -> ExportMetricsServiceRequest {
     let mut scopes: Vec<&Scope> = Vec::new();
     let mut metrics: Vec<MetricAcc<'_>> = Vec::new();
     // (scope, name, unit, kind) -> index into `metrics`
@@ -162,9 +146,7 @@ pub fn encode_metric_parts(
         .collect();
     for m in metrics {
         let data = match m.series.kind {
-            MetricKind::Gauge => metric::Data::Gauge(Gauge {
-                data_points: m.points,
-            }),
+            MetricKind::Gauge => metric::Data::Gauge(Gauge { data_points: m.points }),
             kind => metric::Data::Sum(Sum {
                 data_points: m.points,
                 aggregation_temporality: AggregationTemporality::Cumulative as i32,
@@ -234,11 +216,7 @@ fn len_field(tag_len: usize, body: usize) -> usize {
 }
 
 fn str_field_len(s: &str) -> usize {
-    if s.is_empty() {
-        0
-    } else {
-        len_field(1, s.len())
-    }
+    if s.is_empty() { 0 } else { len_field(1, s.len()) }
 }
 
 fn put_str(tag: u32, s: &str, buf: &mut Vec<u8>) {
@@ -268,8 +246,7 @@ pub fn encode_metric_parts_to_bytes(resource: &Resource, parts: &[(&Scope, &[Poi
     let mut metrics: Vec<MetricBytes<'_>> = Vec::new();
     let mut slots: Vec<SeriesSlot> = Vec::new();
     let mut by_key: HashMap<(usize, &str, &str, MetricKind), usize> = HashMap::new();
-    let mut by_series: HashMap<(usize, usize), usize, BuildHasherDefault<FxHasher>> =
-        HashMap::default();
+    let mut by_series: HashMap<(usize, usize), usize, BuildHasherDefault<FxHasher>> = HashMap::default();
     let mut last: Option<((usize, usize), usize)> = None;
 
     for (scope, points) in parts {
@@ -299,11 +276,7 @@ pub fn encode_metric_parts_to_bytes(resource: &Resource, parts: &[(&Scope, &[Poi
                             MetricKind::Gauge => 0,
                             MetricKind::Counter | MetricKind::UpDownCounter => series.start_time_ns,
                         };
-                        slots.push(SeriesSlot {
-                            metric,
-                            attrs,
-                            start,
-                        });
+                        slots.push(SeriesSlot { metric, attrs, start });
                         slots.len() - 1
                     });
                     last = Some((key, slot));
@@ -330,15 +303,11 @@ pub fn encode_metric_parts_to_bytes(resource: &Resource, parts: &[(&Scope, &[Poi
             + len_field(1, data_len(m))
     };
     let scope_msgs: Vec<InstrumentationScope> = scopes.iter().map(|s| scope_proto(s)).collect();
-    let mut scope_lens: Vec<usize> = scope_msgs
-        .iter()
-        .map(|s| len_field(1, s.encoded_len()))
-        .collect();
+    let mut scope_lens: Vec<usize> = scope_msgs.iter().map(|s| len_field(1, s.encoded_len())).collect();
     for m in &metrics {
         scope_lens[m.scope] += len_field(1, metric_len(m));
     }
-    let rm_len = len_field(1, resource.encoded_len())
-        + scope_lens.iter().map(|&l| len_field(1, l)).sum::<usize>();
+    let rm_len = len_field(1, resource.encoded_len()) + scope_lens.iter().map(|&l| len_field(1, l)).sum::<usize>();
     let total = len_field(1, rm_len);
 
     // Write, top down.
@@ -353,11 +322,7 @@ pub fn encode_metric_parts_to_bytes(resource: &Resource, parts: &[(&Scope, &[Poi
             put_str(1, &m.series.name, &mut buf);
             put_str(2, &m.series.description, &mut buf);
             put_str(3, &m.series.unit, &mut buf);
-            let tag = if m.series.kind == MetricKind::Gauge {
-                5
-            } else {
-                7
-            }; // Metric.gauge / Metric.sum
+            let tag = if m.series.kind == MetricKind::Gauge { 5 } else { 7 }; // Metric.gauge / Metric.sum
             put_len(tag, data_len(m), &mut buf);
             for &(slot, p) in &m.points {
                 let sl = &slots[slot];
@@ -409,22 +374,13 @@ pub fn severity_text(s: Severity) -> &'static str {
 }
 
 /// Encodes log batches into one request.
-pub fn encode_logs(
-    resource: &[(String, AttrValue)],
-    batches: &[LogBatch],
-) -> ExportLogsServiceRequest {
-    let parts: Vec<(&Scope, &[LogRecord])> = batches
-        .iter()
-        .map(|b| (&*b.scope, b.records.as_slice()))
-        .collect();
+pub fn encode_logs(resource: &[(String, AttrValue)], batches: &[LogBatch]) -> ExportLogsServiceRequest {
+    let parts: Vec<(&Scope, &[LogRecord])> = batches.iter().map(|b| (&*b.scope, b.records.as_slice())).collect();
     encode_log_parts(self::resource(resource), &parts)
 }
 
 /// Encodes (scope, records) slices into one request.
-pub fn encode_log_parts(
-    resource: Resource,
-    parts: &[(&Scope, &[LogRecord])],
-) -> ExportLogsServiceRequest {
+pub fn encode_log_parts(resource: Resource, parts: &[(&Scope, &[LogRecord])]) -> ExportLogsServiceRequest {
     let mut scopes: Vec<&Scope> = Vec::new();
     let mut scope_logs: Vec<ScopeLogs> = Vec::new();
     let now = crate::model::now_ns();
@@ -613,10 +569,7 @@ mod tests {
         let rm = &req.resource_metrics[0];
         assert_eq!(
             kv(&rm.resource.as_ref().unwrap().attributes),
-            vec![(
-                "service.name".into(),
-                any_value::Value::StringValue("sonde".into())
-            )]
+            vec![("service.name".into(), any_value::Value::StringValue("sonde".into()))]
         );
         assert_eq!(rm.scope_metrics.len(), 2);
         let s0 = &rm.scope_metrics[0];
@@ -625,11 +578,7 @@ mod tests {
         let names: Vec<_> = s0.metrics.iter().map(|m| m.name.as_str()).collect();
         assert_eq!(
             names,
-            [
-                "system.cpu.utilization",
-                "system.cpu.time",
-                "system.memory.usage"
-            ]
+            ["system.cpu.utilization", "system.cpu.time", "system.memory.usage"]
         );
 
         // gauge: both CPUs in one metric, order kept, no start time
@@ -665,19 +614,13 @@ mod tests {
         let Some(metric::Data::Sum(s)) = &s0.metrics[1].data else {
             panic!()
         };
-        assert_eq!(
-            s.aggregation_temporality,
-            AggregationTemporality::Cumulative as i32
-        );
+        assert_eq!(s.aggregation_temporality, AggregationTemporality::Cumulative as i32);
         assert!(s.is_monotonic);
         assert_eq!(s.data_points.len(), 2);
         assert!(s.data_points.iter().all(|d| d.start_time_unix_nano == 111));
         assert_eq!(
             kv(&s.data_points[0].attributes),
-            vec![(
-                "cpu.mode".into(),
-                any_value::Value::StringValue("user".into())
-            )]
+            vec![("cpu.mode".into(), any_value::Value::StringValue("user".into()))]
         );
         assert_eq!(s.data_points[1].value, Some(AsDouble(6.0)));
 
@@ -685,10 +628,7 @@ mod tests {
         let Some(metric::Data::Sum(s)) = &s0.metrics[2].data else {
             panic!()
         };
-        assert_eq!(
-            s.aggregation_temporality,
-            AggregationTemporality::Cumulative as i32
-        );
+        assert_eq!(s.aggregation_temporality, AggregationTemporality::Cumulative as i32);
         assert!(!s.is_monotonic);
         assert!(s.data_points.iter().all(|d| d.start_time_unix_nano == 222));
         assert_eq!(s0.metrics[2].unit, "By");
@@ -726,13 +666,7 @@ mod tests {
                 value: 1.0,
             })
             .collect();
-        let req = encode_metrics(
-            &[],
-            &[MetricBatch {
-                scope: sc,
-                points: pts,
-            }],
-        );
+        let req = encode_metrics(&[], &[MetricBatch { scope: sc, points: pts }]);
         let ms = &req.resource_metrics[0].scope_metrics[0].metrics;
         assert_eq!(ms.len(), 3);
         assert_eq!(metric_point_count(&req), 4);
@@ -783,12 +717,7 @@ mod tests {
         let batches = vec![
             MetricBatch {
                 scope: s1.clone(),
-                points: vec![
-                    pt(&g, 1, 0.0),
-                    pt(&c, 0, -1.0),
-                    pt(&u, 3, 1e300),
-                    pt(&g, 4, 2.0),
-                ],
+                points: vec![pt(&g, 1, 0.0), pt(&c, 0, -1.0), pt(&u, 3, 1e300), pt(&g, 4, 2.0)],
             },
             MetricBatch {
                 scope: s2.clone(),
@@ -804,10 +733,7 @@ mod tests {
             ("process.pid".to_string(), AttrValue::Int(1)),
         ];
         let want = encode_metrics(&res, &batches);
-        let parts: Vec<(&Scope, &[Point])> = batches
-            .iter()
-            .map(|b| (&*b.scope, b.points.as_slice()))
-            .collect();
+        let parts: Vec<(&Scope, &[Point])> = batches.iter().map(|b| (&*b.scope, b.points.as_slice())).collect();
         let bytes = encode_metric_parts_to_bytes(&resource(&res), &parts);
         let got = ExportMetricsServiceRequest::decode(bytes.as_slice()).unwrap();
         assert_eq!(got, want);
@@ -848,11 +774,7 @@ mod tests {
         assert_eq!(sl.scope.as_ref().unwrap().name, "dlrover");
         let nums: Vec<_> = sl.log_records.iter().map(|r| r.severity_number).collect();
         assert_eq!(nums, [1, 5, 9, 13, 17]);
-        let texts: Vec<_> = sl
-            .log_records
-            .iter()
-            .map(|r| r.severity_text.as_str())
-            .collect();
+        let texts: Vec<_> = sl.log_records.iter().map(|r| r.severity_text.as_str()).collect();
         assert_eq!(texts, ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"]);
         let r = &sl.log_records[2];
         assert_eq!(r.event_name, "dlrover.plan");
@@ -873,9 +795,6 @@ mod tests {
         assert_eq!((r.time_unix_nano, r.observed_time_unix_nano), (42, 42));
         let r0 = &sl.log_records[0];
         assert_eq!(r0.event_name, "");
-        assert_eq!(
-            kv(&r0.attributes),
-            vec![("rank".into(), any_value::Value::IntValue(3))]
-        );
+        assert_eq!(kv(&r0.attributes), vec![("rank".into(), any_value::Value::IntValue(3))]);
     }
 }

@@ -22,25 +22,16 @@ pub fn resource_attributes(cfg: &Config) -> Vec<(String, AttrValue)> {
         .filter(|n| !n.trim().is_empty())
         .unwrap_or_else(machine_hostname);
     let mut attrs: Vec<(String, AttrValue)> = vec![
-        (
-            "service.name".into(),
-            AttrValue::Str(cfg.export.service_name.clone()),
-        ),
+        ("service.name".into(), AttrValue::Str(cfg.export.service_name.clone())),
         (
             "service.version".into(),
             AttrValue::Str(env!("CARGO_PKG_VERSION").into()),
         ),
-        (
-            "service.instance.id".into(),
-            AttrValue::Str(instance_id().to_string()),
-        ),
+        ("service.instance.id".into(), AttrValue::Str(instance_id().to_string())),
         ("host.name".into(), AttrValue::Str(host_name)),
         ("host.arch".into(), AttrValue::Str(host_arch().into())),
         ("os.type".into(), AttrValue::Str(os_type().into())),
-        (
-            "process.pid".into(),
-            AttrValue::Int(std::process::id() as i64),
-        ),
+        ("process.pid".into(), AttrValue::Int(std::process::id() as i64)),
     ];
     for (k, v) in &cfg.export.resource {
         match attrs.iter_mut().find(|(key, _)| key == k) {
@@ -126,30 +117,17 @@ mod tests {
         let mut cfg = Config::default();
         cfg.export.service_name = "trainer".into();
         cfg.host.name = Some("node-7".into());
-        cfg.export
-            .resource
-            .insert("k8s.pod.name".into(), "p-1".into());
-        cfg.export
-            .resource
-            .insert("host.name".into(), "override".into());
+        cfg.export.resource.insert("k8s.pod.name".into(), "p-1".into());
+        cfg.export.resource.insert("host.name".into(), "override".into());
         let a = resource_attributes(&cfg);
-        assert_eq!(
-            get(&a, "service.name"),
-            Some(&AttrValue::Str("trainer".into()))
-        );
+        assert_eq!(get(&a, "service.name"), Some(&AttrValue::Str("trainer".into())));
         assert_eq!(
             get(&a, "service.version"),
             Some(&AttrValue::Str(env!("CARGO_PKG_VERSION").into()))
         );
-        assert_eq!(
-            get(&a, "host.name"),
-            Some(&AttrValue::Str("override".into()))
-        );
+        assert_eq!(get(&a, "host.name"), Some(&AttrValue::Str("override".into())));
         assert_eq!(get(&a, "k8s.pod.name"), Some(&AttrValue::Str("p-1".into())));
-        assert_eq!(
-            get(&a, "process.pid"),
-            Some(&AttrValue::Int(std::process::id() as i64))
-        );
+        assert_eq!(get(&a, "process.pid"), Some(&AttrValue::Int(std::process::id() as i64)));
         assert!(get(&a, "host.arch").is_some() && get(&a, "os.type").is_some());
         assert_eq!(
             a.iter().filter(|(k, _)| k == "host.name").count(),

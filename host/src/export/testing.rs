@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
-    LogsService, LogsServiceServer,
-};
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -231,19 +229,12 @@ impl Service<http::Request<tonic::body::Body>> for Both {
     type Error = Infallible;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
-    fn poll_ready(
-        &mut self,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
+    fn poll_ready(&mut self, _cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
         std::task::Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        if req
-            .uri()
-            .path()
-            .starts_with("/opentelemetry.proto.collector.logs.")
-        {
+        if req.uri().path().starts_with("/opentelemetry.proto.collector.logs.") {
             Box::pin(self.logs.call(req))
         } else {
             Box::pin(self.metrics.call(req))
@@ -279,10 +270,7 @@ async fn http_conn(sock: tokio::net::TcpStream, st: Arc<FakeState>) -> std::io::
                 headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
             }
         }
-        let len: usize = headers
-            .get("content-length")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let len: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
         let mut body = vec![0u8; len];
         r.read_exact(&mut body).await?;
         st.attempts.fetch_add(1, Ordering::SeqCst);

@@ -315,13 +315,9 @@ impl PipelineHandle {
 impl Pipeline {
     /// Must be called inside a tokio runtime; spawns the batcher and sender tasks.
     /// `resource` is converted once and sent with every request.
-    pub fn start(
-        cfg: &ExportConfig,
-        resource: Vec<(String, AttrValue)>,
-    ) -> anyhow::Result<(PipelineHandle, Pipeline)> {
-        let rt = tokio::runtime::Handle::try_current().map_err(|_| {
-            anyhow::anyhow!("Pipeline::start must be called inside a tokio runtime")
-        })?;
+    pub fn start(cfg: &ExportConfig, resource: Vec<(String, AttrValue)>) -> anyhow::Result<(PipelineHandle, Pipeline)> {
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|_| anyhow::anyhow!("Pipeline::start must be called inside a tokio runtime"))?;
         let client = match cfg.endpoint {
             Some(_) => Some(Arc::new(Client::new(cfg).context("export config")?)),
             None => None,
@@ -356,9 +352,7 @@ impl Pipeline {
         let batcher = rt.spawn(batcher_task(shared.clone(), stop_rx));
         let sender = rt.spawn(sender_task(shared.clone()));
         Ok((
-            PipelineHandle {
-                shared: shared.clone(),
-            },
+            PipelineHandle { shared: shared.clone() },
             Pipeline {
                 shared,
                 batcher: Some(batcher),
@@ -407,10 +401,7 @@ impl Pipeline {
 impl Drop for Pipeline {
     fn drop(&mut self) {
         // Dropped without shutdown(): stop the tasks rather than leak them.
-        for h in [self.batcher.take(), self.sender.take()]
-            .into_iter()
-            .flatten()
-        {
+        for h in [self.batcher.take(), self.sender.take()].into_iter().flatten() {
             h.abort();
         }
     }
@@ -463,12 +454,7 @@ impl Shared {
         self.count(signal, items, &self.c.points_failed, &self.c.logs_failed);
     }
     fn exported(&self, signal: Signal, items: usize) {
-        self.count(
-            signal,
-            items,
-            &self.c.points_exported,
-            &self.c.logs_exported,
-        );
+        self.count(signal, items, &self.c.points_exported, &self.c.logs_exported);
     }
 
     /// Takes the buffer, encodes it into requests of at most `max_batch` items and queues them.
@@ -527,13 +513,7 @@ impl Shared {
         }
     }
 
-    fn emit_metrics(
-        &self,
-        parts: &[(&Scope, &[Point])],
-        count: usize,
-        enabled: bool,
-        tuning: &Tuning,
-    ) {
+    fn emit_metrics(&self, parts: &[(&Scope, &[Point])], count: usize, enabled: bool, tuning: &Tuning) {
         let item = enabled.then(|| {
             let body = otlp::encode_metric_parts_to_bytes(&self.resource, parts);
             Encoded {
@@ -545,13 +525,7 @@ impl Shared {
         self.enqueue(Signal::Metrics, count, item, tuning);
     }
 
-    fn emit_logs(
-        &self,
-        parts: &[(&Scope, &[LogRecord])],
-        count: usize,
-        enabled: bool,
-        tuning: &Tuning,
-    ) {
+    fn emit_logs(&self, parts: &[(&Scope, &[LogRecord])], count: usize, enabled: bool, tuning: &Tuning) {
         let item = enabled.then(|| {
             let req = otlp::encode_log_parts(self.resource.clone(), parts);
             Encoded {
@@ -718,8 +692,7 @@ async fn deliver(
                 let rejected = (acc.rejected as usize).min(item.items);
                 s.exported(item.signal, item.items - rejected);
                 s.c.requests_ok.fetch_add(1, Ordering::Relaxed);
-                s.c.last_success_ns
-                    .store(crate::model::now_ns(), Ordering::Relaxed);
+                s.c.last_success_ns.store(crate::model::now_ns(), Ordering::Relaxed);
                 if rejected > 0 {
                     s.failed(item.signal, rejected);
                     let msg = format!(
@@ -727,9 +700,7 @@ async fn deliver(
                         item.items, item.signal, acc.message
                     );
                     if last_reject_warn.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
-                        tracing::warn!(
-                            "{msg} (further rejections are logged at debug for a minute)"
-                        );
+                        tracing::warn!("{msg} (further rejections are logged at debug for a minute)");
                         *last_reject_warn = Some(Instant::now());
                     } else {
                         tracing::debug!("{msg}");
@@ -754,20 +725,12 @@ async fn deliver(
             );
             *healthy = false;
         } else {
-            tracing::debug!(
-                retryable = err.retryable,
-                "export attempt failed: {}",
-                err.msg
-            );
+            tracing::debug!(retryable = err.retryable, "export attempt failed: {}", err.msg);
         }
         let jittered = delay.mul_f64(0.5 + 0.5 * rand::random::<f64>());
         let wait = jittered.max(err.retry_after.unwrap_or_default());
         if !err.retryable || start.elapsed() + wait > tuning.retry_max_elapsed {
-            tracing::debug!(
-                items = item.items,
-                "giving up on an export request: {}",
-                err.msg
-            );
+            tracing::debug!(items = item.items, "giving up on an export request: {}", err.msg);
             s.failed(item.signal, item.items);
             s.c.requests_failed.fetch_add(1, Ordering::Relaxed);
             return;

@@ -101,10 +101,7 @@ async fn wait_stats(h: &PipelineHandle, f: impl Fn(&ExportStats) -> bool) -> Exp
 
 fn conserved(st: &ExportStats) -> bool {
     st.points_in
-        == st.points_exported
-            + st.points_dropped
-            + st.points_failed
-            + (st.buffered_points + st.queued_points) as u64
+        == st.points_exported + st.points_dropped + st.points_failed + (st.buffered_points + st.queued_points) as u64
 }
 
 /// Times of the points the collector received.
@@ -118,12 +115,8 @@ fn times(state: &FakeState) -> BTreeSet<u64> {
             .flat_map(|s| &s.metrics)
         {
             match &m.data {
-                Some(metric::Data::Gauge(g)) => {
-                    out.extend(g.data_points.iter().map(|d| d.time_unix_nano))
-                }
-                Some(metric::Data::Sum(s)) => {
-                    out.extend(s.data_points.iter().map(|d| d.time_unix_nano))
-                }
+                Some(metric::Data::Gauge(g)) => out.extend(g.data_points.iter().map(|d| d.time_unix_nano)),
+                Some(metric::Data::Sum(s)) => out.extend(s.data_points.iter().map(|d| d.time_unix_nano)),
                 _ => {}
             }
         }
@@ -150,20 +143,13 @@ async fn pipeline_delivers_over_grpc_and_http_with_headers() {
         }
         h.submit_logs(logs(7));
         assert!(
-            fc.state
-                .wait_for(WAIT, |s| s.points() == 150 && s.records() == 7)
-                .await,
+            fc.state.wait_for(WAIT, |s| s.points() == 150 && s.records() == 7).await,
             "{proto:?}: {:?}",
             h.stats()
         );
         let st = wait_stats(&h, |s| s.points_exported == 150 && s.logs_exported == 7).await;
         assert_eq!(
-            (
-                st.points_in,
-                st.points_exported,
-                st.points_dropped,
-                st.points_failed
-            ),
+            (st.points_in, st.points_exported, st.points_dropped, st.points_failed),
             (150, 150, 0, 0),
             "{proto:?}"
         );
@@ -184,31 +170,21 @@ async fn pipeline_delivers_over_grpc_and_http_with_headers() {
                 assert!(seen.iter().any(|s| s.path == "/v1/logs"), "{seen:?}");
                 assert!(
                     seen.iter()
-                        .all(|s| s.headers.get("content-type").map(String::as_str)
-                            == Some("application/x-protobuf"))
+                        .all(|s| s.headers.get("content-type").map(String::as_str) == Some("application/x-protobuf"))
                 );
             }
             Protocol::Grpc => {
-                assert!(
-                    seen.iter().any(|s| s.path == "metrics")
-                        && seen.iter().any(|s| s.path == "logs")
-                );
+                assert!(seen.iter().any(|s| s.path == "metrics") && seen.iter().any(|s| s.path == "logs"));
             }
         }
         // resource and scope made it through
         let req = fc.state.metrics.lock()[0].clone();
         let rm = &req.resource_metrics[0];
-        assert_eq!(
-            rm.resource.as_ref().unwrap().attributes[0].key,
-            "service.name"
-        );
+        assert_eq!(rm.resource.as_ref().unwrap().attributes[0].key, "service.name");
         assert_eq!(rm.scope_metrics[0].scope.as_ref().unwrap().name, "test");
         let lreq = fc.state.logs.lock()[0].clone();
         let rec = &lreq.resource_logs[0].scope_logs[0].log_records[0];
-        assert_eq!(
-            (rec.severity_number, rec.event_name.as_str()),
-            (13, "test.event")
-        );
+        assert_eq!((rec.severity_number, rec.event_name.as_str()), (13, "test.event"));
         let st = p.shutdown(Duration::from_secs(2)).await;
         assert!(conserved(&st), "{st:?}");
     }
@@ -233,18 +209,8 @@ async fn pipeline_splits_requests_at_max_batch_points() {
     c.interval_ms = 60_000; // only the early wake (buffer >= max_batch_points) flushes
     let (h, p) = Pipeline::start(&c, resource()).unwrap();
     h.submit_metrics(batch(250, 7));
-    assert!(
-        fc.state.wait_for(WAIT, |s| s.points() == 250).await,
-        "{:?}",
-        h.stats()
-    );
-    let sizes: Vec<_> = fc
-        .state
-        .metrics
-        .lock()
-        .iter()
-        .map(metric_point_count)
-        .collect();
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 250).await, "{:?}", h.stats());
+    let sizes: Vec<_> = fc.state.metrics.lock().iter().map(metric_point_count).collect();
     assert_eq!(sizes, [100, 100, 50]);
     p.shutdown(Duration::from_secs(1)).await;
 }
@@ -280,21 +246,13 @@ async fn pipeline_non_retryable_gives_up_at_once() {
         h.submit_metrics(batch(10, 5));
         let st = wait_stats(&h, |s| s.points_failed == 10).await;
         assert_eq!(
-            (
-                st.points_failed,
-                st.points_exported,
-                st.retries,
-                st.requests_failed
-            ),
+            (st.points_failed, st.points_exported, st.retries, st.requests_failed),
             (10, 0, 0, 1),
             "{proto:?} {st:?}"
         );
         assert_eq!(fc.state.attempts.load(Ordering::SeqCst), 1);
         let err = st.last_error.unwrap();
-        assert!(
-            err.contains("400") || err.contains("InvalidArgument"),
-            "{err}"
-        );
+        assert!(err.contains("400") || err.contains("InvalidArgument"), "{err}");
         // the sender lives on: the next batch goes through
         h.submit_metrics(batch(3, 6));
         let st = wait_stats(&h, |s| s.points_exported == 3).await;
@@ -342,10 +300,7 @@ async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
         }
         let took = t0.elapsed();
         // 10 000 submits (with 100 stats reads) are microseconds each; a generous sanity bound.
-        assert!(
-            took < Duration::from_secs(5),
-            "{proto:?}: 10 000 submits took {took:?}"
-        );
+        assert!(took < Duration::from_secs(5), "{proto:?}: 10 000 submits took {took:?}");
         assert!(max_buffered <= bound, "{max_buffered} > {bound}");
         assert!(max_queue_len <= c.queue_capacity);
         assert!(
@@ -367,10 +322,7 @@ async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
             conserved(&st) && st.buffered_points == 0 && st.queued_points == 0,
             "{st:?}"
         );
-        assert_eq!(
-            st.points_exported + st.points_dropped + st.points_failed,
-            100_000
-        );
+        assert_eq!(st.points_exported + st.points_dropped + st.points_failed, 100_000);
     }
 }
 
@@ -401,11 +353,7 @@ async fn pipeline_queue_full_drops_oldest() {
     let mut live = c.clone();
     live.endpoint = Some(fc.url());
     h.reconfigure(&live).unwrap();
-    assert!(
-        fc.state.wait_for(WAIT, |s| s.points() == 30).await,
-        "{:?}",
-        h.stats()
-    );
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 30).await, "{:?}", h.stats());
     assert_eq!(times(&fc.state), BTreeSet::from([1, 5, 6]));
     let st = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!((st.points_exported, st.points_dropped), (30, 30));
@@ -432,16 +380,10 @@ async fn pipeline_slow_collector_times_out_and_recovers() {
         assert!(fc.state.attempts.load(Ordering::SeqCst) >= 2);
         let err = st.last_error.clone().unwrap();
         assert!(
-            err.contains("timed out")
-                || err.contains("Cancelled")
-                || err.contains("DeadlineExceeded"),
+            err.contains("timed out") || err.contains("Cancelled") || err.contains("DeadlineExceeded"),
             "{err}"
         );
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "no hang: {:?}",
-            t0.elapsed()
-        );
+        assert!(t0.elapsed() < Duration::from_secs(5), "no hang: {:?}", t0.elapsed());
         fc.state.delay_ms.store(0, Ordering::SeqCst);
         h.submit_metrics(batch(5, 2));
         let st = wait_stats(&h, |s| s.points_exported == 5).await;
@@ -464,10 +406,7 @@ async fn pipeline_shutdown_with_dead_collector_meets_deadline() {
         let t0 = Instant::now();
         let st = p.shutdown(Duration::from_millis(500)).await;
         let took = t0.elapsed();
-        assert!(
-            took < Duration::from_secs(2),
-            "{proto:?}: shutdown took {took:?}"
-        );
+        assert!(took < Duration::from_secs(2), "{proto:?}: shutdown took {took:?}");
         assert_eq!(st.points_in, 280);
         assert_eq!(st.points_failed + st.points_dropped, 280, "{st:?}");
         assert_eq!(st.logs_failed + st.logs_dropped, 3, "{st:?}");
@@ -490,11 +429,7 @@ async fn pipeline_shutdown_flushes_to_live_collector() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(fc.state.points(), 0);
         let st = p.shutdown(Duration::from_secs(3)).await;
-        assert_eq!(
-            (st.points_exported, st.logs_exported),
-            (50, 2),
-            "{proto:?} {st:?}"
-        );
+        assert_eq!((st.points_exported, st.logs_exported), (50, 2), "{proto:?} {st:?}");
         assert_eq!(fc.state.points(), 50);
         assert_eq!(fc.state.records(), 2);
     }
@@ -506,10 +441,7 @@ async fn pipeline_subscribe_gets_batches_with_export_off() {
     let mut rx = h.subscribe();
     let mut rx2 = h.clone().subscribe();
     h.submit_metrics(batch(12, 99));
-    let got = tokio::time::timeout(WAIT, rx.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let got = tokio::time::timeout(WAIT, rx.recv()).await.unwrap().unwrap();
     assert_eq!((got.points.len(), got.points[0].time_ns), (12, 99));
     assert_eq!(
         tokio::time::timeout(WAIT, rx2.recv())
@@ -523,22 +455,14 @@ async fn pipeline_subscribe_gets_batches_with_export_off() {
     let st = h.stats();
     assert!(!st.enabled);
     assert_eq!(
-        (
-            st.points_in,
-            st.points_exported,
-            st.buffered_points,
-            st.queued_points
-        ),
+        (st.points_in, st.points_exported, st.buffered_points, st.queued_points),
         (12, 0, 0, 0)
     );
     // a lagging receiver loses items, never blocks the submitter
     for i in 0..(TAP_CAPACITY as u64 + 10) {
         h.submit_metrics(batch(1, i));
     }
-    assert!(matches!(
-        rx.recv().await,
-        Err(broadcast::error::RecvError::Lagged(_))
-    ));
+    assert!(matches!(rx.recv().await, Err(broadcast::error::RecvError::Lagged(_))));
     p.shutdown(Duration::from_millis(200)).await;
 }
 
@@ -562,16 +486,9 @@ async fn pipeline_reconfigure_switches_endpoint_and_protocol_live() {
         b.state.points(),
         b.state.seen.lock()
     );
+    assert_eq!(a.state.points(), 10, "nothing more went to the old collector");
     assert_eq!(
-        a.state.points(),
-        10,
-        "nothing more went to the old collector"
-    );
-    assert_eq!(
-        b.state.seen.lock()[0]
-            .headers
-            .get("x-tenant")
-            .map(String::as_str),
+        b.state.seen.lock()[0].headers.get("x-tenant").map(String::as_str),
         Some("t1")
     );
     // switching export off: data is no longer sent, the tap still works
@@ -588,11 +505,7 @@ async fn pipeline_reconfigure_switches_endpoint_and_protocol_live() {
     // and back on
     h.reconfigure(&ca).unwrap();
     h.submit_metrics(batch(7, 4));
-    assert!(
-        a.state.wait_for(WAIT, |s| s.points() == 17).await,
-        "{:?}",
-        h.stats()
-    );
+    assert!(a.state.wait_for(WAIT, |s| s.points() == 17).await, "{:?}", h.stats());
     let st = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!(st.points_exported, 37);
     assert_eq!(b.state.points(), 20);
@@ -609,8 +522,7 @@ async fn pipeline_reconfigure_rescues_requests_stuck_on_a_dead_endpoint() {
     h.submit_metrics(batch(10, 1));
     wait_stats(&h, |s| s.retries >= 1).await;
     let t0 = Instant::now();
-    h.reconfigure(&cfg(Some(fc.url()), Protocol::HttpProtobuf))
-        .unwrap();
+    h.reconfigure(&cfg(Some(fc.url()), Protocol::HttpProtobuf)).unwrap();
     assert!(fc.state.wait_for(WAIT, |s| s.points() == 10).await);
     assert!(
         t0.elapsed() < Duration::from_secs(3),
@@ -622,8 +534,6 @@ async fn pipeline_reconfigure_rescues_requests_stuck_on_a_dead_endpoint() {
 
 #[test]
 fn pipeline_start_outside_a_runtime_is_an_error() {
-    let err = Pipeline::start(&cfg(None, Protocol::Grpc), resource())
-        .err()
-        .unwrap();
+    let err = Pipeline::start(&cfg(None, Protocol::Grpc), resource()).err().unwrap();
     assert!(err.to_string().contains("tokio runtime"), "{err}");
 }

@@ -9,5 +9,5 @@ wasmtime::component::bindgen!({
     path: "../wit",
 });
 
-pub use exports::sonde::plugin::hooks;
-pub use sonde::plugin::types;
+pub use self::exports::sonde::plugin::hooks;
+pub use self::sonde::plugin::types;

@@ -42,14 +42,20 @@ impl PluginEngine {
         std::fs::create_dir_all(cache_dir)
             .with_context(|| format!("creating the compile cache {}", cache_dir.display()))?;
         let ticker = EpochTicker::start(engine.clone());
-        Ok(Self { engine, ticker, cache_dir: cache_dir.to_path_buf() })
+        Ok(Self {
+            engine,
+            ticker,
+            cache_dir: cache_dir.to_path_buf(),
+        })
     }
 
     /// Marks a plugin call as running for the epoch ticker. Keep the guard
     /// alive for the duration of the call.
     pub fn enter_call(&self) -> CallGuard {
         self.ticker.enter();
-        CallGuard { ticker: self.ticker.clone() }
+        CallGuard {
+            ticker: self.ticker.clone(),
+        }
     }
 
     /// Number of epoch ticks that make up `timeout`, rounded up, plus one so a
@@ -70,7 +76,12 @@ impl PluginEngine {
             None => (self.compile_to_cache(bytes, &path)?, false),
         };
         let contract = check_contract(&self.engine, &component)?;
-        Ok(LoadedComponent { component, sha256: sha, contract, from_cache: cached })
+        Ok(LoadedComponent {
+            component,
+            sha256: sha,
+            contract,
+            from_cache: cached,
+        })
     }
 
     fn cache_path(&self, sha: &str) -> PathBuf {
@@ -143,7 +154,11 @@ fn check_contract(engine: &Engine, component: &Component) -> Result<String> {
         bail!(
             "not a sonde plugin: it does not export `sonde:plugin/hooks` (its exports: {}); \
              plugins implement the world `sonde:plugin/plugin` in wit/sonde-plugin.wit",
-            if exports.is_empty() { "none".to_string() } else { exports.join(", ") }
+            if exports.is_empty() {
+                "none".to_string()
+            } else {
+                exports.join(", ")
+            }
         );
     };
     let version = hooks.split_once('@').map(|(_, v)| v).unwrap_or("");
@@ -180,7 +195,11 @@ struct EpochTicker {
 
 impl EpochTicker {
     fn start(engine: Engine) -> Arc<Self> {
-        let t = Arc::new(Self { in_flight: AtomicUsize::new(0), lock: Mutex::new(()), wake: Condvar::new() });
+        let t = Arc::new(Self {
+            in_flight: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+        });
         // The ticker holds only a weak reference so it ends with the engine's users.
         let weak = Arc::downgrade(&t);
         std::thread::Builder::new()
@@ -192,7 +211,8 @@ impl EpochTicker {
                         let mut g = t.lock.lock();
                         while t.in_flight.load(Ordering::Acquire) == 0 {
                             // Wake up now and then to notice that the host is gone.
-                            if t.wake.wait_for(&mut g, Duration::from_secs(1)).timed_out() && Arc::strong_count(&t) == 1 {
+                            if t.wake.wait_for(&mut g, Duration::from_secs(1)).timed_out() && Arc::strong_count(&t) == 1
+                            {
                                 return;
                             }
                         }

@@ -5,13 +5,13 @@
 //! purpose: emitted data goes into an outbox that the plugin's thread hands
 //! to the pipeline after the call returns.
 
-use std::collections::{BinaryHeap, HashMap};
 use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::component::ResourceTable;
 use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::sonde::plugin::host;
@@ -54,10 +54,16 @@ impl PluginState {
     ) -> Self {
         Self {
             name: name.to_string(),
-            scope: Arc::new(Scope { name: format!("sonde.plugin.{name}"), version: String::new() }),
+            scope: Arc::new(Scope {
+                name: format!("sonde.plugin.{name}"),
+                version: String::new(),
+            }),
             wasi,
             table: ResourceTable::new(),
-            memory: MemoryCap { limit: memory_limit, current: 0 },
+            memory: MemoryCap {
+                limit: memory_limit,
+                current: 0,
+            },
             outbox: Outbox::default(),
             registry,
             timers: Timers::default(),
@@ -72,7 +78,10 @@ impl PluginState {
 
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -140,7 +149,10 @@ impl MetricRegistry {
             return Ok(h);
         }
         if let Some(other) = self.series.iter().find(|s| s.name == desc.name && s.kind != kind) {
-            return Err(format!("metric {} was declared as {:?} before; it cannot also be {:?}", desc.name, other.kind, kind));
+            return Err(format!(
+                "metric {} was declared as {:?} before; it cannot also be {:?}",
+                desc.name, other.kind, kind
+            ));
         }
         if self.series.len() >= 100_000 {
             return Err("too many metric series (100000); is an unbounded value in the attributes?".into());
@@ -181,7 +193,11 @@ impl Timers {
         self.next_id += 1;
         let id = self.next_id;
         // A repeating timer of 0 ms would spin: give it at least 1 ms.
-        let after = if repeat { after.max(Duration::from_millis(1)) } else { after };
+        let after = if repeat {
+            after.max(Duration::from_millis(1))
+        } else {
+            after
+        };
         self.live.insert(id, repeat.then_some(after));
         self.heap.push(Reverse((Instant::now() + after, id)));
         id
@@ -298,7 +314,11 @@ impl host::Host for PluginState {
         self.outbox.points.reserve(n);
         for i in 0..n {
             match self.registry.get(points.series[i]) {
-                Some(s) => self.outbox.points.push(Point { series: s.clone(), time_ns: points.time[i], value: points.value[i] }),
+                Some(s) => self.outbox.points.push(Point {
+                    series: s.clone(),
+                    time_ns: points.time[i],
+                    value: points.value[i],
+                }),
                 None => self.outbox.bad_points += 1,
             }
         }
@@ -338,7 +358,10 @@ impl host::Host for PluginState {
     }
 
     fn write_rows(&mut self, sink: u32, columns: Vec<types::Column>) -> Result<(), String> {
-        let s = self.sinks.get_mut(sink as usize).ok_or_else(|| format!("no sink with handle {sink}"))?;
+        let s = self
+            .sinks
+            .get_mut(sink as usize)
+            .ok_or_else(|| format!("no sink with handle {sink}"))?;
         let cols: Vec<Column> = columns
             .into_iter()
             .map(|c| match c {
@@ -352,7 +375,10 @@ impl host::Host for PluginState {
     }
 
     fn write_bytes(&mut self, sink: u32, data: Vec<u8>) -> Result<(), String> {
-        let s = self.sinks.get_mut(sink as usize).ok_or_else(|| format!("no sink with handle {sink}"))?;
+        let s = self
+            .sinks
+            .get_mut(sink as usize)
+            .ok_or_else(|| format!("no sink with handle {sink}"))?;
         s.write_bytes(&data).map_err(|e| e.to_string())
     }
 
@@ -409,7 +435,12 @@ mod tests {
             unit: "1".into(),
             kind,
             attributes: attr
-                .map(|(k, v)| vec![types::Attribute { key: k.into(), value: types::Value::Str(v.into()) }])
+                .map(|(k, v)| {
+                    vec![types::Attribute {
+                        key: k.into(),
+                        value: types::Value::Str(v.into()),
+                    }]
+                })
                 .unwrap_or_default(),
         }
     }
@@ -417,11 +448,22 @@ mod tests {
     #[test]
     fn registry_dedups_and_checks_kinds() {
         let mut r = MetricRegistry::default();
-        let a = r.declare(desc("m", types::MetricKind::Gauge, Some(("k", "1")))).unwrap();
-        let b = r.declare(desc("m", types::MetricKind::Gauge, Some(("k", "2")))).unwrap();
+        let a = r
+            .declare(desc("m", types::MetricKind::Gauge, Some(("k", "1"))))
+            .unwrap();
+        let b = r
+            .declare(desc("m", types::MetricKind::Gauge, Some(("k", "2"))))
+            .unwrap();
         assert_ne!(a, b);
-        assert_eq!(r.declare(desc("m", types::MetricKind::Gauge, Some(("k", "1")))).unwrap(), a);
-        assert!(r.declare(desc("m", types::MetricKind::Counter, Some(("k", "3")))).is_err());
+        assert_eq!(
+            r.declare(desc("m", types::MetricKind::Gauge, Some(("k", "1"))))
+                .unwrap(),
+            a
+        );
+        assert!(
+            r.declare(desc("m", types::MetricKind::Counter, Some(("k", "3"))))
+                .is_err()
+        );
         assert!(r.declare(desc(" ", types::MetricKind::Gauge, None)).is_err());
         assert_eq!(r.len(), 2);
     }

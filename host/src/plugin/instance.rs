@@ -43,7 +43,9 @@ pub struct Shared {
 
 /// Work for a plugin's thread.
 pub enum Work {
-    Tick(Arc<Tick>, Arc<[SeriesInfo]>),
+    /// A complete sample batch: ticks are collected on the sampler's thread
+    /// (see `SampleAcc`) so a plugin thread wakes once per delivery, not per tick.
+    Samples(types::SampleBatch),
     Events(Box<types::EventBatch>, u64),
     Request(types::HttpRequest, tokio::sync::oneshot::Sender<types::HttpResponse>),
     Configure(String, tokio::sync::oneshot::Sender<Result<(), String>>),
@@ -73,6 +75,8 @@ pub struct PluginHandle {
     /// Whether the sampler should send ticks at all (a cheap check on its thread).
     pub wants_samples: Arc<std::sync::atomic::AtomicBool>,
     pub wants_events: Arc<Mutex<Vec<types::EventKind>>>,
+    /// Ticks waiting to make up this plugin's next batch; filled by the sampler thread.
+    pub acc: Arc<Mutex<SampleAcc>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -84,7 +88,10 @@ impl PluginHandle {
             Err(TrySendError::Full(w)) | Err(TrySendError::Disconnected(w)) => {
                 self.metrics.dropped.fetch_add(1, Relaxed);
                 if let Work::Request(_, reply) = w {
-                    let _ = reply.send(json_response(503, &serde_json::json!({"error": "plugin is busy: its queue is full"})));
+                    let _ = reply.send(json_response(
+                        503,
+                        &serde_json::json!({"error": "plugin is busy: its queue is full"}),
+                    ));
                 }
                 false
             }
@@ -117,9 +124,19 @@ impl PluginHandle {
 /// Starts a plugin: instantiates it and calls `start` on the caller's thread
 /// (so a failure is reported before anything is replaced), then moves the
 /// instance to its own thread.
-pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<PluginHandle, (String, PluginStatus)> {
+pub fn spawn(
+    prep: Prepared,
+    cfg: PluginConfig,
+    pcfg: &PluginsConfig,
+    shared: Shared,
+) -> Result<PluginHandle, (String, PluginStatus)> {
     let metrics = Arc::new(PluginMetrics::default());
-    let status = Arc::new(Mutex::new(PluginStatus::new(&prep.name, &prep.file, &prep.sha256, &prep.contract)));
+    let status = Arc::new(Mutex::new(PluginStatus::new(
+        &prep.name,
+        &prep.file,
+        &prep.sha256,
+        &prep.contract,
+    )));
     status.lock().compiled_from_cache = prep.from_cache;
     let limits = Limits::from(pcfg, &cfg);
     let mut actor = Actor {
@@ -137,7 +154,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         restarts: 0,
         traps: VecDeque::new(),
         backoff_until: None,
-        acc: SampleAcc::default(),
+        acc: Default::default(),
         last_stderr: Default::default(),
     };
     if let Err(reason) = actor.instantiate() {
@@ -150,6 +167,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     let (tx, rx) = crossbeam_channel::bounded(actor.limits.queue);
     let wants_samples = actor.wants_samples.clone();
     let wants_events = actor.wants_events.clone();
+    let acc = actor.acc.clone();
     let thread = std::thread::Builder::new()
         .name(format!("plugin-{}", prep.name))
         .stack_size(4 << 20)
@@ -163,6 +181,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         metrics,
         wants_samples,
         wants_events,
+        acc,
         thread: Some(thread),
     })
 }
@@ -213,7 +232,7 @@ struct Actor {
     restarts: u32,
     traps: VecDeque<Instant>,
     backoff_until: Option<Instant>,
-    acc: SampleAcc,
+    acc: Arc<Mutex<SampleAcc>>,
     last_stderr: super::sandbox::LastLines,
 }
 
@@ -274,7 +293,12 @@ impl Actor {
                 self.kill_instance();
                 Err(format!("start refused: {refusal}"))
             }
-            Err(_) => Err(self.status.lock().last_trap.clone().unwrap_or_else(|| "trapped in start".into())),
+            Err(_) => Err(self
+                .status
+                .lock()
+                .last_trap
+                .clone()
+                .unwrap_or_else(|| "trapped in start".into())),
         }
     }
 
@@ -301,14 +325,20 @@ impl Actor {
             deliver_every_ms: r.deliver_every_ms,
             metrics: r.metrics.clone(),
         });
+        self.acc.lock().reset(req.clone());
         self.wants_samples.store(req.is_some(), Relaxed);
-        self.acc.reset(req);
     }
 
     /// Runs one guest call under the deadline, then hands on what it emitted.
-    fn call<R>(&mut self, f: impl FnOnce(&Plugin, &mut Store<PluginState>) -> wasmtime::Result<R>) -> Result<R, CallFailure> {
-        let Some(live) = self.live.as_mut() else { return Err(CallFailure::NotRunning) };
-        live.store.set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
+    fn call<R>(
+        &mut self,
+        f: impl FnOnce(&Plugin, &mut Store<PluginState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallFailure> {
+        let Some(live) = self.live.as_mut() else {
+            return Err(CallFailure::NotRunning);
+        };
+        live.store
+            .set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
         let t0 = Instant::now();
         let result = {
             let _g = self.shared.engine.enter_call();
@@ -339,7 +369,10 @@ impl Actor {
         if !out.points.is_empty() {
             let points = std::mem::take(&mut out.points);
             self.metrics.points_emitted.fetch_add(points.len() as u64, Relaxed);
-            self.shared.pipeline.submit_metrics(MetricBatch { scope: scope.clone(), points });
+            self.shared.pipeline.submit_metrics(MetricBatch {
+                scope: scope.clone(),
+                points,
+            });
         }
         let mut logs = std::mem::take(&mut out.logs);
         for d in std::mem::take(&mut out.decisions) {
@@ -367,13 +400,20 @@ impl Actor {
     fn on_trap(&mut self, e: &wasmtime::Error) {
         let timeout = matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt));
         let reason = if timeout {
-            format!("call exceeded its {} ms deadline (plugins.call_timeout_ms)", self.limits.call_timeout.as_millis())
+            format!(
+                "call exceeded its {} ms deadline (plugins.call_timeout_ms)",
+                self.limits.call_timeout.as_millis()
+            )
         } else {
             trap_reason(e)
         };
         // What the guest printed last (a Rust panic message) says why it trapped.
         let said: Vec<String> = self.last_stderr.lock().drain(..).collect();
-        let reason = if said.is_empty() { reason } else { format!("{reason}; plugin stderr: {}", said.join(" / ")) };
+        let reason = if said.is_empty() {
+            reason
+        } else {
+            format!("{reason}; plugin stderr: {}", said.join(" / "))
+        };
         self.metrics.traps.fetch_add(1, Relaxed);
         if timeout {
             self.metrics.timeouts.fetch_add(1, Relaxed);
@@ -381,7 +421,11 @@ impl Actor {
         self.kill_instance();
         let now = Instant::now();
         self.traps.push_back(now);
-        while self.traps.front().is_some_and(|t| now.duration_since(*t) > self.limits.trap_window) {
+        while self
+            .traps
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > self.limits.trap_window)
+        {
             self.traps.pop_front();
         }
         let mut st = self.status.lock();
@@ -452,7 +496,10 @@ impl Actor {
     }
 
     fn next_deadline(&mut self) -> Option<Instant> {
-        let timer = self.live.as_mut().and_then(|l| l.store.data_mut().timers.next_deadline());
+        let timer = self
+            .live
+            .as_mut()
+            .and_then(|l| l.store.data_mut().timers.next_deadline());
         match (timer, self.backoff_until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -462,7 +509,9 @@ impl Actor {
     fn fire_timers(&mut self) {
         loop {
             let now = Instant::now();
-            let Some(id) = self.live.as_mut().and_then(|l| l.store.data_mut().timers.pop_due(now)) else { return };
+            let Some(id) = self.live.as_mut().and_then(|l| l.store.data_mut().timers.pop_due(now)) else {
+                return;
+            };
             if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_timer(s, id)) {
                 self.hook_error("on-timer", &e);
             }
@@ -471,16 +520,13 @@ impl Actor {
 
     fn handle(&mut self, work: Work) {
         match work {
-            Work::Tick(tick, series) => {
+            Work::Samples(batch) => {
                 if self.live.is_none() {
                     return;
                 }
-                if let Some(batch) = self.acc.push(&tick, &series) {
-                    let items = batch.values.len() as u64;
-                    self.metrics.items.fetch_add(items, Relaxed);
-                    if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_samples(s, &batch)) {
-                        self.hook_error("on-samples", &e);
-                    }
+                self.metrics.items.fetch_add(batch.values.len() as u64, Relaxed);
+                if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_samples(s, &batch)) {
+                    self.hook_error("on-samples", &e);
                 }
             }
             Work::Events(batch, count) => {
@@ -531,7 +577,10 @@ impl Actor {
 
     fn not_running(&self) -> types::HttpResponse {
         let st = self.status.lock();
-        json_response(503, &serde_json::json!({"error": format!("plugin is {}", st.state.as_str()), "reason": st.reason}))
+        json_response(
+            503,
+            &serde_json::json!({"error": format!("plugin is {}", st.state.as_str()), "reason": st.reason}),
+        )
     }
 
     fn hook_error(&self, hook: &str, e: &str) {
@@ -584,7 +633,7 @@ pub fn json_response(status: u16, body: &serde_json::Value) -> types::HttpRespon
 /// Collects ticks for one plugin until its `deliver-every` is reached, then
 /// builds the series-major batch of the series it asked for.
 #[derive(Default)]
-struct SampleAcc {
+pub struct SampleAcc {
     req: Option<types::SampleRequest>,
     ticks: Vec<Arc<Tick>>,
     last_kept_ns: u64,
@@ -596,10 +645,13 @@ struct SampleAcc {
 
 impl SampleAcc {
     fn reset(&mut self, req: Option<types::SampleRequest>) {
-        *self = SampleAcc { req, ..Default::default() };
+        *self = SampleAcc {
+            req,
+            ..Default::default()
+        };
     }
 
-    fn push(&mut self, tick: &Arc<Tick>, series: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
+    pub fn push(&mut self, tick: &Arc<Tick>, series: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
         let req = self.req.as_ref()?;
         let period_ns = req.period_ms as u64 * 1_000_000;
         // Keep a tick when at least (period - 5 ms) passed since the last kept one,
@@ -622,18 +674,29 @@ impl SampleAcc {
             return None;
         }
         let ticks = std::mem::take(&mut self.ticks);
-        let ids: Vec<u32> = (0..self.series_len as u32).filter(|&i| self.selected[i as usize]).collect();
+        let ids: Vec<u32> = (0..self.series_len as u32)
+            .filter(|&i| self.selected[i as usize])
+            .collect();
         let t = ticks.len();
         let mut values = Vec::with_capacity(ids.len() * t);
         for &id in &ids {
-            values.extend(ticks.iter().map(|k| k.values.get(id as usize).copied().unwrap_or(f64::NAN)));
+            values.extend(
+                ticks
+                    .iter()
+                    .map(|k| k.values.get(id as usize).copied().unwrap_or(f64::NAN)),
+            );
         }
         let new_series = ids
             .iter()
             .filter(|&&id| !std::mem::replace(&mut self.told[id as usize], true))
             .map(|&id| to_wit_series(&series[id as usize]))
             .collect();
-        Some(types::SampleBatch { new_series, timestamps: ticks.iter().map(|k| k.time_ns).collect(), series: ids, values })
+        Some(types::SampleBatch {
+            new_series,
+            timestamps: ticks.iter().map(|k| k.time_ns).collect(),
+            series: ids,
+            values,
+        })
     }
 }
 
@@ -671,7 +734,11 @@ mod tests {
         (0..n)
             .map(|i| SeriesInfo {
                 id: i as u32,
-                metric: if i % 2 == 0 { "system.cpu.utilization".into() } else { "system.memory.usage".into() },
+                metric: if i % 2 == 0 {
+                    "system.cpu.utilization".into()
+                } else {
+                    "system.memory.usage".into()
+                },
                 unit: "1".into(),
                 kind: SeriesKind::Gauge,
                 attributes: vec![],
@@ -680,13 +747,20 @@ mod tests {
     }
 
     fn tick(ms: u64, n: usize) -> Arc<Tick> {
-        Arc::new(Tick { time_ns: ms * 1_000_000, values: (0..n).map(|i| (ms * 10 + i as u64) as f64).collect() })
+        Arc::new(Tick {
+            time_ns: ms * 1_000_000,
+            values: (0..n).map(|i| (ms * 10 + i as u64) as f64).collect(),
+        })
     }
 
     #[test]
     fn batches_are_series_major_and_filtered() {
         let mut acc = SampleAcc::default();
-        acc.reset(Some(types::SampleRequest { period_ms: 100, deliver_every_ms: 300, metrics: vec!["system.cpu.".into()] }));
+        acc.reset(Some(types::SampleRequest {
+            period_ms: 100,
+            deliver_every_ms: 300,
+            metrics: vec!["system.cpu.".into()],
+        }));
         let s = series(4);
         assert!(acc.push(&tick(1000, 4), &s).is_none());
         assert!(acc.push(&tick(1100, 4), &s).is_none());
@@ -706,7 +780,11 @@ mod tests {
     #[test]
     fn slower_plugins_get_every_nth_tick_and_new_series() {
         let mut acc = SampleAcc::default();
-        acc.reset(Some(types::SampleRequest { period_ms: 500, deliver_every_ms: 500, metrics: vec![] }));
+        acc.reset(Some(types::SampleRequest {
+            period_ms: 500,
+            deliver_every_ms: 500,
+            metrics: vec![],
+        }));
         let mut got = Vec::new();
         for i in 0..12u64 {
             let n = if i < 6 { 2 } else { 3 };

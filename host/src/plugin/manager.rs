@@ -62,7 +62,8 @@ impl PluginManager {
         let engine = PluginEngine::new(&cfg.host.data_dir.join("cache"))?;
         let mut linker = Linker::<PluginState>::new(&engine.engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
-        Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
         let state = StateStore::open(&cfg.host.data_dir.join("state.redb"))?;
         let dir = cfg.plugins.dir.clone();
         std::fs::create_dir_all(&dir).with_context(|| format!("creating the plugins directory {}", dir.display()))?;
@@ -152,7 +153,12 @@ impl PluginManager {
         }
         let gone: Vec<String> = {
             let names: std::collections::HashSet<&String> = found.iter().map(|(n, _, _)| n).collect();
-            self.plugins.read().keys().filter(|n| !names.contains(n)).cloned().collect()
+            self.plugins
+                .read()
+                .keys()
+                .filter(|n| !names.contains(n))
+                .cloned()
+                .collect()
         };
         for name in gone {
             tracing::info!(plugin = %name, "plugin file removed: unloading");
@@ -173,7 +179,15 @@ impl PluginManager {
             let mut st = PluginStatus::new(name, path, &sha, "");
             st.state = RunState::Disabled;
             st.reason = Some(format!("disabled in the config (plugin.{name}.enabled = false)"));
-            let old = self.plugins.write().insert(name.to_string(), Entry { sig, sha256: sha, handle: None, status: Some(st) });
+            let old = self.plugins.write().insert(
+                name.to_string(),
+                Entry {
+                    sig,
+                    sha256: sha,
+                    handle: None,
+                    status: Some(st),
+                },
+            );
             if let Some(h) = old.and_then(|e| e.handle) {
                 h.shutdown(self.stop_wait(&pcfg));
             }
@@ -181,6 +195,9 @@ impl PluginManager {
         }
         let t0 = Instant::now();
         let prepared = self.prepare(name, path, bytes, &sha);
+        if prepared.as_ref().is_ok_and(|p| !p.from_cache) {
+            release_freed_memory();
+        }
         let result = prepared.and_then(|p| instance::spawn(p, cfg, &pcfg, self.shared.clone()).map_err(|(r, _)| r));
         match result {
             Ok(handle) => {
@@ -191,7 +208,15 @@ impl PluginManager {
                     if replacing { "replaced" } else { "loaded" },
                     t0.elapsed().as_millis()
                 );
-                let old = self.plugins.write().insert(name.to_string(), Entry { sig, sha256: sha, handle: Some(handle), status: None });
+                let old = self.plugins.write().insert(
+                    name.to_string(),
+                    Entry {
+                        sig,
+                        sha256: sha,
+                        handle: Some(handle),
+                        status: None,
+                    },
+                );
                 if let Some(h) = old.and_then(|e| e.handle) {
                     h.shutdown(self.stop_wait(&pcfg));
                 }
@@ -208,7 +233,15 @@ impl PluginManager {
                     _ => {
                         tracing::error!(plugin = %name, file = %path.display(), "plugin failed to load: {reason}");
                         let st = PluginStatus::failed(name, path, &sha, reason);
-                        plugins.insert(name.to_string(), Entry { sig, sha256: sha, handle: None, status: Some(st) });
+                        plugins.insert(
+                            name.to_string(),
+                            Entry {
+                                sig,
+                                sha256: sha,
+                                handle: None,
+                                status: Some(st),
+                            },
+                        );
                     }
                 }
             }
@@ -260,7 +293,10 @@ impl PluginManager {
             let mut plugins = self.plugins.write();
             if let Some(e) = plugins.get_mut(name) {
                 e.sha256.clear();
-                e.sig = FileSig { len: u64::MAX, mtime: SystemTime::UNIX_EPOCH };
+                e.sig = FileSig {
+                    len: u64::MAX,
+                    mtime: SystemTime::UNIX_EPOCH,
+                };
             }
         }
         self.scan(false);
@@ -268,12 +304,16 @@ impl PluginManager {
     }
 
     /// Called on the sampler thread for every tick: must stay cheap. Each
-    /// plugin that wants samples gets the shared tick; a full queue drops it.
+    /// plugin that wants samples collects the shared tick; when its batch is
+    /// complete the batch is queued (a full queue drops it, counted).
     pub fn on_tick(&self, tick: &Tick, series: &[SeriesInfo]) {
         let plugins = self.plugins.read();
         let mut any = false;
         for e in plugins.values() {
-            any |= e.handle.as_ref().is_some_and(|h| h.wants_samples.load(std::sync::atomic::Ordering::Relaxed));
+            any |= e
+                .handle
+                .as_ref()
+                .is_some_and(|h| h.wants_samples.load(std::sync::atomic::Ordering::Relaxed));
         }
         if !any {
             return;
@@ -293,7 +333,10 @@ impl PluginManager {
         for e in plugins.values() {
             if let Some(h) = &e.handle {
                 if h.wants_samples.load(std::sync::atomic::Ordering::Relaxed) {
-                    h.offer(Work::Tick(tick.clone(), series.clone()));
+                    let batch = h.acc.lock().push(&tick, &series);
+                    if let Some(batch) = batch {
+                        h.offer(Work::Samples(batch));
+                    }
                 }
             }
         }
@@ -316,7 +359,10 @@ impl PluginManager {
         let timeout = {
             let plugins = self.plugins.read();
             let Some(entry) = plugins.get(name) else {
-                return instance::json_response(404, &serde_json::json!({"error": format!("no plugin named {name:?}")}));
+                return instance::json_response(
+                    404,
+                    &serde_json::json!({"error": format!("no plugin named {name:?}")}),
+                );
             };
             let Some(h) = &entry.handle else {
                 let st = entry.status.as_ref();
@@ -327,14 +373,19 @@ impl PluginManager {
                 );
             };
             if !h.offer(Work::Request(req, tx)) {
-                return instance::json_response(503, &serde_json::json!({"error": "plugin is busy: its queue is full"}));
+                return instance::json_response(
+                    503,
+                    &serde_json::json!({"error": "plugin is busy: its queue is full"}),
+                );
             }
             // Queue wait plus the call deadline, generously.
             Duration::from_millis(self.cfg.read().0.call_timeout_ms as u64 * 4 + 2000)
         };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(resp)) => resp,
-            Ok(Err(_)) => instance::json_response(503, &serde_json::json!({"error": "plugin stopped before answering"})),
+            Ok(Err(_)) => {
+                instance::json_response(503, &serde_json::json!({"error": "plugin stopped before answering"}))
+            }
             Err(_) => instance::json_response(504, &serde_json::json!({"error": "plugin did not answer in time"})),
         }
     }
@@ -364,8 +415,13 @@ impl PluginManager {
         use notify::Watcher as _;
         let (tx, rx) = crossbeam_channel::unbounded::<()>();
         let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-            if ev.is_ok() {
-                let _ = tx.send(());
+            // Only changes matter. Opening or reading the directory (our own
+            // scans do) raises access events, which would loop back into scans.
+            use notify::EventKind::{Any, Create, Modify, Other, Remove};
+            if let Ok(ev) = ev {
+                if matches!(ev.kind, Create(_) | Modify(_) | Remove(_) | Any | Other) {
+                    let _ = tx.send(());
+                }
             }
         })
         .context("starting the directory watcher")?;
@@ -374,22 +430,28 @@ impl PluginManager {
             .with_context(|| format!("watching {}", self.dir.display()))?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let me = self.clone();
-        let thread = std::thread::Builder::new().name("sonde-plugin-watch".into()).spawn(move || {
-            // Events are noisy (one write makes several); debounce them. A slow
-            // periodic rescan catches anything the watcher missed.
-            const RESCAN: Duration = Duration::from_secs(5);
-            let mut next = Instant::now() + RESCAN;
-            loop {
-                crossbeam_channel::select! {
-                    recv(rx) -> _ => { next = next.min(Instant::now() + Duration::from_millis(100)); }
-                    recv(stop_rx) -> _ => return,
-                    default(next.saturating_duration_since(Instant::now())) => {
-                        next = me.scan(true).unwrap_or(Instant::now() + RESCAN);
+        let thread = std::thread::Builder::new()
+            .name("sonde-plugin-watch".into())
+            .spawn(move || {
+                // Events are noisy (one write makes several); debounce them. A slow
+                // periodic rescan catches anything the watcher missed.
+                const RESCAN: Duration = Duration::from_secs(5);
+                let mut next = Instant::now() + RESCAN;
+                loop {
+                    crossbeam_channel::select! {
+                        recv(rx) -> _ => { next = next.min(Instant::now() + Duration::from_millis(100)); }
+                        recv(stop_rx) -> _ => return,
+                        default(next.saturating_duration_since(Instant::now())) => {
+                            next = me.scan(true).unwrap_or(Instant::now() + RESCAN);
+                        }
                     }
                 }
-            }
-        })?;
-        Ok(Watcher { _watcher: watcher, _stop: stop_tx, thread: Some(thread) })
+            })?;
+        Ok(Watcher {
+            _watcher: watcher,
+            _stop: stop_tx,
+            thread: Some(thread),
+        })
     }
 
     /// Stops every plugin (calling `stop`), bounded by `wait` per plugin.
@@ -420,13 +482,25 @@ impl Drop for Watcher {
     }
 }
 
+/// Compiling a component allocates tens of MB that are freed afterwards;
+/// hand them back to the OS so a long-running host stays small.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap pages to the OS.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// `(name, path, signature)` of every plugin file, sorted by name.
 fn list_plugin_files(dir: &Path) -> Result<Vec<(String, PathBuf, FileSig)>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let path = entry.path();
-        let Some(fname) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let Some(fname) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
         if fname.starts_with('.') || !fname.ends_with(".wasm") {
             continue;
         }
@@ -439,7 +513,14 @@ fn list_plugin_files(dir: &Path) -> Result<Vec<(String, PathBuf, FileSig)>> {
         if !md.is_file() {
             continue;
         }
-        out.push((name.to_string(), path, FileSig { len: md.len(), mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH) }));
+        out.push((
+            name.to_string(),
+            path,
+            FileSig {
+                len: md.len(),
+                mtime: md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+            },
+        ));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)

@@ -53,7 +53,11 @@ impl PluginMetrics {
             timeouts: self.timeouts.load(Relaxed),
             dropped: self.dropped.load(Relaxed),
             points_emitted: self.points_emitted.load(Relaxed),
-            call_us_mean: if calls == 0 { 0.0 } else { self.call_ns_total.load(Relaxed) as f64 / calls as f64 / 1000.0 },
+            call_us_mean: if calls == 0 {
+                0.0
+            } else {
+                self.call_ns_total.load(Relaxed) as f64 / calls as f64 / 1000.0
+            },
             call_us_p50: quantile_us(&hist, 0.50),
             call_us_p99: quantile_us(&hist, 0.99),
             call_us_max: self.call_ns_max.load(Relaxed) as f64 / 1000.0,

@@ -139,7 +139,11 @@ pub struct SamplePlan {
 
 impl SamplePlan {
     pub fn new(base_ms: u32) -> Self {
-        Self { base_ms, wanted: Mutex::new(HashMap::new()), period_ms: Arc::new(AtomicU32::new(base_ms)) }
+        Self {
+            base_ms,
+            wanted: Mutex::new(HashMap::new()),
+            period_ms: Arc::new(AtomicU32::new(base_ms)),
+        }
     }
 
     /// Records what one plugin wants (None: nothing) and recomputes the period.
@@ -149,14 +153,24 @@ impl SamplePlan {
             Some(p) => w.insert(plugin.to_string(), p),
             None => w.remove(plugin),
         };
-        let p = w.values().copied().chain(std::iter::once(self.base_ms)).min().unwrap_or(self.base_ms);
+        let p = w
+            .values()
+            .copied()
+            .chain(std::iter::once(self.base_ms))
+            .min()
+            .unwrap_or(self.base_ms);
         self.period_ms.store(p, Ordering::Relaxed);
     }
 
     /// Changes the configured period (live config change).
     pub fn set_base(&self, base_ms: u32) -> u32 {
         let w = self.wanted.lock();
-        let p = w.values().copied().chain(std::iter::once(base_ms)).min().unwrap_or(base_ms);
+        let p = w
+            .values()
+            .copied()
+            .chain(std::iter::once(base_ms))
+            .min()
+            .unwrap_or(base_ms);
         self.period_ms.store(p, Ordering::Relaxed);
         p
     }
@@ -202,7 +216,12 @@ impl DecisionBoard {
     }
 
     pub fn list(&self, plugin: Option<&str>) -> Vec<DecisionEntry> {
-        self.inner.lock().values().filter(|e| plugin.is_none_or(|p| e.plugin == p)).cloned().collect()
+        self.inner
+            .lock()
+            .values()
+            .filter(|e| plugin.is_none_or(|p| e.plugin == p))
+            .cloned()
+            .collect()
     }
 }
 

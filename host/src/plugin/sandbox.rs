@@ -22,15 +22,27 @@ pub type LastLines = Arc<Mutex<VecDeque<String>>>;
 /// Builds the WASI context of one plugin instance from its grants.
 pub fn wasi_ctx(plugin: &str, grants: &Grants, last_stderr: LastLines) -> Result<WasiCtx> {
     let mut b = WasiCtxBuilder::new();
-    b.stdout(LogStream { plugin: plugin.to_string(), stream: "stdout", last: None });
-    b.stderr(LogStream { plugin: plugin.to_string(), stream: "stderr", last: Some(last_stderr) });
+    b.stdout(LogStream {
+        plugin: plugin.to_string(),
+        stream: "stdout",
+        last: None,
+    });
+    b.stderr(LogStream {
+        plugin: plugin.to_string(),
+        stream: "stderr",
+        last: Some(last_stderr),
+    });
     for name in &grants.env {
         if let Ok(v) = std::env::var(name) {
             b.env(name, v);
         }
     }
     for d in &grants.dirs {
-        let perms = if d.read_only { FsPerms::ReadOnly } else { FsPerms::ReadWrite };
+        let perms = if d.read_only {
+            FsPerms::ReadOnly
+        } else {
+            FsPerms::ReadWrite
+        };
         b.preopened_dir(&d.host, &d.guest, perms)
             .map_err(|e| anyhow::anyhow!("{e:#}"))
             .with_context(|| format!("granting directory {} as {}", d.host.display(), d.guest))?;
@@ -59,7 +71,12 @@ impl IsTerminal for LogStream {
 
 impl StdoutStream for LogStream {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(LineLogger { plugin: self.plugin.clone(), stream: self.stream, buf: Vec::new(), last: self.last.clone() })
+        Box::new(LineLogger {
+            plugin: self.plugin.clone(),
+            stream: self.stream,
+            buf: Vec::new(),
+            last: self.last.clone(),
+        })
     }
 }
 

@@ -39,7 +39,10 @@ pub(crate) fn parse_times<'a>(mut nums: impl Iterator<Item = &'a [u8]>) -> Optio
     if n < 4 {
         return None;
     }
-    Some(Times { idle: v[3] + v[4], total: v.iter().sum() })
+    Some(Times {
+        idle: v[3] + v[4],
+        total: v.iter().sum(),
+    })
 }
 
 /// The state of one utilization series.
@@ -52,7 +55,11 @@ struct Slot {
 
 impl Slot {
     fn new(id: u32) -> Self {
-        Self { id, prev: None, last: f64::NAN }
+        Self {
+            id,
+            prev: None,
+            last: f64::NAN,
+        }
     }
 
     /// Utilization since the previous reading; when no time has passed (two
@@ -93,8 +100,13 @@ impl CpuReader {
         let mut file = ProcFile::open(roots.proc.join("stat"));
         let per_core = cfg.per_core;
         if file.read().is_some_and(|b| b.starts_with(b"cpu ")) {
-            let mut me =
-                Self { src: Source::Proc(file), per_core, total, cores: Vec::new(), tracker: Tracker::default() };
+            let mut me = Self {
+                src: Source::Proc(file),
+                per_core,
+                total,
+                cores: Vec::new(),
+                tracker: Tracker::default(),
+            };
             me.read(out); // discovers the CPUs and sets the baseline
             return me;
         }
@@ -108,7 +120,13 @@ impl CpuReader {
                 cores.push(Slot::new(out.add("system.cpu.utilization", "1", SeriesKind::Gauge, a)));
             }
         }
-        Self { src: Source::Sysinfo(Box::new(sys)), per_core, total, cores, tracker: Tracker::default() }
+        Self {
+            src: Source::Sysinfo(Box::new(sys)),
+            per_core,
+            total,
+            cores,
+            tracker: Tracker::default(),
+        }
     }
 
     pub(crate) fn read(&mut self, out: &mut Out) {
@@ -201,9 +219,15 @@ mod tests {
     fn series_for(cfg: &SamplerConfig, stat: &str) -> Vec<crate::model::SeriesInfo> {
         let dir = tempfile::tempdir().unwrap();
         super::super::testutil::write_tree(dir.path(), &[("proc/stat", stat)]);
-        let roots = Roots { proc: dir.path().join("proc"), sys: dir.path().join("sys") };
+        let roots = Roots {
+            proc: dir.path().join("proc"),
+            sys: dir.path().join("sys"),
+        };
         let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out { series: &mut series, values: &mut values };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
         CpuReader::new(cfg, &roots, &mut out);
         series
     }
@@ -214,8 +238,17 @@ mod tests {
         let on = series_for(&SamplerConfig::default(), stat);
         assert_eq!(on.len(), 3);
         assert_eq!(on[0].attributes, vec![]);
-        assert_eq!(on[2].attributes, vec![("cpu.logical_number".to_string(), AttrValue::Int(2))]);
-        let off = series_for(&SamplerConfig { per_core: false, ..Default::default() }, stat);
+        assert_eq!(
+            on[2].attributes,
+            vec![("cpu.logical_number".to_string(), AttrValue::Int(2))]
+        );
+        let off = series_for(
+            &SamplerConfig {
+                per_core: false,
+                ..Default::default()
+            },
+            stat,
+        );
         assert_eq!(off.len(), 1);
     }
 }

@@ -50,7 +50,13 @@ pub(crate) fn parse_counters<'a>(mut f: impl Iterator<Item = &'a [u8]>) -> Optio
     for slot in v.iter_mut() {
         *slot = procfs::parse_u64(f.next()?)?;
     }
-    Some([v[2] as f64 * 512.0, v[6] as f64 * 512.0, v[0] as f64, v[4] as f64, v[9] as f64 / 1000.0])
+    Some([
+        v[2] as f64 * 512.0,
+        v[6] as f64 * 512.0,
+        v[0] as f64,
+        v[4] as f64,
+        v[9] as f64 / 1000.0,
+    ])
 }
 
 /// Which devices get series.
@@ -104,9 +110,10 @@ fn add_series(out: &mut Out, name: &[u8]) -> u32 {
     let mut first = None;
     for (metric, unit, dir) in PER_DISK {
         let a = match dir {
-            Some(d) => {
-                attrs([("system.device", AttrValue::from(name.as_str())), ("disk.io.direction", AttrValue::from(d))])
-            }
+            Some(d) => attrs([
+                ("system.device", AttrValue::from(name.as_str())),
+                ("disk.io.direction", AttrValue::from(d)),
+            ]),
             None => attrs([("system.device", AttrValue::from(name.as_str()))]),
         };
         first.get_or_insert(out.add(metric, unit, SeriesKind::Counter, a));
@@ -159,7 +166,9 @@ impl DiskReader {
         }
         self.since_scan += 1;
         for (file, base) in &mut self.per_disk {
-            let Some(vals) = file.read().and_then(|b| parse_counters(procfs::fields(b))) else { continue };
+            let Some(vals) = file.read().and_then(|b| parse_counters(procfs::fields(b))) else {
+                continue;
+            };
             for (k, v) in vals.iter().enumerate() {
                 out.set(*base + k as u32, *v);
             }
@@ -227,7 +236,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let roots = fixture_machine(dir.path());
         let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out { series: &mut series, values: &mut values };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
         let r = DiskReader::new(cfg, &roots, &mut out);
         assert_eq!(series.len(), 5 * r.tracker.included_count());
         r.tracker.included()
@@ -245,13 +257,19 @@ mod tests {
         write_tree(
             dir.path(),
             &[
-                ("sys/class/block/vda/stat", "  6100 0 100 0 2954 0 200 0 0 3000 0 0 0 0 0 0 0\n"),
+                (
+                    "sys/class/block/vda/stat",
+                    "  6100 0 100 0 2954 0 200 0 0 3000 0 0 0 0 0 0 0\n",
+                ),
                 ("sys/class/block/nvme0n1/stat", "1 0 1 0 1 0 1 0 0 1 0\n"),
                 ("sys/class/block/dm-0/stat", "1 0 1 0 1 0 1 0 0 1 0\n"),
             ],
         );
         let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out { series: &mut series, values: &mut values };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
         let mut r = DiskReader::new(&SamplerConfig::default(), &roots, &mut out);
         assert!(r.fast);
         r.read(&mut out);
@@ -265,16 +283,25 @@ mod tests {
             r.read(&mut out); // RESCAN_TICKS fast reads in all
         }
         assert_eq!(series.len(), 15);
-        let mut out = Out { series: &mut series, values: &mut values };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
         r.read(&mut out);
         assert_eq!(series.len(), 20);
-        assert!(!r.fast, "sdb has no sysfs stat file in the fixture: back to /proc/diskstats");
+        assert!(
+            !r.fast,
+            "sdb has no sysfs stat file in the fixture: back to /proc/diskstats"
+        );
         assert_eq!(values[19], 0.005);
     }
 
     #[test]
     fn allowlist_wins() {
-        let cfg = SamplerConfig { disks: vec!["vda1".into(), "nvme0n1".into(), "sdz".into()], ..Default::default() };
+        let cfg = SamplerConfig {
+            disks: vec!["vda1".into(), "nvme0n1".into(), "sdz".into()],
+            ..Default::default()
+        };
         assert_eq!(selected(&cfg), vec!["vda1", "nvme0n1"]);
     }
 }

@@ -55,7 +55,10 @@ pub struct DriverConfig {
 
 impl DriverConfig {
     pub fn new(period_ms: u32) -> Self {
-        Self { period: Arc::new(AtomicU32::new(period_ms)), realtime: true }
+        Self {
+            period: Arc::new(AtomicU32::new(period_ms)),
+            realtime: true,
+        }
     }
 }
 
@@ -240,7 +243,14 @@ pub fn spawn<F>(sampler: Sampler, period_ms: Arc<AtomicU32>, on_tick: F) -> Samp
 where
     F: FnMut(&Tick, &[SeriesInfo]) + Send + 'static,
 {
-    spawn_with(sampler, DriverConfig { period: period_ms, realtime: true }, on_tick)
+    spawn_with(
+        sampler,
+        DriverConfig {
+            period: period_ms,
+            realtime: true,
+        },
+        on_tick,
+    )
 }
 
 /// `spawn` with every setting explicit (e.g. `realtime: false`).
@@ -259,7 +269,12 @@ where
         .name("sonde-sampler".into())
         .spawn(move || run(sampler, per, rt, sh, on_tick))
         .expect("cannot start the sonde-sampler thread");
-    SamplerHandle { shared, period_ms: cfg.period, thread: Some(thread), gpu_status }
+    SamplerHandle {
+        shared,
+        period_ms: cfg.period,
+        thread: Some(thread),
+        gpu_status,
+    }
 }
 
 fn period_ns(p: &AtomicU32) -> u64 {
@@ -388,7 +403,12 @@ mod clock {
     pub fn wake(word: &AtomicU32) {
         // SAFETY: FUTEX_WAKE on a live u32.
         unsafe {
-            libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX);
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            );
         }
     }
 
@@ -480,7 +500,10 @@ mod tests {
     use std::time::{Duration, Instant};
 
     fn sampler() -> Sampler {
-        Sampler::new(&SamplerConfig { gpu: false, ..Default::default() })
+        Sampler::new(&SamplerConfig {
+            gpu: false,
+            ..Default::default()
+        })
     }
 
     #[test]
@@ -524,7 +547,9 @@ mod tests {
             assert_eq!(std::thread::current().name(), Some("sonde-sampler"));
             let _ = tx.send(t.time_ns);
         });
-        let times: Vec<u64> = (0..20).map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap()).collect();
+        let times: Vec<u64> = (0..20)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+            .collect();
         let t0 = Instant::now();
         h.stop();
         let stop_took = t0.elapsed();
@@ -533,7 +558,10 @@ mod tests {
         eprintln!("gaps ms: {gaps:.2?}; stop took {stop_took:?}");
         // Loose: a noisy machine may skip a tick, but ticks are ~20 ms apart.
         assert!((15.0..=30.0).contains(&mean), "mean gap {mean} ms");
-        assert!(gaps.iter().filter(|g| (10.0..=30.0).contains(*g)).count() >= 15, "{gaps:?}");
+        assert!(
+            gaps.iter().filter(|g| (10.0..=30.0).contains(*g)).count() >= 15,
+            "{gaps:?}"
+        );
         assert!(stop_took < Duration::from_secs(1), "stop took {stop_took:?}");
     }
 
@@ -557,12 +585,16 @@ mod tests {
         rx.recv_timeout(Duration::from_secs(5)).unwrap();
         // Through the handle: wakes the thread, next deadline = previous + 20 ms.
         h.set_period_ms(20);
-        let a: Vec<u64> = (0..6).map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap()).collect();
+        let a: Vec<u64> = (0..6)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+            .collect();
         let gap = (a[5] - a[1]) as f64 / 4e6;
         assert!((10.0..=40.0).contains(&gap), "after set_period_ms(20): {gap} ms");
         // Stored directly into the shared atomic: noticed at the next deadline.
         period.store(60, Ordering::SeqCst);
-        let mut b: Vec<u64> = (0..7).map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap()).collect();
+        let mut b: Vec<u64> = (0..7)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+            .collect();
         b.drain(..2);
         let gap = (b[4] - b[0]) as f64 / 4e6;
         assert!((45.0..=80.0).contains(&gap), "after store(60): {gap} ms");

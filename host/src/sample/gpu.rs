@@ -50,7 +50,11 @@ impl GpuReader {
 
     pub(crate) fn new(cfg: &SamplerConfig, out: &mut Out) -> Self {
         if !cfg.gpu {
-            return Self { status: "GPU sampling off in config".into(), nvml: None, devs: Vec::new() };
+            return Self {
+                status: "GPU sampling off in config".into(),
+                nvml: None,
+                devs: Vec::new(),
+            };
         }
         // nvml-wrapper dlopens libnvidia-ml.so.1 (what driver packages install).
         let nvml = match Nvml::init() {
@@ -58,7 +62,11 @@ impl GpuReader {
             Err(e) => {
                 let status = format!("no GPU: NVML not available ({e})");
                 tracing::info!("sampler: {status}");
-                return Self { status, nvml: None, devs: Vec::new() };
+                return Self {
+                    status,
+                    nvml: None,
+                    devs: Vec::new(),
+                };
             }
         };
         let driver = nvml.sys_driver_version().unwrap_or_else(|_| "unknown".into());
@@ -67,7 +75,11 @@ impl GpuReader {
             Err(e) => {
                 let status = format!("no GPU: NVML (driver {driver}) cannot count devices ({e})");
                 tracing::info!("sampler: {status}");
-                return Self { status, nvml: None, devs: Vec::new() };
+                return Self {
+                    status,
+                    nvml: None,
+                    devs: Vec::new(),
+                };
             }
         };
         let mut devs = Vec::new();
@@ -92,7 +104,12 @@ impl GpuReader {
                 a
             };
             let mut ids = [u32::MAX; FIELDS];
-            ids[UTIL] = out.add("hw.gpu.utilization", "1", SeriesKind::Gauge, with(&[("hw.gpu.task", "general")]));
+            ids[UTIL] = out.add(
+                "hw.gpu.utilization",
+                "1",
+                SeriesKind::Gauge,
+                with(&[("hw.gpu.task", "general")]),
+            );
             ids[MEM_USED] = out.add("hw.gpu.memory.usage", "By", SeriesKind::Gauge, with(&[]));
             ids[MEM_TOTAL] = out.add("hw.gpu.memory.limit", "By", SeriesKind::Gauge, with(&[]));
             ids[MEM_UTIL] = out.add("hw.gpu.memory.utilization", "1", SeriesKind::Gauge, with(&[]));
@@ -104,7 +121,12 @@ impl GpuReader {
                 Ok(_) => ids[ENERGY] = out.add("hw.energy", "J", SeriesKind::Counter, with(&[])),
                 Err(_) => unsupported |= 1 << ENERGY,
             }
-            devs.push(GpuDev { index, ids, unsupported, error_logged: false });
+            devs.push(GpuDev {
+                index,
+                ids,
+                unsupported,
+                error_logged: false,
+            });
         }
         let status = if devs.is_empty() {
             format!("no GPU: NVML found no usable device (driver {driver})")
@@ -187,8 +209,17 @@ mod tests {
     #[test]
     fn off_in_config() {
         let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out { series: &mut series, values: &mut values };
-        let r = GpuReader::new(&SamplerConfig { gpu: false, ..Default::default() }, &mut out);
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
+        let r = GpuReader::new(
+            &SamplerConfig {
+                gpu: false,
+                ..Default::default()
+            },
+            &mut out,
+        );
         assert_eq!(r.status(), "GPU sampling off in config");
         assert!(series.is_empty());
     }
@@ -198,7 +229,10 @@ mod tests {
     #[test]
     fn this_machine() {
         let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out { series: &mut series, values: &mut values };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
         let mut r = GpuReader::new(&SamplerConfig::default(), &mut out);
         eprintln!("gpu status: {}", r.status());
         if r.status().starts_with("no GPU") {
@@ -209,7 +243,10 @@ mod tests {
             assert!(series.iter().all(|s| s.attributes.iter().any(|(k, _)| k == "hw.id")));
         }
         let n = series.len();
-        let mut out = Out { series: &mut series, values: &mut values };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
         values_reset(&mut out, n);
         r.read(&mut out);
         assert_eq!(values.len(), n);

@@ -37,7 +37,9 @@ pub(crate) fn parse_meminfo(buf: &[u8]) -> MemInfo {
         sreclaimable: f64::NAN,
     };
     for line in procfs::lines(buf) {
-        let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
         let (key, rest) = (&line[..colon], &line[colon + 1..]);
         let slot = match key {
             b"MemTotal" => &mut m.total,
@@ -60,7 +62,12 @@ pub(crate) fn parse_meminfo(buf: &[u8]) -> MemInfo {
 impl MemInfo {
     /// Cached + SReclaimable (SReclaimable missing on very old kernels: 0).
     pub(crate) fn cached_all(&self) -> f64 {
-        self.cached + if self.sreclaimable.is_nan() { 0.0 } else { self.sreclaimable }
+        self.cached
+            + if self.sreclaimable.is_nan() {
+                0.0
+            } else {
+                self.sreclaimable
+            }
     }
 
     pub(crate) fn used(&self) -> f64 {
@@ -104,7 +111,16 @@ impl MemReader {
             tracing::info!(path = %file.path().display(), "sampler: no /proc/meminfo; memory from sysinfo (no cached/buffers)");
             Source::Sysinfo(Box::new(sysinfo::System::new()))
         };
-        Self { src, used, free, cached, buffers, limit, available, utilization }
+        Self {
+            src,
+            used,
+            free,
+            cached,
+            buffers,
+            limit,
+            available,
+            utilization,
+        }
     }
 
     pub(crate) fn read(&mut self, out: &mut Out) {

@@ -59,7 +59,10 @@ pub(crate) struct Roots {
 
 impl Default for Roots {
     fn default() -> Self {
-        Self { proc: PathBuf::from("/proc"), sys: PathBuf::from("/sys") }
+        Self {
+            proc: PathBuf::from("/proc"),
+            sys: PathBuf::from("/sys"),
+        }
     }
 }
 
@@ -74,7 +77,13 @@ impl Out<'_> {
     /// Appends a series and returns its id.
     pub(crate) fn add(&mut self, metric: &str, unit: &str, kind: SeriesKind, attributes: Attributes) -> u32 {
         let id = self.series.len() as u32;
-        self.series.push(SeriesInfo { id, metric: metric.to_string(), unit: unit.to_string(), kind, attributes });
+        self.series.push(SeriesInfo {
+            id,
+            metric: metric.to_string(),
+            unit: unit.to_string(),
+            kind,
+            attributes,
+        });
         self.values.resize(self.series.len(), f64::NAN);
         id
     }
@@ -123,14 +132,24 @@ impl Sampler {
     pub(crate) fn with_roots(cfg: &SamplerConfig, roots: &Roots) -> Sampler {
         let mut series = Vec::new();
         let mut scratch = Vec::new();
-        let mut out = Out { series: &mut series, values: &mut scratch };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut scratch,
+        };
         let cpu = cpu::CpuReader::new(cfg, roots, &mut out);
         let mem = memory::MemReader::new(roots, &mut out);
         let net = net::NetReader::new(cfg, roots, &mut out);
         let disk = disk::DiskReader::new(cfg, roots, &mut out);
         let gpu = gpu::GpuReader::new(cfg, &mut out);
         tracing::info!(series = series.len(), gpu = %gpu.status(), "sampler ready");
-        Sampler { series, cpu, mem, net, disk, gpu }
+        Sampler {
+            series,
+            cpu,
+            mem,
+            net,
+            disk,
+            gpu,
+        }
     }
 
     /// Every series, `series()[i].id == i`. Only ever grows.
@@ -145,7 +164,10 @@ impl Sampler {
         tick.time_ns = crate::model::now_ns();
         tick.values.clear();
         tick.values.resize(self.series.len(), f64::NAN);
-        let mut out = Out { series: &mut self.series, values: &mut tick.values };
+        let mut out = Out {
+            series: &mut self.series,
+            values: &mut tick.values,
+        };
         self.cpu.read(&mut out);
         self.mem.read(&mut out);
         self.net.read(&mut out);
@@ -158,7 +180,10 @@ impl Sampler {
         tick.time_ns = crate::model::now_ns();
         tick.values.clear();
         tick.values.resize(self.series.len(), f64::NAN);
-        let mut out = Out { series: &mut self.series, values: &mut tick.values };
+        let mut out = Out {
+            series: &mut self.series,
+            values: &mut tick.values,
+        };
         match part {
             Part::Cpu => self.cpu.read(&mut out),
             Part::Memory => self.mem.read(&mut out),
@@ -177,7 +202,10 @@ impl Sampler {
 /// A fresh tick to pass to `sample_into` (its buffer is reused afterwards).
 impl Sampler {
     pub fn new_tick(&self) -> Tick {
-        Tick { time_ns: 0, values: Vec::with_capacity(self.series.len() + 64) }
+        Tick {
+            time_ns: 0,
+            values: Vec::with_capacity(self.series.len() + 64),
+        }
     }
 }
 
@@ -253,7 +281,10 @@ SUnreclaim:       100000 kB\n";
                 ("sys/block/ram0/size", "1\n"),
             ],
         );
-        super::Roots { proc: root.join("proc"), sys: root.join("sys") }
+        super::Roots {
+            proc: root.join("proc"),
+            sys: root.join("sys"),
+        }
     }
 }
 
@@ -264,7 +295,10 @@ mod tests {
     use crate::model::AttrValue as V;
 
     fn cfg() -> SamplerConfig {
-        SamplerConfig { gpu: false, ..SamplerConfig::default() }
+        SamplerConfig {
+            gpu: false,
+            ..SamplerConfig::default()
+        }
     }
 
     fn attr<'a>(s: &'a SeriesInfo, k: &str) -> Option<&'a V> {
@@ -306,12 +340,20 @@ mod tests {
         assert_eq!(c1.unit, "1");
 
         for state in ["used", "free", "cached", "buffers"] {
-            let m = find(series, "system.memory.usage", &[("system.memory.state", V::from(state))]);
+            let m = find(
+                series,
+                "system.memory.usage",
+                &[("system.memory.state", V::from(state))],
+            );
             assert_eq!((m.unit.as_str(), m.kind), ("By", SeriesKind::Gauge));
         }
         assert_eq!(find(series, "system.memory.limit", &[]).unit, "By");
         assert_eq!(find(series, "system.linux.memory.available", &[]).unit, "By");
-        let mu = find(series, "system.memory.utilization", &[("system.memory.state", V::from("used"))]);
+        let mu = find(
+            series,
+            "system.memory.utilization",
+            &[("system.memory.state", V::from("used"))],
+        );
         assert_eq!(mu.unit, "1");
 
         for dir in ["receive", "transmit"] {
@@ -324,21 +366,34 @@ mod tests {
                 let x = find(
                     series,
                     metric,
-                    &[("network.interface.name", V::from("eth0")), ("network.io.direction", V::from(dir))],
+                    &[
+                        ("network.interface.name", V::from("eth0")),
+                        ("network.io.direction", V::from(dir)),
+                    ],
                 );
                 assert_eq!((x.unit.as_str(), x.kind), (unit, SeriesKind::Counter));
             }
         }
-        let ifaces: std::collections::BTreeSet<_> =
-            series.iter().filter_map(|x| attr(x, "network.interface.name")).map(|v| format!("{v:?}")).collect();
+        let ifaces: std::collections::BTreeSet<_> = series
+            .iter()
+            .filter_map(|x| attr(x, "network.interface.name"))
+            .map(|v| format!("{v:?}"))
+            .collect();
         assert_eq!(ifaces.len(), 2, "lo and lo2 (IFF_LOOPBACK) excluded: {ifaces:?}");
 
-        let disks: std::collections::BTreeSet<_> =
-            series.iter().filter_map(|x| attr(x, "system.device")).map(|v| format!("{v:?}")).collect();
+        let disks: std::collections::BTreeSet<_> = series
+            .iter()
+            .filter_map(|x| attr(x, "system.device"))
+            .map(|v| format!("{v:?}"))
+            .collect();
         assert_eq!(disks.len(), 3, "vda, nvme0n1, dm-0: {disks:?}");
         for dir in ["read", "write"] {
             for (metric, unit) in [("system.disk.io", "By"), ("system.disk.operations", "{operation}")] {
-                let x = find(series, metric, &[("system.device", V::from("vda")), ("disk.io.direction", V::from(dir))]);
+                let x = find(
+                    series,
+                    metric,
+                    &[("system.device", V::from("vda")), ("disk.io.direction", V::from(dir))],
+                );
                 assert_eq!((x.unit.as_str(), x.kind), (unit, SeriesKind::Counter));
             }
         }
@@ -371,13 +426,25 @@ mod tests {
         assert!((t.values[c0] - 0.5).abs() < 1e-9);
         let used = id("system.memory.usage", &[("system.memory.state", V::from("used"))]);
         // used = total - free - buffers - (cached + sreclaimable)
-        assert_eq!(t.values[used], (16_000_000.0 - 4_000_000.0 - 500_000.0 - 5_500_000.0) * 1024.0);
+        assert_eq!(
+            t.values[used],
+            (16_000_000.0 - 4_000_000.0 - 500_000.0 - 5_500_000.0) * 1024.0
+        );
         let rx = id(
             "system.network.io",
-            &[("network.interface.name", V::from("wlan0")), ("network.io.direction", V::from("receive"))],
+            &[
+                ("network.interface.name", V::from("wlan0")),
+                ("network.io.direction", V::from("receive")),
+            ],
         );
         assert_eq!(t.values[rx], 1_234_567_890.0);
-        let w = id("system.disk.io", &[("system.device", V::from("vda")), ("disk.io.direction", V::from("write"))]);
+        let w = id(
+            "system.disk.io",
+            &[
+                ("system.device", V::from("vda")),
+                ("disk.io.direction", V::from("write")),
+            ],
+        );
         assert_eq!(t.values[w], 4_253_240.0 * 512.0);
         assert!(t.values.iter().all(|v| v.is_finite()), "{:?}", t.values);
     }
@@ -415,7 +482,10 @@ mod tests {
         let eth0_rx = find(
             after,
             "system.network.io",
-            &[("network.interface.name", V::from("eth0")), ("network.io.direction", V::from("receive"))],
+            &[
+                ("network.interface.name", V::from("eth0")),
+                ("network.io.direction", V::from("receive")),
+            ],
         );
         assert!(t.values[eth0_rx.id as usize].is_nan(), "vanished interface reads NaN");
         let sdb = find(after, "system.disk.io_time", &[("system.device", V::from("sdb"))]);
@@ -426,14 +496,22 @@ mod tests {
     fn missing_procfs_falls_back_or_skips() {
         // An empty tree: CPU, memory and network come from sysinfo, disks are skipped.
         let dir = tempfile::tempdir().unwrap();
-        let roots = Roots { proc: dir.path().join("proc"), sys: dir.path().join("sys") };
+        let roots = Roots {
+            proc: dir.path().join("proc"),
+            sys: dir.path().join("sys"),
+        };
         let mut s = Sampler::with_roots(&cfg(), &roots);
         assert!(s.series().iter().any(|x| x.metric == "system.cpu.utilization"));
         assert!(s.series().iter().any(|x| x.metric == "system.memory.limit"));
         assert!(!s.series().iter().any(|x| x.metric.starts_with("system.disk")));
         let mut t = s.new_tick();
         s.sample_into(&mut t);
-        let limit = s.series().iter().find(|x| x.metric == "system.memory.limit").unwrap().id;
+        let limit = s
+            .series()
+            .iter()
+            .find(|x| x.metric == "system.memory.limit")
+            .unwrap()
+            .id;
         if cfg!(any(target_os = "linux", target_os = "macos", target_os = "windows")) {
             assert!(t.values[limit as usize] > 0.0);
         }
@@ -456,7 +534,10 @@ mod tests {
         assert!(b.time_ns > a.time_ns);
         assert_eq!(b.values.len(), s.series().len());
         for x in s.series() {
-            let (va, vb) = (a.values.get(x.id as usize).copied().unwrap_or(f64::NAN), b.values[x.id as usize]);
+            let (va, vb) = (
+                a.values.get(x.id as usize).copied().unwrap_or(f64::NAN),
+                b.values[x.id as usize],
+            );
             if x.metric == "system.cpu.utilization" {
                 assert!(vb.is_finite() && (0.0..=1.0).contains(&vb), "{x:?} = {vb}");
             }
@@ -468,7 +549,11 @@ mod tests {
             }
         }
         if !s.gpu_status().contains("via NVML") {
-            assert!(s.series().iter().all(|x| !x.metric.starts_with("hw.") && !x.metric.starts_with("sonde.gpu")));
+            assert!(
+                s.series()
+                    .iter()
+                    .all(|x| !x.metric.starts_with("hw.") && !x.metric.starts_with("sonde.gpu"))
+            );
             assert!(s.gpu_status().starts_with("no GPU"), "{}", s.gpu_status());
         }
         eprintln!("gpu: {}", s.gpu_status());
@@ -521,13 +606,19 @@ mod tests {
         for _ in 0..n {
             nets.refresh(true);
         }
-        eprintln!("  sysinfo Networks::refresh: {:.1} µs mean", t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        eprintln!(
+            "  sysinfo Networks::refresh: {:.1} µs mean",
+            t0.elapsed().as_secs_f64() * 1e6 / n as f64
+        );
         let mut sys = sysinfo::System::new();
         let t0 = std::time::Instant::now();
         for _ in 0..n {
             sys.refresh_memory();
         }
-        eprintln!("  sysinfo System::refresh_memory: {:.1} µs mean", t0.elapsed().as_secs_f64() * 1e6 / n as f64);
+        eprintln!(
+            "  sysinfo System::refresh_memory: {:.1} µs mean",
+            t0.elapsed().as_secs_f64() * 1e6 / n as f64
+        );
         let t0 = std::time::Instant::now();
         for _ in 0..n {
             // sysinfo re-reads /proc/stat at most every 200 ms; force it by

@@ -48,7 +48,10 @@ pub(crate) fn parse_line(line: &[u8]) -> Option<(&[u8], [u64; 8])> {
     }
     // receive: bytes packets errs drop fifo frame compressed multicast
     // transmit: bytes packets errs drop fifo colls carrier compressed
-    Some((name, [nums[0], nums[8], nums[1], nums[9], nums[2], nums[10], nums[3], nums[11]]))
+    Some((
+        name,
+        [nums[0], nums[8], nums[1], nums[9], nums[2], nums[10], nums[3], nums[11]],
+    ))
 }
 
 /// Which interfaces get series.
@@ -125,7 +128,11 @@ impl NetReader {
             tracing::info!(path = %file.path().display(), "sampler: no /proc/net/dev; network counters from sysinfo");
             Source::Sysinfo(Box::new(sysinfo::Networks::new()))
         };
-        let mut me = Self { src, filter: NetFilter::new(cfg, roots), tracker: Tracker::default() };
+        let mut me = Self {
+            src,
+            filter: NetFilter::new(cfg, roots),
+            tracker: Tracker::default(),
+        };
         me.read(out); // discovery
         if me.tracker.included_count() == 0 {
             tracing::info!(
@@ -148,7 +155,8 @@ impl NetReader {
                         Some(b) => b,
                         None => {
                             let include = self.filter.include(&String::from_utf8_lossy(name));
-                            self.tracker.insert("network interface", name, include, || add_series(out, name))
+                            self.tracker
+                                .insert("network interface", name, include, || add_series(out, name))
                         }
                     };
                     pos += 1;
@@ -205,7 +213,11 @@ mod tests {
         let (n, v) = parse_line(it.next().unwrap()).unwrap();
         assert_eq!((n, v), (&b"eth0"[..], [157746156, 621362, 9640, 6942, 1, 3, 2, 4]));
         let (n, v) = parse_line(it.next().unwrap()).unwrap();
-        assert_eq!((n, v[0], v[1]), (&b"wlan0"[..], 1234567890, 55), "no space after the colon");
+        assert_eq!(
+            (n, v[0], v[1]),
+            (&b"wlan0"[..], 1234567890, 55),
+            "no space after the colon"
+        );
         assert!(parse_line(b"eth9: 1 2 3").is_none(), "truncated");
     }
 
@@ -213,7 +225,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let roots = fixture_machine(dir.path());
         let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out { series: &mut series, values: &mut values };
+        let mut out = Out {
+            series: &mut series,
+            values: &mut values,
+        };
         let r = NetReader::new(cfg, &roots, &mut out);
         assert_eq!(series.len(), 8 * r.tracker.included_count());
         r.tracker.included()
@@ -226,14 +241,19 @@ mod tests {
 
     #[test]
     fn loopback_included_on_request() {
-        let cfg = SamplerConfig { include_loopback: true, ..Default::default() };
+        let cfg = SamplerConfig {
+            include_loopback: true,
+            ..Default::default()
+        };
         assert_eq!(selected(&cfg), vec!["lo", "eth0", "wlan0", "lo2"]);
     }
 
     #[test]
     fn allowlist_wins() {
-        let cfg =
-            SamplerConfig { interfaces: vec!["wlan0".into(), "lo".into(), "absent".into()], ..Default::default() };
+        let cfg = SamplerConfig {
+            interfaces: vec!["wlan0".into(), "lo".into(), "absent".into()],
+            ..Default::default()
+        };
         assert_eq!(selected(&cfg), vec!["lo", "wlan0"]);
     }
 }

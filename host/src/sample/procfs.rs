@@ -28,7 +28,12 @@ impl ProcFile {
     pub(crate) fn open(path: impl Into<PathBuf>) -> Self {
         let path = path.into();
         let file = File::open(&path).ok();
-        Self { path, file, buf: Vec::new(), warned: false }
+        Self {
+            path,
+            file,
+            buf: Vec::new(),
+            warned: false,
+        }
     }
 
     pub(crate) fn is_open(&self) -> bool {

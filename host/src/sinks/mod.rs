@@ -72,14 +72,31 @@ pub struct Sink {
 impl Sink {
     /// Opens (creating if needed) `dir/name`. In append mode a new (empty)
     /// file gets the header row first.
-    pub fn open(dir: &Path, name: &str, format: SinkFormat, mode: SinkMode, columns: Vec<String>) -> Result<Sink, SinkError> {
+    pub fn open(
+        dir: &Path,
+        name: &str,
+        format: SinkFormat,
+        mode: SinkMode,
+        columns: Vec<String>,
+    ) -> Result<Sink, SinkError> {
         check_name(name)?;
         if !dir.is_dir() {
             return Err(SinkError::NoDir(dir.to_path_buf()));
         }
         let path = dir.join(name);
-        let io = |e: std::io::Error| SinkError::Io { path: path.clone(), reason: e.to_string() };
-        let mut sink = Sink { path: path.clone(), format, mode, columns, file: None, buf: Vec::new(), rows_written: 0 };
+        let io = |e: std::io::Error| SinkError::Io {
+            path: path.clone(),
+            reason: e.to_string(),
+        };
+        let mut sink = Sink {
+            path: path.clone(),
+            format,
+            mode,
+            columns,
+            file: None,
+            buf: Vec::new(),
+            rows_written: 0,
+        };
         match mode {
             SinkMode::Append => {
                 let mut f = OpenOptions::new().create(true).append(true).open(&path).map_err(io)?;
@@ -160,10 +177,18 @@ impl Sink {
     }
 
     fn write_out(&mut self, data: &[u8]) -> Result<(), SinkError> {
-        let io = |e: std::io::Error, p: &Path| SinkError::Io { path: p.to_path_buf(), reason: e.to_string() };
+        let io = |e: std::io::Error, p: &Path| SinkError::Io {
+            path: p.to_path_buf(),
+            reason: e.to_string(),
+        };
         match self.mode {
             // One write call per batch of rows: O_APPEND keeps each batch whole.
-            SinkMode::Append => self.file.as_mut().expect("append sinks hold their file").write_all(data).map_err(|e| io(e, &self.path)),
+            SinkMode::Append => self
+                .file
+                .as_mut()
+                .expect("append sinks hold their file")
+                .write_all(data)
+                .map_err(|e| io(e, &self.path)),
             SinkMode::Replace => {
                 let tmp = self.path.with_file_name(format!(
                     ".{}.tmp",
@@ -209,8 +234,14 @@ fn check_name(name: &str) -> Result<(), SinkError> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok { Ok(()) } else { Err(SinkError::BadName(name.to_string())) }
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(SinkError::BadName(name.to_string()))
+    }
 }
 
 #[cfg(test)]
@@ -233,19 +264,32 @@ mod tests {
         let mut s = Sink::open(dir.path(), "log.tsv", SinkFormat::Tsv, SinkMode::Append, cols).unwrap();
         s.write_rows(&rows[..]).unwrap();
         let text = std::fs::read_to_string(dir.path().join("log.tsv")).unwrap();
-        assert_eq!(text, "t\tid\tx\tname\n1\t-1\t0.5\ta b\n2\t0\t3\tc\n1\t-1\t0.5\ta b\n2\t0\t3\tc\n");
+        assert_eq!(
+            text,
+            "t\tid\tx\tname\n1\t-1\t0.5\ta b\n2\t0\t3\tc\n1\t-1\t0.5\ta b\n2\t0\t3\tc\n"
+        );
     }
 
     #[test]
     fn csv_quotes_and_replace_mode() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Sink::open(dir.path(), "p.csv", SinkFormat::Csv, SinkMode::Replace, vec!["a".into()]).unwrap();
+        let mut s = Sink::open(
+            dir.path(),
+            "p.csv",
+            SinkFormat::Csv,
+            SinkMode::Replace,
+            vec!["a".into()],
+        )
+        .unwrap();
         s.write_rows(&[Column::Str(vec!["x,\"y\"".into()])]).unwrap();
         s.write_rows(&[Column::Str(vec!["z".into()])]).unwrap();
         assert_eq!(std::fs::read_to_string(dir.path().join("p.csv")).unwrap(), "a\nz\n");
         let mut s = Sink::open(dir.path(), "q.csv", SinkFormat::Csv, SinkMode::Append, vec!["a".into()]).unwrap();
         s.write_rows(&[Column::Str(vec!["x,\"y\"".into()])]).unwrap();
-        assert_eq!(std::fs::read_to_string(dir.path().join("q.csv")).unwrap(), "a\n\"x,\"\"y\"\"\"\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("q.csv")).unwrap(),
+            "a\n\"x,\"\"y\"\"\"\n"
+        );
     }
 
     #[test]
@@ -254,7 +298,10 @@ mod tests {
         let mut s = Sink::open(dir.path(), "prof.folded", SinkFormat::Raw, SinkMode::Replace, vec![]).unwrap();
         s.write_bytes(b"main;f 3\n").unwrap();
         s.write_bytes(b"main;g 5\n").unwrap();
-        assert_eq!(std::fs::read_to_string(dir.path().join("prof.folded")).unwrap(), "main;g 5\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("prof.folded")).unwrap(),
+            "main;g 5\n"
+        );
         assert!(s.write_rows(&[]).is_err());
     }
 
@@ -262,7 +309,13 @@ mod tests {
     fn bad_input_is_refused_with_reason() {
         let dir = tempfile::tempdir().unwrap();
         for bad in ["", "../x", "a/b", ".hidden", "x y"] {
-            assert!(matches!(Sink::open(dir.path(), bad, SinkFormat::Tsv, SinkMode::Append, vec![]), Err(SinkError::BadName(_))), "{bad}");
+            assert!(
+                matches!(
+                    Sink::open(dir.path(), bad, SinkFormat::Tsv, SinkMode::Append, vec![]),
+                    Err(SinkError::BadName(_))
+                ),
+                "{bad}"
+            );
         }
         let missing = dir.path().join("nope");
         assert_eq!(
@@ -270,8 +323,17 @@ mod tests {
             Some(SinkError::NoDir(missing.clone()))
         );
         assert!(!missing.exists(), "never creates the directory");
-        let mut s = Sink::open(dir.path(), "a.tsv", SinkFormat::Tsv, SinkMode::Append, vec!["a".into(), "b".into()]).unwrap();
-        let e = s.write_rows(&[Column::U64(vec![1]), Column::U64(vec![1, 2])]).unwrap_err();
+        let mut s = Sink::open(
+            dir.path(),
+            "a.tsv",
+            SinkFormat::Tsv,
+            SinkMode::Append,
+            vec!["a".into(), "b".into()],
+        )
+        .unwrap();
+        let e = s
+            .write_rows(&[Column::U64(vec![1]), Column::U64(vec![1, 2])])
+            .unwrap_err();
         assert!(e.to_string().contains("different lengths"), "{e}");
         let e = s.write_rows(&[Column::U64(vec![1])]).unwrap_err();
         assert!(e.to_string().contains("1 columns given"), "{e}");

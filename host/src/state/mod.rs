@@ -44,7 +44,10 @@ impl StateStore {
 
     /// A view limited to one plugin's namespace.
     pub fn namespace(&self, plugin: &str) -> PluginState {
-        PluginState { store: self.clone(), plugin: plugin.to_string() }
+        PluginState {
+            store: self.clone(),
+            plugin: plugin.to_string(),
+        }
     }
 }
 
@@ -103,7 +106,10 @@ impl PluginState {
             // The high-water mark lives in its own table so numbers never go
             // back, even after every record was trimmed.
             let mut seqs = w.open_table(SEQ)?;
-            let last = seqs.get((self.plugin.as_str(), stream))?.map(|v| v.value()).unwrap_or(0);
+            let last = seqs
+                .get((self.plugin.as_str(), stream))?
+                .map(|v| v.value())
+                .unwrap_or(0);
             seq = last + 1;
             t.insert((self.plugin.as_str(), stream, seq), record)?;
             seqs.insert((self.plugin.as_str(), stream), seq)?;
@@ -192,7 +198,11 @@ mod tests {
         assert_eq!(got, vec![(2, b"r2".to_vec()), (3, b"r3".to_vec())]);
         p.trim("stats", 6).unwrap();
         assert!(p.read("stats", 0, 10).unwrap().is_empty());
-        assert_eq!(p.append("stats", b"r6").unwrap(), 6, "numbers never go back after a trim");
+        assert_eq!(
+            p.append("stats", b"r6").unwrap(),
+            6,
+            "numbers never go back after a trim"
+        );
         assert_eq!(s.namespace("q").read("stats", 0, 10).unwrap(), vec![]);
     }
 
@@ -201,6 +211,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = StateStore::open(&dir.path().join("s.redb")).unwrap();
         let big = vec![0u8; MAX_VALUE_BYTES + 1];
-        assert!(s.namespace("p").put("k", &big).unwrap_err().to_string().contains("limit"));
+        assert!(
+            s.namespace("p")
+                .put("k", &big)
+                .unwrap_err()
+                .to_string()
+                .contains("limit")
+        );
     }
 }

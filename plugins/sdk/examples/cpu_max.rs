@@ -3,8 +3,7 @@
 //! `cargo build --manifest-path plugins/Cargo.toml -p sonde-plugin-sdk --example cpu_max --release --target wasm32-wasip2`.
 
 use sonde_plugin_sdk::types::{
-    EventBatch, HttpRequest, HttpResponse, Manifest, MetricDesc, MetricKind, SampleBatch,
-    SampleRequest, StartInfo,
+    EventBatch, HttpRequest, HttpResponse, Manifest, MetricDesc, MetricKind, SampleBatch, SampleRequest, StartInfo,
 };
 use sonde_plugin_sdk::{Guest, InstanceCell, MetricRegistry, PointBuffer, SampleView, SeriesTable};
 
@@ -51,10 +50,18 @@ impl Guest for CpuMax {
         })?
     }
 
-    fn configure(_settings: String) -> Result<(), String> { Ok(()) }
-    fn on_events(_batch: EventBatch) -> Result<(), String> { Ok(()) }
-    fn on_timer(_id: u64) -> Result<(), String> { Ok(()) }
-    fn on_request(_req: HttpRequest) -> HttpResponse { HttpResponse::error(404, "no routes") }
+    fn configure(_settings: String) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_events(_batch: EventBatch) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_timer(_id: u64) -> Result<(), String> {
+        Ok(())
+    }
+    fn on_request(_req: HttpRequest) -> HttpResponse {
+        HttpResponse::error(404, "no routes")
+    }
     fn stop() {}
 }
 

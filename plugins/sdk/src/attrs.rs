@@ -35,7 +35,10 @@ impl From<bool> for Value {
 
 impl Attribute {
     pub fn new(key: impl Into<String>, value: impl Into<Value>) -> Self {
-        Attribute { key: key.into(), value: value.into() }
+        Attribute {
+            key: key.into(),
+            value: value.into(),
+        }
     }
 }
 

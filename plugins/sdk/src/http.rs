@@ -25,7 +25,11 @@ impl HttpResponse {
 
     /// A status without a body (e.g. 204).
     pub fn empty(status: u16) -> Self {
-        HttpResponse { status, headers: Vec::new(), body: Vec::new() }
+        HttpResponse {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
     }
 
     /// `{"error": message}` with the message JSON-escaped.
@@ -69,7 +73,10 @@ fn percent_decode(s: &str) -> Cow<'_, str> {
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' => match (bytes.get(i + 1).and_then(|&b| hex(b)), bytes.get(i + 2).and_then(|&b| hex(b))) {
+            b'%' => match (
+                bytes.get(i + 1).and_then(|&b| hex(b)),
+                bytes.get(i + 2).and_then(|&b| hex(b)),
+            ) {
                 (Some(hi), Some(lo)) => {
                     out.push(hi << 4 | lo);
                     i += 2;

@@ -18,7 +18,9 @@ impl<T> Default for InstanceCell<T> {
 
 impl<T> InstanceCell<T> {
     pub const fn new() -> Self {
-        InstanceCell { inner: Mutex::new(None) }
+        InstanceCell {
+            inner: Mutex::new(None),
+        }
     }
 
     // A panic traps the whole instance, so a poisoned lock can only be seen

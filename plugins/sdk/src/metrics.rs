@@ -44,7 +44,10 @@ impl SeriesKey {
             })
             .collect();
         attributes.sort_by(|a, b| a.0.cmp(&b.0));
-        SeriesKey { name: name.to_string(), attributes }
+        SeriesKey {
+            name: name.to_string(),
+            attributes,
+        }
     }
 }
 
@@ -109,14 +112,24 @@ mod tests {
             Ok(next)
         };
 
-        let cpu0 = desc("system.cpu.utilization", vec![Attribute::new("cpu.logical_number", 0i64)]);
-        let cpu1 = desc("system.cpu.utilization", vec![Attribute::new("cpu.logical_number", 1i64)]);
+        let cpu0 = desc(
+            "system.cpu.utilization",
+            vec![Attribute::new("cpu.logical_number", 0i64)],
+        );
+        let cpu1 = desc(
+            "system.cpu.utilization",
+            vec![Attribute::new("cpu.logical_number", 1i64)],
+        );
         let a = reg.declare_with(&cpu0, &mut fake).unwrap();
         let b = reg.declare_with(&cpu1, &mut fake).unwrap();
         let a_again = reg.declare_with(&cpu0, &mut fake).unwrap();
         assert_ne!(a, b);
         assert_eq!(a, a_again);
-        assert_eq!(calls.len(), 2, "the second declaration of cpu0 is served from the cache");
+        assert_eq!(
+            calls.len(),
+            2,
+            "the second declaration of cpu0 is served from the cache"
+        );
         assert_eq!(reg.len(), 2);
         assert_eq!(reg.get("system.cpu.utilization", &cpu1.attributes), Some(b));
         assert_eq!(reg.get("system.cpu.utilization", &[]), None);

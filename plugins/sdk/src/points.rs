@@ -93,7 +93,11 @@ mod tests {
         assert_eq!(buf.len(), 3);
         assert_eq!(
             buf.batch(),
-            &PointBatch { series: vec![1, 2, 2], time: vec![100, 10, 30], value: vec![0.5, 1.0, 3.0] }
+            &PointBatch {
+                series: vec![1, 2, 2],
+                time: vec![100, 10, 30],
+                value: vec![0.5, 1.0, 3.0]
+            }
         );
 
         let taken = buf.take();

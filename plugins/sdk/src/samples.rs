@@ -29,11 +29,7 @@ impl<'a> SampleView<'a> {
         Self::from_columns(&batch.timestamps, &batch.series, &batch.values)
     }
 
-    pub fn from_columns(
-        timestamps: &'a [Timestamp],
-        series: &'a [u32],
-        values: &'a [f64],
-    ) -> Result<Self, String> {
+    pub fn from_columns(timestamps: &'a [Timestamp], series: &'a [u32], values: &'a [f64]) -> Result<Self, String> {
         let expected = series.len().checked_mul(timestamps.len());
         if expected != Some(values.len()) {
             return Err(format!(
@@ -43,7 +39,11 @@ impl<'a> SampleView<'a> {
                 values.len()
             ));
         }
-        Ok(SampleView { timestamps, series, values })
+        Ok(SampleView {
+            timestamps,
+            series,
+            values,
+        })
     }
 
     /// Number of sampling ticks in the batch.

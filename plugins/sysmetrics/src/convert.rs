@@ -21,7 +21,10 @@ pub struct Converter {
 
 impl Converter {
     pub fn new(prefixes: Vec<String>) -> Self {
-        Converter { prefixes, ..Default::default() }
+        Converter {
+            prefixes,
+            ..Default::default()
+        }
     }
 
     /// Changes which metric prefixes are exported, from the next batch on.
@@ -85,7 +88,11 @@ impl Converter {
                 undescribed
             ));
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
     }
 
     /// The points converted so far; the caller emits and clears them.
@@ -110,19 +117,40 @@ mod tests {
     use sonde_plugin_sdk::types::{Attribute, MetricKind, PointBatch, SeriesInfo, SeriesKind};
 
     fn info(id: u32, metric: &str, unit: &str, kind: SeriesKind, attrs: Vec<Attribute>) -> SeriesInfo {
-        SeriesInfo { id, metric: metric.into(), unit: unit.into(), kind, attributes: attrs }
+        SeriesInfo {
+            id,
+            metric: metric.into(),
+            unit: unit.into(),
+            kind,
+            attributes: attrs,
+        }
     }
 
     fn three_series() -> Vec<SeriesInfo> {
         vec![
-            info(0, "system.cpu.utilization", "1", SeriesKind::Gauge, vec![Attribute::new("cpu.logical_number", 0i64)]),
-            info(1, "system.memory.usage", "By", SeriesKind::Gauge, vec![Attribute::new("system.memory.state", "used")]),
+            info(
+                0,
+                "system.cpu.utilization",
+                "1",
+                SeriesKind::Gauge,
+                vec![Attribute::new("cpu.logical_number", 0i64)],
+            ),
+            info(
+                1,
+                "system.memory.usage",
+                "By",
+                SeriesKind::Gauge,
+                vec![Attribute::new("system.memory.state", "used")],
+            ),
             info(
                 2,
                 "system.network.io",
                 "By",
                 SeriesKind::Counter,
-                vec![Attribute::new("network.interface.name", "eth0"), Attribute::new("network.io.direction", "receive")],
+                vec![
+                    Attribute::new("network.interface.name", "eth0"),
+                    Attribute::new("network.io.direction", "receive"),
+                ],
             ),
         ]
     }
@@ -132,7 +160,12 @@ mod tests {
         let timestamps = vec![1_000, 2_000, 3_000, 4_000];
         let series = vec![0, 1, 2];
         let values = (0..3).flat_map(|s| (0..4).map(move |t| (10 * s + t) as f64)).collect();
-        SampleBatch { new_series, timestamps, series, values }
+        SampleBatch {
+            new_series,
+            timestamps,
+            series,
+            values,
+        }
     }
 
     /// A stand-in for `declare-metric`: hands out 100, 101, ... and records
@@ -189,7 +222,10 @@ mod tests {
 
         let points = conv.points().take();
         assert_eq!(points.series, vec![100, 100, 100, 101, 101, 101, 101, 102, 102]);
-        assert_eq!(points.time, vec![1_000, 3_000, 4_000, 1_000, 2_000, 3_000, 4_000, 2_000, 3_000]);
+        assert_eq!(
+            points.time,
+            vec![1_000, 3_000, 4_000, 1_000, 2_000, 3_000, 4_000, 2_000, 3_000]
+        );
         assert!(points.value.iter().all(|v| !v.is_nan()));
     }
 
@@ -227,12 +263,19 @@ mod tests {
         let mut calls = 0;
         let refuse_memory = |d: &MetricDesc| {
             calls += 1;
-            if d.name == "system.memory.usage" { Err("kind contradicts".to_string()) } else { Ok(calls) }
+            if d.name == "system.memory.usage" {
+                Err("kind contradicts".to_string())
+            } else {
+                Ok(calls)
+            }
         };
         let mut b = batch(three_series());
         b.new_series.pop(); // series 2 is never described
         let err = conv.convert(b, refuse_memory).unwrap_err();
-        assert!(err.contains("declare-metric `system.memory.usage`: kind contradicts"), "{err}");
+        assert!(
+            err.contains("declare-metric `system.memory.usage`: kind contradicts"),
+            "{err}"
+        );
         assert!(err.contains("ids [2]"), "{err}");
         assert_eq!(conv.points().len(), 4, "the cpu series still got its points");
         conv.points().clear();

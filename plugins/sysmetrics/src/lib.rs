@@ -40,7 +40,10 @@ impl Guest for Sysmetrics {
     fn start(info: StartInfo) -> Result<Manifest, String> {
         let settings = Settings::parse(&info.settings)?;
         let manifest = manifest(&settings);
-        STATE.set(State { converter: Converter::new(settings.metrics.clone()), settings });
+        STATE.set(State {
+            converter: Converter::new(settings.metrics.clone()),
+            settings,
+        });
         Ok(manifest)
     }
 

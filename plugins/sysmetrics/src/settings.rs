@@ -39,8 +39,7 @@ impl Settings {
         if json.trim().is_empty() {
             return Ok(Settings::default());
         }
-        let value: Value =
-            serde_json::from_str(json).map_err(|e| format!("settings are not valid JSON: {e}"))?;
+        let value: Value = serde_json::from_str(json).map_err(|e| format!("settings are not valid JSON: {e}"))?;
         let Value::Object(map) = value else {
             return Err(format!("settings must be a JSON object, got {value}"));
         };
@@ -50,13 +49,16 @@ impl Settings {
     fn from_map(map: &Map<String, Value>) -> Result<Settings, String> {
         // Rejecting unknown keys turns a typo into an error instead of a silent default.
         if let Some(unknown) = map.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-            return Err(format!("unknown setting `{unknown}` (known: {})", KNOWN_KEYS.join(", ")));
+            return Err(format!(
+                "unknown setting `{unknown}` (known: {})",
+                KNOWN_KEYS.join(", ")
+            ));
         }
         let period_ms = match map.get("period_ms") {
             None => DEFAULT_PERIOD_MS,
-            Some(v) => millis(v)
-                .filter(|&ms| ms >= MIN_PERIOD_MS)
-                .ok_or_else(|| format!("setting `period_ms` must be an integer >= {MIN_PERIOD_MS} (milliseconds), got {v}"))?,
+            Some(v) => millis(v).filter(|&ms| ms >= MIN_PERIOD_MS).ok_or_else(|| {
+                format!("setting `period_ms` must be an integer >= {MIN_PERIOD_MS} (milliseconds), got {v}")
+            })?,
         };
         let deliver_every_ms = match map.get("deliver_every_ms") {
             // A long period alone should not be an error: deliver at least once per period.
@@ -71,12 +73,22 @@ impl Settings {
                 .iter()
                 .map(|item| match item {
                     Value::String(s) => Ok(s.clone()),
-                    other => Err(format!("setting `metrics` must be a list of metric-name prefixes (strings), got {other}")),
+                    other => Err(format!(
+                        "setting `metrics` must be a list of metric-name prefixes (strings), got {other}"
+                    )),
                 })
                 .collect::<Result<_, _>>()?,
-            Some(v) => return Err(format!("setting `metrics` must be a list of metric-name prefixes, got {v}")),
+            Some(v) => {
+                return Err(format!(
+                    "setting `metrics` must be a list of metric-name prefixes, got {v}"
+                ));
+            }
         };
-        Ok(Settings { period_ms, deliver_every_ms, metrics })
+        Ok(Settings {
+            period_ms,
+            deliver_every_ms,
+            metrics,
+        })
     }
 
     /// What to ask the host for, in the manifest or with `request-samples`.
@@ -120,7 +132,11 @@ mod tests {
         assert_eq!(s.metrics, vec!["system.", "hw."]);
         assert_eq!(
             s.sample_request(),
-            SampleRequest { period_ms: 50, deliver_every_ms: 500, metrics: vec!["system.".into(), "hw.".into()] }
+            SampleRequest {
+                period_ms: 50,
+                deliver_every_ms: 500,
+                metrics: vec!["system.".into(), "hw.".into()]
+            }
         );
         assert_eq!(Settings::parse(&s.to_json()).unwrap(), s, "to_json round-trips");
     }

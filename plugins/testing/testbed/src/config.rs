@@ -15,7 +15,15 @@ pub enum Mode {
     Failstart,
 }
 
-const MODES: [Mode; 7] = [Mode::Noop, Mode::Sum, Mode::Echo, Mode::Spin, Mode::Membomb, Mode::Trap, Mode::Failstart];
+const MODES: [Mode; 7] = [
+    Mode::Noop,
+    Mode::Sum,
+    Mode::Echo,
+    Mode::Spin,
+    Mode::Membomb,
+    Mode::Trap,
+    Mode::Failstart,
+];
 
 impl Mode {
     pub fn name(self) -> &'static str {
@@ -44,7 +52,9 @@ impl Mode {
     /// that is one, else echo.
     pub fn from_plugin_name(name: &str) -> Mode {
         let head = name.split('-').next().unwrap_or(name);
-        Mode::from_name(head).or_else(|| Mode::from_name(name)).unwrap_or(Mode::Echo)
+        Mode::from_name(head)
+            .or_else(|| Mode::from_name(name))
+            .unwrap_or(Mode::Echo)
     }
 
     /// Samples each mode asks for in its manifest (`None` for noop).
@@ -54,8 +64,15 @@ impl Mode {
             Mode::Echo => 200,
             _ => 100,
         };
-        let deliver = settings.deliver_every_ms.unwrap_or(default_deliver).max(settings.period_ms);
-        Some(SampleRequest { period_ms: settings.period_ms, deliver_every_ms: deliver, metrics: Vec::new() })
+        let deliver = settings
+            .deliver_every_ms
+            .unwrap_or(default_deliver)
+            .max(settings.period_ms);
+        Some(SampleRequest {
+            period_ms: settings.period_ms,
+            deliver_every_ms: deliver,
+            metrics: Vec::new(),
+        })
     }
 
     /// Event kinds each mode subscribes to: echo takes everything.
@@ -99,9 +116,12 @@ impl Settings {
     /// Parses settings JSON (an empty string counts as `{}`); invalid JSON or a
     /// known key with the wrong type is an error naming the key.
     pub fn parse(json: &str) -> Result<Settings, String> {
-        let raw = if json.trim().is_empty() { "{}".to_string() } else { json.to_string() };
-        let value: Value =
-            serde_json::from_str(&raw).map_err(|e| format!("settings are not valid JSON: {e}"))?;
+        let raw = if json.trim().is_empty() {
+            "{}".to_string()
+        } else {
+            json.to_string()
+        };
+        let value: Value = serde_json::from_str(&raw).map_err(|e| format!("settings are not valid JSON: {e}"))?;
         let Value::Object(map) = value else {
             return Err(format!("settings must be a JSON object, got {value}"));
         };
@@ -126,9 +146,9 @@ impl Settings {
             },
             deliver_every_ms: match uint(&map, "deliver_every_ms")? {
                 None => None,
-                Some(ms) => Some(
-                    u32::try_from(ms).map_err(|_| format!("setting `deliver_every_ms` is too large: {ms}"))?,
-                ),
+                Some(ms) => {
+                    Some(u32::try_from(ms).map_err(|_| format!("setting `deliver_every_ms` is too large: {ms}"))?)
+                }
             },
             raw,
         })
@@ -195,12 +215,18 @@ mod tests {
     #[test]
     fn defaults_and_values() {
         let d = Settings::parse("").unwrap();
-        assert_eq!((d.mode, d.sink.as_str(), d.timer_ms, d.period_ms, d.deliver_every_ms), (None, "testbed.tsv", 0, 100, None));
+        assert_eq!(
+            (d.mode, d.sink.as_str(), d.timer_ms, d.period_ms, d.deliver_every_ms),
+            (None, "testbed.tsv", 0, 100, None)
+        );
         assert_eq!(d.raw, "{}");
 
         let json = r#"{"mode":"echo","sink":"a.tsv","timer_ms":50,"deliver_every_ms":300,"tag":"kept"}"#;
         let s = Settings::parse(json).unwrap();
-        assert_eq!((s.mode, s.sink.as_str(), s.timer_ms, s.deliver_every_ms), (Some(Mode::Echo), "a.tsv", 50, Some(300)));
+        assert_eq!(
+            (s.mode, s.sink.as_str(), s.timer_ms, s.deliver_every_ms),
+            (Some(Mode::Echo), "a.tsv", 50, Some(300))
+        );
         assert_eq!(s.raw, json);
     }
 

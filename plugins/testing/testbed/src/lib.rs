@@ -20,8 +20,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use sonde_plugin_sdk::types::{
-    Column, Decision, EventBatch, HttpRequest, HttpResponse, LogRecord, Manifest, MetricDesc, MetricKind,
-    PointBatch, SampleBatch, Severity, SinkFormat, SinkMode, SinkSpec, StartInfo, Timestamp,
+    Column, Decision, EventBatch, HttpRequest, HttpResponse, LogRecord, Manifest, MetricDesc, MetricKind, PointBatch,
+    SampleBatch, Severity, SinkFormat, SinkMode, SinkSpec, StartInfo, Timestamp,
 };
 use sonde_plugin_sdk::{Guest, InstanceCell, SampleView, host};
 
@@ -68,7 +68,11 @@ fn open_sink(name: &str) -> Result<u32, String> {
 }
 
 fn emit_one(handle: u32, time: Timestamp, value: f64) {
-    host::emit_points(&PointBatch { series: vec![handle], time: vec![time], value: vec![value] });
+    host::emit_points(&PointBatch {
+        series: vec![handle],
+        time: vec![time],
+        value: vec![value],
+    });
 }
 
 fn spin_forever() -> ! {
@@ -112,7 +116,11 @@ impl Testbed {
         };
         match mode {
             Mode::Sum => {
-                tb.sum_metric = Some(gauge("testbed.sum", "1", "Sum of every value in the last sample batch")?);
+                tb.sum_metric = Some(gauge(
+                    "testbed.sum",
+                    "1",
+                    "Sum of every value in the last sample batch",
+                )?);
             }
             Mode::Echo => {
                 tb.samples_metric = Some(gauge("testbed.samples", "{tick}", "Ticks in the last sample batch")?);
@@ -184,7 +192,11 @@ impl Testbed {
                 let sink = self.sink.clone().expect("opened in start")?;
                 host::write_rows(
                     sink,
-                    &[Column::U64s(vec![time]), Column::Strings(vec!["samples".into()]), Column::F64s(vec![ticks])],
+                    &[
+                        Column::U64s(vec![time]),
+                        Column::Strings(vec!["samples".into()]),
+                        Column::F64s(vec![ticks]),
+                    ],
                 )
                 .map_err(|e| format!("sink `{}`: {e}", self.settings.sink))
             }
@@ -196,7 +208,11 @@ impl Testbed {
         if self.mode != Mode::Echo {
             return Ok(());
         }
-        emit_one(self.events_metric.expect("declared in start"), host::now(), count_events(batch) as f64);
+        emit_one(
+            self.events_metric.expect("declared in start"),
+            host::now(),
+            count_events(batch) as f64,
+        );
         let records: Vec<LogRecord> = batch
             .custom
             .iter()
@@ -248,7 +264,9 @@ impl Testbed {
             Route::Read(stream) => {
                 let number = |name: &str, default: u64| match req.query_param(name) {
                     None => Ok(default),
-                    Some(v) => v.parse::<u64>().map_err(|_| format!("query `{name}` must be an integer, got {v:?}")),
+                    Some(v) => v
+                        .parse::<u64>()
+                        .map_err(|_| format!("query `{name}` must be an integer, got {v:?}")),
                 };
                 match (number("from", 0), number("max", 1000)) {
                     (Ok(from), Ok(max)) => {
@@ -281,8 +299,10 @@ impl Testbed {
             },
             Route::WasiDir(path) => match std::fs::read_dir(path) {
                 Ok(entries) => {
-                    let mut names: Vec<String> =
-                        entries.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+                    let mut names: Vec<String> = entries
+                        .filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect();
                     names.sort();
                     HttpResponse::json(200, serde_json::json!(names).to_string())
                 }

@@ -136,9 +136,23 @@ mod tests {
             custom: vec![],
         };
         assert_eq!(count_events(&batch), 0);
-        batch.progress = Some(ProgressColumns { origin: vec![0, 0], name: vec![0, 0], time: vec![1, 2], value: vec![1, 2] });
-        batch.heartbeats = Some(HeartbeatColumns { origin: vec![0; 3], time: vec![1; 3] });
-        batch.custom.push(CustomEvent { origin: 0, time: 1, name: "x".into(), attributes: vec![], body: String::new() });
+        batch.progress = Some(ProgressColumns {
+            origin: vec![0, 0],
+            name: vec![0, 0],
+            time: vec![1, 2],
+            value: vec![1, 2],
+        });
+        batch.heartbeats = Some(HeartbeatColumns {
+            origin: vec![0; 3],
+            time: vec![1; 3],
+        });
+        batch.custom.push(CustomEvent {
+            origin: 0,
+            time: 1,
+            name: "x".into(),
+            attributes: vec![],
+            body: String::new(),
+        });
         assert_eq!(count_events(&batch), 6);
     }
 

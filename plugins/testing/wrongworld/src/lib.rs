@@ -12,9 +12,7 @@ wit_bindgen::generate!({
     world: "plugin",
 });
 
-use exports::sonde::plugin::hooks::{
-    EventBatch, Guest, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo,
-};
+use exports::sonde::plugin::hooks::{EventBatch, Guest, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
 
 struct WrongWorld;
 
@@ -45,7 +43,11 @@ impl Guest for WrongWorld {
     }
 
     fn on_request(_request: HttpRequest) -> HttpResponse {
-        HttpResponse { status: 404, headers: Vec::new(), body: Vec::new() }
+        HttpResponse {
+            status: 404,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
     }
 
     fn stop() {}
@@ -67,7 +69,13 @@ mod tests {
 
         let expected: Vec<&str> = contract
             .lines()
-            .map(|l| if l.starts_with("package sonde:plugin@") { PACKAGE_LINE } else { l })
+            .map(|l| {
+                if l.starts_with("package sonde:plugin@") {
+                    PACKAGE_LINE
+                } else {
+                    l
+                }
+            })
             .collect();
         let actual: Vec<&str> = copy.lines().collect();
         assert!(actual.contains(&PACKAGE_LINE));
