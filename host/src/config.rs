@@ -405,10 +405,10 @@ impl Config {
             ("export.metrics_endpoint", &self.export.metrics_endpoint),
             ("export.logs_endpoint", &self.export.logs_endpoint),
         ] {
-            if let Some(u) = url {
-                if let Err(reason) = check_url(u) {
-                    errs.push(ConfigError::new(key, reason));
-                }
+            if let Some(u) = url
+                && let Err(reason) = check_url(u)
+            {
+                errs.push(ConfigError::new(key, reason));
             }
         }
         if self.export.service_name.trim().is_empty() {
@@ -428,21 +428,21 @@ impl Config {
             if let Err(reason) = check_plugin_name(name) {
                 errs.push(ConfigError::new(format!("plugin.{name}"), reason));
             }
-            if let Some(m) = pc.memory_limit_mb {
-                if !(1..=4096).contains(&m) {
-                    errs.push(ConfigError::new(
-                        format!("plugin.{name}.memory_limit_mb"),
-                        format!("{m} is out of range 1..=4096"),
-                    ));
-                }
+            if let Some(m) = pc.memory_limit_mb
+                && !(1..=4096).contains(&m)
+            {
+                errs.push(ConfigError::new(
+                    format!("plugin.{name}.memory_limit_mb"),
+                    format!("{m} is out of range 1..=4096"),
+                ));
             }
-            if let Some(t) = pc.call_timeout_ms {
-                if !(1..=60_000).contains(&t) {
-                    errs.push(ConfigError::new(
-                        format!("plugin.{name}.call_timeout_ms"),
-                        format!("{t} is out of range 1..=60000"),
-                    ));
-                }
+            if let Some(t) = pc.call_timeout_ms
+                && !(1..=60_000).contains(&t)
+            {
+                errs.push(ConfigError::new(
+                    format!("plugin.{name}.call_timeout_ms"),
+                    format!("{t} is out of range 1..=60000"),
+                ));
             }
             if !pc.settings.is_object() {
                 errs.push(ConfigError::new(format!("plugin.{name}.settings"), "must be a table"));
@@ -592,10 +592,10 @@ fn otel_env_overlay(env: &BTreeMap<String, String>) -> Result<toml::Table, Confi
     if let Some(v) = get("OTEL_RESOURCE_ATTRIBUTES") {
         match parse_kv_list(&v) {
             Ok(kv) => {
-                if let Some(name) = kv.iter().find(|(k, _)| k == "service.name").map(|(_, v)| v.clone()) {
-                    if get("OTEL_SERVICE_NAME").is_none() {
-                        export.insert("service_name".into(), name.into());
-                    }
+                if let Some(name) = kv.iter().find(|(k, _)| k == "service.name").map(|(_, v)| v.clone())
+                    && get("OTEL_SERVICE_NAME").is_none()
+                {
+                    export.insert("service_name".into(), name.into());
                 }
                 let t: toml::Table = kv
                     .into_iter()
@@ -639,12 +639,13 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(v);
+            i += 3;
+            continue;
         }
         out.push(b[i]);
         i += 1;
@@ -775,6 +776,6 @@ mod tests {
     fn plugin_settings_table_round_trips() {
         let c = Config::from_toml_str("[plugin.sysmetrics]\nsettings = { prefix = \"x\", n = 3 }\n").unwrap();
         assert_eq!(c.plugin("sysmetrics").settings["n"], 3);
-        assert_eq!(c.plugin("absent").enabled, true);
+        assert!(c.plugin("absent").enabled);
     }
 }

@@ -324,11 +324,11 @@ pub fn parse_rotel_metrics(log: &str) -> Vec<SeenMetric> {
                 if let Some((k, v)) = t[3..].split_once(": ") {
                     attrs.push(format!("{k}={v}"));
                 }
-            } else if let (true, Some(v)) = (in_point, t.strip_prefix("Value: ")) {
-                if let Ok(x) = v.parse::<f64>() {
-                    attrs.sort();
-                    m.points.push((attrs.clone(), x));
-                }
+            } else if let (true, Some(v)) = (in_point, t.strip_prefix("Value: "))
+                && let Ok(x) = v.parse::<f64>()
+            {
+                attrs.sort();
+                m.points.push((attrs.clone(), x));
             }
         }
     }

@@ -28,13 +28,17 @@ use crate::sample::driver::PeriodStats;
 /// Largest request body a plugin route accepts.
 pub const MAX_BODY: usize = 4 << 20;
 
+/// The sampler's period statistics, series count, GPU status and scheduling,
+/// or None once it has stopped.
+pub type SamplerInfo = Arc<dyn Fn() -> Option<(PeriodStats, usize, String, String)> + Send + Sync>;
+
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
     pub config: Arc<Mutex<Config>>,
     pub plugins: Arc<PluginManager>,
     pub pipeline: PipelineHandle,
-    pub sampler: Arc<dyn Fn() -> Option<(PeriodStats, usize, String, String)> + Send + Sync>,
+    pub sampler: SamplerInfo,
     pub ready: Arc<AtomicBool>,
     pub started: std::time::Instant,
 }
@@ -79,10 +83,10 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
 
 async fn index(State(st): State<AppState>) -> Response {
     let dir = st.config.lock().api.web_dir.clone();
-    if let Some(dir) = dir {
-        if let Ok(html) = tokio::fs::read_to_string(dir.join("index.html")).await {
-            return Html(html).into_response();
-        }
+    if let Some(dir) = dir
+        && let Ok(html) = tokio::fs::read_to_string(dir.join("index.html")).await
+    {
+        return Html(html).into_response();
     }
     Html(include_str!("../../../web/index.html")).into_response()
 }

@@ -177,6 +177,10 @@ impl MetricRegistry {
     pub fn len(&self) -> usize {
         self.series.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.series.is_empty()
+    }
 }
 
 /// The plugin's timers, fired by its thread.
@@ -243,6 +247,10 @@ impl Timers {
 
     pub fn len(&self) -> usize {
         self.live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
     }
 }
 

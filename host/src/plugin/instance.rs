@@ -111,25 +111,20 @@ impl PluginHandle {
                 }
             }
         }
-        if let Some(t) = self.thread.take() {
-            if t.is_finished() {
-                let _ = t.join();
-            }
-            // Otherwise the thread is stuck in a guest call; its deadline will
-            // end the call and the closed queue ends the thread. Never block on it.
+        if let Some(t) = self.thread.take()
+            && t.is_finished()
+        {
+            let _ = t.join();
         }
+        // Otherwise the thread is stuck in a guest call; its deadline will
+        // end the call and the closed queue ends the thread. Never block on it.
     }
 }
 
 /// Starts a plugin: instantiates it and calls `start` on the caller's thread
 /// (so a failure is reported before anything is replaced), then moves the
 /// instance to its own thread.
-pub fn spawn(
-    prep: Prepared,
-    cfg: PluginConfig,
-    pcfg: &PluginsConfig,
-    shared: Shared,
-) -> Result<PluginHandle, (String, PluginStatus)> {
+pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<PluginHandle, String> {
     let metrics = Arc::new(PluginMetrics::default());
     let status = Arc::new(Mutex::new(PluginStatus::new(
         &prep.name,
@@ -157,12 +152,7 @@ pub fn spawn(
         acc: Default::default(),
         last_stderr: Default::default(),
     };
-    if let Err(reason) = actor.instantiate() {
-        let mut st = status.lock().clone();
-        st.state = RunState::Failed;
-        st.reason = Some(reason.clone());
-        return Err((reason, st));
-    }
+    actor.instantiate()?;
     status.lock().load_ms = prep.began.elapsed().as_secs_f64() * 1000.0;
     let (tx, rx) = crossbeam_channel::bounded(actor.limits.queue);
     let wants_samples = actor.wants_samples.clone();
@@ -172,7 +162,7 @@ pub fn spawn(
         .name(format!("plugin-{}", prep.name))
         .stack_size(4 << 20)
         .spawn(move || actor.run(rx))
-        .map_err(|e| (format!("spawning thread: {e}"), status.lock().clone()))?;
+        .map_err(|e| format!("spawning thread: {e}"))?;
     Ok(PluginHandle {
         name: prep.name,
         sha256: prep.sha256,
@@ -609,10 +599,10 @@ pub fn trap_reason(e: &wasmtime::Error) -> String {
         Some(trap) => format!("wasm trap: {trap}"),
         None => e.root_cause().to_string(),
     };
-    if let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>() {
-        if let Some(name) = bt.frames().first().and_then(|f| f.func_name()) {
-            s.push_str(&format!(" (in {name})"));
-        }
+    if let Some(bt) = e.downcast_ref::<wasmtime::WasmBacktrace>()
+        && let Some(name) = bt.frames().first().and_then(|f| f.func_name())
+    {
+        s.push_str(&format!(" (in {name})"));
     }
     if s.len() > 600 {
         let cut = (0..=600).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);

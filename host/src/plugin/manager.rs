@@ -198,7 +198,7 @@ impl PluginManager {
         if prepared.as_ref().is_ok_and(|p| !p.from_cache) {
             release_freed_memory();
         }
-        let result = prepared.and_then(|p| instance::spawn(p, cfg, &pcfg, self.shared.clone()).map_err(|(r, _)| r));
+        let result = prepared.and_then(|p| instance::spawn(p, cfg, &pcfg, self.shared.clone()));
         match result {
             Ok(handle) => {
                 tracing::info!(
@@ -331,12 +331,12 @@ impl PluginManager {
         };
         let tick = Arc::new(tick.clone());
         for e in plugins.values() {
-            if let Some(h) = &e.handle {
-                if h.wants_samples.load(std::sync::atomic::Ordering::Relaxed) {
-                    let batch = h.acc.lock().push(&tick, &series);
-                    if let Some(batch) = batch {
-                        h.offer(Work::Samples(batch));
-                    }
+            if let Some(h) = &e.handle
+                && h.wants_samples.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                let batch = h.acc.lock().push(&tick, &series);
+                if let Some(batch) = batch {
+                    h.offer(Work::Samples(batch));
                 }
             }
         }
@@ -345,10 +345,10 @@ impl PluginManager {
     /// Delivers an event batch to every plugin subscribed to `kind`.
     pub fn publish_events(&self, kind: types::EventKind, batch: &types::EventBatch, count: u64) {
         for e in self.plugins.read().values() {
-            if let Some(h) = &e.handle {
-                if h.wants_events.lock().contains(&kind) {
-                    h.offer(Work::Events(Box::new(batch.clone()), count));
-                }
+            if let Some(h) = &e.handle
+                && h.wants_events.lock().contains(&kind)
+            {
+                h.offer(Work::Events(Box::new(batch.clone()), count));
             }
         }
     }
@@ -418,10 +418,10 @@ impl PluginManager {
             // Only changes matter. Opening or reading the directory (our own
             // scans do) raises access events, which would loop back into scans.
             use notify::EventKind::{Any, Create, Modify, Other, Remove};
-            if let Ok(ev) = ev {
-                if matches!(ev.kind, Create(_) | Modify(_) | Remove(_) | Any | Other) {
-                    let _ = tx.send(());
-                }
+            if let Ok(ev) = ev
+                && matches!(ev.kind, Create(_) | Modify(_) | Remove(_) | Any | Other)
+            {
+                let _ = tx.send(());
             }
         })
         .context("starting the directory watcher")?;

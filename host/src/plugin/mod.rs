@@ -176,10 +176,13 @@ impl SamplePlan {
     }
 }
 
+/// (plugin, kind, subject)
+type DecisionKey = (String, String, String);
+
 /// The latest decision per (plugin, kind, subject), for the API and dashboard.
 #[derive(Clone, Default)]
 pub struct DecisionBoard {
-    inner: Arc<Mutex<BTreeMap<(String, String, String), DecisionEntry>>>,
+    inner: Arc<Mutex<BTreeMap<DecisionKey, DecisionEntry>>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
