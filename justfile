@@ -31,8 +31,10 @@ run *ARGS: build
 # the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic
 test: setup plugins
     cargo build -p sonde --bins
-    cargo test --workspace
-    cargo test --manifest-path plugins/Cargo.toml --workspace
+    log="$(mktemp)"; trap 'rm -f "$log"' EXIT; \
+    cargo test --workspace 2>&1 | tee -a "$log"; \
+    cargo test --manifest-path plugins/Cargo.toml --workspace 2>&1 | tee -a "$log"; \
+    awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"
 
 # only the end-to-end tests (sonde binary + real collector)
 e2e: setup plugins

@@ -452,18 +452,19 @@ fn watched_directory_loads_replaces_and_unloads_within_two_seconds() {
 #[test]
 fn compiled_code_is_cached_on_disk() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
     let plugins = tmp.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::write(plugins.join("noop.wasm"), component("testing/testbed.wasm")).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut cfg = Config::default();
-    cfg.host.data_dir = data.clone();
-    cfg.plugins.dir = plugins;
-    let load = || {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    // Two hosts with their own state, the second reusing the first one's compile cache.
+    let first_data = tmp.path().join("first");
+    let second_data = tmp.path().join("second");
+    std::fs::create_dir_all(&second_data).unwrap();
+    std::os::unix::fs::symlink(first_data.join("cache"), second_data.join("cache")).unwrap();
+    let load = |data: &Path| {
+        let mut cfg = Config::default();
+        cfg.host.data_dir = data.to_path_buf();
+        cfg.plugins.dir = plugins.clone();
         let (p, _t) = rt.block_on(async { Pipeline::start(&cfg.export, vec![]) }).unwrap();
         std::mem::forget(_t);
         let m = PluginManager::new(&cfg, p).unwrap();
@@ -472,17 +473,14 @@ fn compiled_code_is_cached_on_disk() {
         m.shutdown(Duration::from_secs(1));
         st
     };
-    let first = load();
+    let first = load(&first_data);
     assert_eq!(first.state, RunState::Running);
     assert!(!first.compiled_from_cache);
-    let cached: Vec<_> = std::fs::read_dir(data.join("cache")).unwrap().collect();
+    let cached: Vec<_> = std::fs::read_dir(first_data.join("cache")).unwrap().collect();
     assert_eq!(cached.len(), 1);
-    let second = load();
+    let second = load(&second_data);
     assert!(second.compiled_from_cache);
-    eprintln!(
-        "load: compile {:.1} ms, from cache {:.1} ms",
-        first.load_ms, second.load_ms
-    );
+    eprintln!("load: compile {:.1} ms, from cache {:.1} ms", first.load_ms, second.load_ms);
 }
 
 fn toml_plugin(s: &str) -> sonde::config::PluginConfig {
