@@ -1,7 +1,8 @@
 //! The cost of crossing into a plugin, measured on the store directly (no
-//! queue or thread hop): a no-op hook call, and `on-samples` with columnar
-//! batches of 1 000 and 10 000 items that the testbed's `sum` mode really
-//! reads. Floors from the foundation issue: no-op call <= 250 ns, <= 5 ns per
+//! queue or thread hop): no-op hook calls; `on-samples` with columnar
+//! batches of 1 000 and 10 000 items lifted into a guest that only reads their
+//! length (the boundary itself); and the same batches summed by the testbed's
+//! `sum` mode (boundary plus the guest's work on every item). Floors from the foundation issue: no-op call <= 250 ns, <= 5 ns per
 //! item for columns of >= 1000 items. Needs `scripts/build-plugins.sh` first.
 
 use std::path::Path;
@@ -81,6 +82,27 @@ fn bench(c: &mut Criterion) {
                 .unwrap()
         })
     });
+
+    // No arguments, no result: the floor of a call into a component.
+    c.bench_function("noop_hook_call_no_result", |b| {
+        b.iter(|| plugin.sonde_plugin_hooks().call_stop(&mut store).unwrap())
+    });
+    // The boundary alone: the batch is lifted into the guest, which only reads its length.
+    let mut g = c.benchmark_group("on_samples_columns_lift_only");
+    for (series, ticks) in [(10u32, 100usize), (100, 100)] {
+        let b = batch(series, ticks);
+        g.throughput(Throughput::Elements(b.values.len() as u64));
+        g.bench_with_input(BenchmarkId::from_parameter(b.values.len()), &b, |bench, b| {
+            bench.iter(|| {
+                plugin
+                    .sonde_plugin_hooks()
+                    .call_on_samples(&mut store, b)
+                    .unwrap()
+                    .unwrap()
+            })
+        });
+    }
+    g.finish();
 
     let (mut store, plugin) = instance("sum", tmp.path());
     let mut g = c.benchmark_group("on_samples_columns");

@@ -455,7 +455,10 @@ fn compiled_code_is_cached_on_disk() {
     let plugins = tmp.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     std::fs::write(plugins.join("noop.wasm"), component("testing/testbed.wasm")).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     // Two hosts with their own state, the second reusing the first one's compile cache.
     let first_data = tmp.path().join("first");
     let second_data = tmp.path().join("second");
@@ -480,7 +483,10 @@ fn compiled_code_is_cached_on_disk() {
     assert_eq!(cached.len(), 1);
     let second = load(&second_data);
     assert!(second.compiled_from_cache);
-    eprintln!("load: compile {:.1} ms, from cache {:.1} ms", first.load_ms, second.load_ms);
+    eprintln!(
+        "load: compile {:.1} ms, from cache {:.1} ms",
+        first.load_ms, second.load_ms
+    );
 }
 
 fn toml_plugin(s: &str) -> sonde::config::PluginConfig {
