@@ -23,6 +23,7 @@ build: plugins
     cargo build --release -p sonde
 
 # run sonde on this machine with its bundled plugins; extra args go to sonde (e.g. --export-endpoint http://127.0.0.1:4317)
+[no-exit-message]
 run *ARGS: build
     mkdir -p sonde-data/plugins sonde-data/sinks
     for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/plugins/$(basename "$f")" || cp "$f" sonde-data/plugins/; done

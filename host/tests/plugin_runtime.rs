@@ -531,3 +531,79 @@ fn wasi_capabilities_are_denied_unless_granted() {
         (200, "[\"visible.txt\"]".to_string())
     );
 }
+
+#[test]
+fn event_batches_and_live_settings_cross_the_boundary() {
+    use sonde::plugin::bindings::types::{Attribute, CustomEvent, EventBatch, EventKind, Origin, Value};
+    let e = env(|_| {});
+    e.install("testing/testbed.wasm", "echo");
+    e.install("testing/testbed.wasm", "noop");
+    e.manager.scan(false);
+    let mut live = e.pipeline.subscribe();
+
+    // A custom event reaches the subscribed plugin (echo), which answers with a point.
+    let batch = EventBatch {
+        origins: vec![Origin {
+            job: "job-1".into(),
+            node: "node-a".into(),
+            role: "worker".into(),
+            index: 0,
+            rank: 0,
+            local_rank: 0,
+            attributes: vec![],
+        }],
+        names: vec![],
+        point_series: vec![],
+        progress: None,
+        timings: None,
+        requests: None,
+        actions: None,
+        mpi_samples: None,
+        heartbeats: None,
+        points: None,
+        node_events: vec![],
+        custom: vec![CustomEvent {
+            origin: 0,
+            time: sonde::model::now_ns(),
+            name: "checkpoint-saved".into(),
+            attributes: vec![Attribute {
+                key: "step".into(),
+                value: Value::Int(7),
+            }],
+            body: String::new(),
+        }],
+    };
+    e.manager.publish_events(EventKind::Custom, &batch, 1);
+    assert!(
+        wait_until(Duration::from_secs(3), || e.status("echo").metrics.items >= 1),
+        "{:?}",
+        e.status("echo")
+    );
+    assert_eq!(e.status("noop").metrics.items, 0, "noop did not subscribe to events");
+    let got =
+        e.rt.block_on(async { tokio::time::timeout(Duration::from_secs(3), live.recv()).await })
+            .unwrap()
+            .unwrap();
+    assert_eq!(got.points[0].series.name, "testbed.events");
+    assert_eq!(got.points[0].value, 1.0);
+
+    // Live settings: accepted ones take effect, refused ones name the reason.
+    let ok = serde_json::json!({"timer_ms": 50});
+    e.rt.block_on(e.manager.configure("echo", &ok)).unwrap();
+    assert!(wait_until(Duration::from_secs(3), || e
+        .manager
+        .decisions()
+        .list(Some("echo"))
+        .iter()
+        .any(|d| d.kind == "timer")));
+    let (_, cfg) = e.request("echo", "GET", "/config", b"");
+    assert!(cfg.contains("\"timer_ms\":50"), "{cfg}");
+    let bad = serde_json::json!({"mode": "spin"});
+    let err = e.rt.block_on(e.manager.configure("echo", &bad)).unwrap_err();
+    assert!(err.contains("refused by the plugin") && err.contains("mode"), "{err}");
+    assert!(
+        e.rt.block_on(e.manager.configure("absent", &ok))
+            .unwrap_err()
+            .contains("no running plugin")
+    );
+}

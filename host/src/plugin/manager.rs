@@ -390,6 +390,30 @@ impl PluginManager {
         }
     }
 
+    /// Hands new settings (JSON) to a running plugin's `configure` hook and
+    /// waits for its verdict; a refusal keeps the old settings and names why.
+    pub async fn configure(&self, name: &str, settings: &serde_json::Value) -> Result<(), String> {
+        if !settings.is_object() {
+            return Err(format!("plugin.{name}.settings: must be an object"));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        {
+            let plugins = self.plugins.read();
+            let Some(h) = plugins.get(name).and_then(|e| e.handle.as_ref()) else {
+                return Err(format!("no running plugin named {name:?}"));
+            };
+            if !h.offer(Work::Configure(settings.to_string(), tx)) {
+                return Err(format!("plugin {name} is busy: its queue is full"));
+            }
+        }
+        let wait = Duration::from_millis(self.cfg.read().0.call_timeout_ms as u64 * 4 + 2000);
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(r)) => r.map_err(|e| format!("plugin.{name}.settings: refused by the plugin: {e}")),
+            Ok(Err(_)) => Err(format!("plugin {name} stopped before answering")),
+            Err(_) => Err(format!("plugin {name} did not answer in time")),
+        }
+    }
+
     /// Every plugin the directory holds, with its state and self-metrics.
     pub fn statuses(&self) -> Vec<PluginStatus> {
         self.plugins
