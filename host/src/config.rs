@@ -773,6 +773,16 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_example_is_a_valid_config() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```toml\n").expect("the README has a TOML example") + 8;
+        let end = start + readme[start..].find("```").unwrap();
+        let c = Config::from_toml_str(&readme[start..end]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.export.interval_ms, 5000);
+        assert_eq!(c.plugin("sysmetrics").settings["deliver_every_ms"], 1000);
+    }
+
+    #[test]
     fn plugin_settings_table_round_trips() {
         let c = Config::from_toml_str("[plugin.sysmetrics]\nsettings = { prefix = \"x\", n = 3 }\n").unwrap();
         assert_eq!(c.plugin("sysmetrics").settings["n"], 3);
