@@ -361,6 +361,14 @@ fn trapping_plugin_backs_off_restarts_then_is_quarantined() {
     let (code, body) = e.request("trap", "GET", "/x", b"");
     assert_eq!(code, 503);
     assert!(body.contains("quarantined"), "{body}");
+    // Quarantine holds until the plugin is reloaded (or its file changes).
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(e.status("trap").state, RunState::Quarantined);
+    e.manager.reload("trap").unwrap();
+    let st = e.status("trap");
+    assert_eq!((st.state, st.metrics.traps, st.restarts), (RunState::Running, 0, 0), "{st:?}");
+    assert!(e.manager.reload("../etc").is_err());
+    assert!(e.manager.reload("absent").unwrap_err().contains("no plugin file"));
 }
 
 #[test]
