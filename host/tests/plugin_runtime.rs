@@ -366,7 +366,11 @@ fn trapping_plugin_backs_off_restarts_then_is_quarantined() {
     assert_eq!(e.status("trap").state, RunState::Quarantined);
     e.manager.reload("trap").unwrap();
     let st = e.status("trap");
-    assert_eq!((st.state, st.metrics.traps, st.restarts), (RunState::Running, 0, 0), "{st:?}");
+    assert_eq!(
+        (st.state, st.metrics.traps, st.restarts),
+        (RunState::Running, 0, 0),
+        "{st:?}"
+    );
     assert!(e.manager.reload("../etc").is_err());
     assert!(e.manager.reload("absent").unwrap_err().contains("no plugin file"));
 }
