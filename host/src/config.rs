@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
+use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 /// The whole configuration.
@@ -323,7 +323,6 @@ impl Config {
             let val = parse_scalar(v);
             fig = fig.merge(Serialized::default(&key, val));
         }
-        let _ = Env::prefixed("SONDE_"); // documented form; values come from `env` above
         for (key, val) in overrides {
             fig = fig.merge(Serialized::default(key, val.clone()));
         }

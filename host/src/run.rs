@@ -216,69 +216,87 @@ async fn self_metrics_loop(
     loop {
         tick.tick().await;
         let t = now_ns();
-        let mut points = Vec::new();
+        use MetricKind::{Counter, Gauge, UpDownCounter};
+        // (name, unit, kind, plugin, value): one row per point of this round.
+        let mut rows: Vec<(&str, &str, MetricKind, Option<String>, f64)> = Vec::new();
         for st in plugins.statuses() {
-            let m = &st.metrics;
-            let n = Some(st.name.as_str());
-            for (name, unit, v) in [
-                ("sonde.plugin.calls", "{call}", m.calls),
-                ("sonde.plugin.items", "{item}", m.items),
-                ("sonde.plugin.errors", "{error}", m.errors),
-                ("sonde.plugin.traps", "{trap}", m.traps),
-                ("sonde.plugin.timeouts", "{timeout}", m.timeouts),
-                ("sonde.plugin.dropped", "{item}", m.dropped),
-            ] {
-                points.push(Point {
-                    series: get(name, unit, MetricKind::Counter, n),
-                    time_ns: t,
-                    value: v as f64,
-                });
-            }
-            points.push(Point {
-                series: get("sonde.plugin.memory.usage", "By", MetricKind::UpDownCounter, n),
-                time_ns: t,
-                value: m.memory_bytes as f64,
-            });
-            points.push(Point {
-                series: get("sonde.plugin.call.duration.p99", "s", MetricKind::Gauge, n),
-                time_ns: t,
-                value: m.call_us_p99 / 1e6,
-            });
-            points.push(Point {
-                series: get("sonde.plugin.running", "1", MetricKind::Gauge, n),
-                time_ns: t,
-                value: (st.state == crate::plugin::RunState::Running) as u8 as f64,
-            });
+            let (m, n) = (&st.metrics, Some(st.name.clone()));
+            let running = (st.state == crate::plugin::RunState::Running) as u8 as f64;
+            rows.extend([
+                ("sonde.plugin.calls", "{call}", Counter, n.clone(), m.calls as f64),
+                ("sonde.plugin.items", "{item}", Counter, n.clone(), m.items as f64),
+                ("sonde.plugin.errors", "{error}", Counter, n.clone(), m.errors as f64),
+                ("sonde.plugin.traps", "{trap}", Counter, n.clone(), m.traps as f64),
+                (
+                    "sonde.plugin.timeouts",
+                    "{timeout}",
+                    Counter,
+                    n.clone(),
+                    m.timeouts as f64,
+                ),
+                ("sonde.plugin.dropped", "{item}", Counter, n.clone(), m.dropped as f64),
+                (
+                    "sonde.plugin.memory.usage",
+                    "By",
+                    UpDownCounter,
+                    n.clone(),
+                    m.memory_bytes as f64,
+                ),
+                (
+                    "sonde.plugin.call.duration.p99",
+                    "s",
+                    Gauge,
+                    n.clone(),
+                    m.call_us_p99 / 1e6,
+                ),
+                ("sonde.plugin.running", "1", Gauge, n, running),
+            ]);
         }
         if let Some(s) = sampler.lock().as_ref().map(|s| s.stats()) {
-            points.push(Point {
-                series: get("sonde.sampler.ticks", "{tick}", MetricKind::Counter, None),
-                time_ns: t,
-                value: s.ticks as f64,
-            });
-            points.push(Point {
-                series: get("sonde.sampler.period_error.p99", "s", MetricKind::Gauge, None),
-                time_ns: t,
-                value: s.error_p99_us / 1e6,
-            });
-            points.push(Point {
-                series: get("sonde.sampler.sample_cost.p50", "s", MetricKind::Gauge, None),
-                time_ns: t,
-                value: s.sample_cost_p50_us / 1e6,
-            });
+            rows.extend([
+                ("sonde.sampler.ticks", "{tick}", Counter, None, s.ticks as f64),
+                ("sonde.sampler.period_error.p99", "s", Gauge, None, s.error_p99_us / 1e6),
+                (
+                    "sonde.sampler.sample_cost.p50",
+                    "s",
+                    Gauge,
+                    None,
+                    s.sample_cost_p50_us / 1e6,
+                ),
+            ]);
         }
         let e = pipeline.stats();
-        for (name, v) in [
-            ("sonde.export.points.dropped", e.points_dropped),
-            ("sonde.export.points.failed", e.points_failed),
-            ("sonde.export.points.exported", e.points_exported),
-        ] {
-            points.push(Point {
-                series: get(name, "{point}", MetricKind::Counter, None),
+        rows.extend([
+            (
+                "sonde.export.points.dropped",
+                "{point}",
+                Counter,
+                None,
+                e.points_dropped as f64,
+            ),
+            (
+                "sonde.export.points.failed",
+                "{point}",
+                Counter,
+                None,
+                e.points_failed as f64,
+            ),
+            (
+                "sonde.export.points.exported",
+                "{point}",
+                Counter,
+                None,
+                e.points_exported as f64,
+            ),
+        ]);
+        let points = rows
+            .into_iter()
+            .map(|(name, unit, kind, plugin, value)| Point {
+                series: get(name, unit, kind, plugin.as_deref()),
                 time_ns: t,
-                value: v as f64,
-            });
-        }
+                value,
+            })
+            .collect();
         pipeline.submit_metrics(MetricBatch {
             scope: scope.clone(),
             points,

@@ -44,6 +44,18 @@ struct Entry {
     status: Option<PluginStatus>,
 }
 
+impl Entry {
+    /// A file that is known but not running (failed or disabled).
+    fn idle(sig: FileSig, sha256: String, status: PluginStatus) -> Self {
+        Entry {
+            sig,
+            sha256,
+            handle: None,
+            status: Some(status),
+        }
+    }
+}
+
 pub struct PluginManager {
     shared: Shared,
     dir: PathBuf,
@@ -179,15 +191,7 @@ impl PluginManager {
             let mut st = PluginStatus::new(name, path, &sha, "");
             st.state = RunState::Disabled;
             st.reason = Some(format!("disabled in the config (plugin.{name}.enabled = false)"));
-            let old = self.plugins.write().insert(
-                name.to_string(),
-                Entry {
-                    sig,
-                    sha256: sha,
-                    handle: None,
-                    status: Some(st),
-                },
-            );
+            let old = self.plugins.write().insert(name.to_string(), Entry::idle(sig, sha, st));
             if let Some(h) = old.and_then(|e| e.handle) {
                 h.shutdown(self.stop_wait(&pcfg));
             }
@@ -233,15 +237,7 @@ impl PluginManager {
                     _ => {
                         tracing::error!(plugin = %name, file = %path.display(), "plugin failed to load: {reason}");
                         let st = PluginStatus::failed(name, path, &sha, reason);
-                        plugins.insert(
-                            name.to_string(),
-                            Entry {
-                                sig,
-                                sha256: sha,
-                                handle: None,
-                                status: Some(st),
-                            },
-                        );
+                        plugins.insert(name.to_string(), Entry::idle(sig, sha, st));
                     }
                 }
             }
