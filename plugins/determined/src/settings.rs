@@ -1,0 +1,380 @@
+//! The plugin's settings (`start-info.settings` and `configure`): a JSON
+//! object whose keys are all optional. Unknown keys and wrong types are
+//! refused with a message naming the key, so a typo never becomes a silent
+//! default.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sonde_plugin_sdk::types::SampleRequest;
+
+/// What to do with measurements still held when the plugin stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AtShutdown {
+    /// Resolve every pending measurement (ignoring the lag) and flush it.
+    Flush,
+    /// Discard the partial batch, as Determined's ProfilerAgent did.
+    Drop,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Settings {
+    /// Determined's `profiling_enabled`.
+    pub enabled: bool,
+    /// Only this job's events; "" = every job.
+    pub job: String,
+    pub begin_on_batch: u64,
+    pub end_after_batch: Option<u64>,
+    /// Cap on active time per job, seconds; 0 = no cap.
+    pub max_active_s: f64,
+    pub sample_period_ms: u32,
+    pub deliver_every_ms: u32,
+    pub flush_every_s: f64,
+    /// How long a measurement waits for late batch-index reports.
+    pub lag_ms: u64,
+    pub resume_after_restart: bool,
+    pub at_shutdown: AtShutdown,
+    /// Bound on unresolved + unflushed measurements.
+    pub max_pending: usize,
+    /// Override of the global rank every origin reports.
+    pub global_rank: Option<i32>,
+    /// Override of the local rank every origin reports.
+    pub local_rank: Option<i32>,
+}
+
+pub const KNOWN_KEYS: [&str; 14] = [
+    "enabled",
+    "job",
+    "begin_on_batch",
+    "end_after_batch",
+    "max_active_s",
+    "sample_period_ms",
+    "deliver_every_ms",
+    "flush_every_s",
+    "lag_ms",
+    "resume_after_restart",
+    "at_shutdown",
+    "max_pending",
+    "global_rank",
+    "local_rank",
+];
+
+/// The host series this plugin reads, as metric-name prefixes for the
+/// sample request.
+pub const SAMPLED_METRICS: [&str; 8] = [
+    "system.cpu.utilization",
+    "system.linux.memory.available",
+    "system.network.io",
+    "system.disk.io",
+    "system.disk.operations",
+    "hw.gpu.utilization",
+    "hw.gpu.memory.usage",
+    "hw.gpu.memory.limit",
+];
+
+/// The contract's floor for `sample-request.period-ms`.
+const MIN_PERIOD_MS: u32 = 10;
+const DEFAULT_DELIVER_EVERY_MS: u32 = 500;
+/// The flush timer runs in whole milliseconds; anything shorter is a mistake.
+const MIN_FLUSH_EVERY_S: f64 = 0.1;
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            enabled: true,
+            job: String::new(),
+            begin_on_batch: 0,
+            end_after_batch: None,
+            max_active_s: 300.0,
+            sample_period_ms: 100,
+            deliver_every_ms: DEFAULT_DELIVER_EVERY_MS,
+            flush_every_s: 10.0,
+            lag_ms: 500,
+            resume_after_restart: true,
+            at_shutdown: AtShutdown::Flush,
+            max_pending: 100_000,
+            global_rank: None,
+            local_rank: None,
+        }
+    }
+}
+
+impl Settings {
+    /// Parses settings JSON; missing keys take their defaults and an empty
+    /// string counts as `{}`.
+    pub fn parse(json: &str) -> Result<Settings, String> {
+        if json.trim().is_empty() {
+            return Ok(Settings::default());
+        }
+        let value: Value = serde_json::from_str(json).map_err(|e| format!("settings are not valid JSON: {e}"))?;
+        let Value::Object(map) = value else {
+            return Err(format!("settings must be a JSON object, got {value}"));
+        };
+        Self::from_map(&map)
+    }
+
+    fn from_map(map: &Map<String, Value>) -> Result<Settings, String> {
+        if let Some(unknown) = map.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "unknown setting `{unknown}` (known: {})",
+                KNOWN_KEYS.join(", ")
+            ));
+        }
+        let d = Settings::default();
+        let get = |key: &str| map.get(key).filter(|v| !v.is_null());
+
+        let enabled = match get("enabled") {
+            None => d.enabled,
+            Some(v) => v.as_bool().ok_or_else(|| bad("enabled", "true or false", v))?,
+        };
+        let job = match get("job") {
+            None => d.job,
+            Some(v) => v
+                .as_str()
+                .ok_or_else(|| bad("job", "a job name (string; \"\" = every job)", v))?
+                .to_string(),
+        };
+        let begin_on_batch = match get("begin_on_batch") {
+            None => d.begin_on_batch,
+            Some(v) => v.as_u64().ok_or_else(|| bad("begin_on_batch", "an integer >= 0", v))?,
+        };
+        let end_after_batch = match get("end_after_batch") {
+            None => None,
+            Some(v) => {
+                let n = v
+                    .as_u64()
+                    .ok_or_else(|| bad("end_after_batch", "an integer >= 0 or null", v))?;
+                if n < begin_on_batch {
+                    return Err(format!(
+                        "setting `end_after_batch` ({n}) must be >= begin_on_batch ({begin_on_batch}): \
+                         collection would end before it began"
+                    ));
+                }
+                Some(n)
+            }
+        };
+        let max_active_s = match get("max_active_s") {
+            None => d.max_active_s,
+            Some(v) => v
+                .as_f64()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| bad("max_active_s", "a number of seconds >= 0 (0 = no cap)", v))?,
+        };
+        let sample_period_ms = match get("sample_period_ms") {
+            None => d.sample_period_ms,
+            Some(v) => u32_of(v)
+                .filter(|&ms| ms >= MIN_PERIOD_MS)
+                .ok_or_else(|| bad("sample_period_ms", &format!("an integer >= {MIN_PERIOD_MS} (ms)"), v))?,
+        };
+        let deliver_every_ms = match get("deliver_every_ms") {
+            // A long period alone should not be an error: deliver at least once per period.
+            None => DEFAULT_DELIVER_EVERY_MS.max(sample_period_ms),
+            Some(v) => u32_of(v).filter(|&ms| ms >= sample_period_ms).ok_or_else(|| {
+                bad(
+                    "deliver_every_ms",
+                    &format!("an integer >= sample_period_ms ({sample_period_ms})"),
+                    v,
+                )
+            })?,
+        };
+        let flush_every_s = match get("flush_every_s") {
+            None => d.flush_every_s,
+            Some(v) => v
+                .as_f64()
+                .filter(|s| s.is_finite() && *s >= MIN_FLUSH_EVERY_S && *s <= 86_400.0)
+                .ok_or_else(|| bad("flush_every_s", "a number of seconds from 0.1 to 86400", v))?,
+        };
+        let lag_ms = match get("lag_ms") {
+            None => d.lag_ms,
+            Some(v) => v
+                .as_u64()
+                .filter(|&ms| ms <= 600_000)
+                .ok_or_else(|| bad("lag_ms", "an integer of milliseconds from 0 to 600000", v))?,
+        };
+        let resume_after_restart = match get("resume_after_restart") {
+            None => d.resume_after_restart,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| bad("resume_after_restart", "true or false", v))?,
+        };
+        let at_shutdown = match get("at_shutdown") {
+            None => d.at_shutdown,
+            Some(v) => match v.as_str() {
+                Some("flush") => AtShutdown::Flush,
+                Some("drop") => AtShutdown::Drop,
+                _ => return Err(bad("at_shutdown", "\"flush\" or \"drop\"", v)),
+            },
+        };
+        let max_pending = match get("max_pending") {
+            None => d.max_pending,
+            Some(v) => v
+                .as_u64()
+                .filter(|&n| n >= 1)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| bad("max_pending", "an integer >= 1", v))?,
+        };
+        let rank = |key: &str| -> Result<Option<i32>, String> {
+            match get(key) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_i64()
+                    .filter(|&r| r >= 0)
+                    .and_then(|r| i32::try_from(r).ok())
+                    .map(Some)
+                    .ok_or_else(|| bad(key, "an integer >= 0 or null", v)),
+            }
+        };
+        Ok(Settings {
+            enabled,
+            job,
+            begin_on_batch,
+            end_after_batch,
+            max_active_s,
+            sample_period_ms,
+            deliver_every_ms,
+            flush_every_s,
+            lag_ms,
+            resume_after_restart,
+            at_shutdown,
+            max_pending,
+            global_rank: rank("global_rank")?,
+            local_rank: rank("local_rank")?,
+        })
+    }
+
+    /// What to ask the host for, in the manifest or with `request-samples`.
+    pub fn sample_request(&self) -> SampleRequest {
+        SampleRequest {
+            period_ms: self.sample_period_ms,
+            deliver_every_ms: self.deliver_every_ms,
+            metrics: SAMPLED_METRICS.iter().map(|m| m.to_string()).collect(),
+        }
+    }
+
+    /// The cap on active time in ns; `None` when there is none.
+    pub fn cap_ns(&self) -> Option<u64> {
+        (self.max_active_s > 0.0).then(|| (self.max_active_s * 1e9).round() as u64)
+    }
+
+    pub fn flush_every_ms(&self) -> u64 {
+        (self.flush_every_s * 1000.0).round() as u64
+    }
+
+    pub fn lag_ns(&self) -> u64 {
+        self.lag_ms.saturating_mul(1_000_000)
+    }
+
+    /// How often the resolve timer fires: often enough that a measurement
+    /// is emitted about `lag_ms` after it was taken even when no hook call
+    /// brings it there.
+    pub fn tick_ms(&self) -> u64 {
+        (self.lag_ms / 2).clamp(100, 1000)
+    }
+
+    /// The settings in effect, defaults filled in.
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).expect("settings serialize")
+    }
+}
+
+fn u32_of(v: &Value) -> Option<u32> {
+    v.as_u64().and_then(|n| u32::try_from(n).ok())
+}
+
+fn bad(key: &str, want: &str, got: &Value) -> String {
+    format!("setting `{key}` must be {want}, got {got}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        for json in ["", "{}", "  "] {
+            assert_eq!(Settings::parse(json).unwrap(), Settings::default(), "{json:?}");
+        }
+        let d = Settings::default();
+        assert!(d.enabled && d.resume_after_restart);
+        assert_eq!((d.begin_on_batch, d.end_after_batch), (0, None));
+        assert_eq!((d.sample_period_ms, d.deliver_every_ms, d.lag_ms), (100, 500, 500));
+        assert_eq!((d.max_active_s, d.flush_every_s), (300.0, 10.0));
+        assert_eq!((d.at_shutdown, d.max_pending), (AtShutdown::Flush, 100_000));
+        assert_eq!(d.cap_ns(), Some(300_000_000_000));
+        assert_eq!(d.flush_every_ms(), 10_000);
+        let req = d.sample_request();
+        assert_eq!((req.period_ms, req.deliver_every_ms), (100, 500));
+        assert_eq!(req.metrics.len(), SAMPLED_METRICS.len());
+    }
+
+    #[test]
+    fn reads_every_key() {
+        let s = Settings::parse(
+            r#"{"enabled":false,"job":"trial-7","begin_on_batch":5,"end_after_batch":9,"max_active_s":0,
+                "sample_period_ms":50,"deliver_every_ms":250,"flush_every_s":2.5,"lag_ms":0,
+                "resume_after_restart":false,"at_shutdown":"drop","max_pending":10,
+                "global_rank":0,"local_rank":3}"#,
+        )
+        .unwrap();
+        assert!(!s.enabled && !s.resume_after_restart);
+        assert_eq!(s.job, "trial-7");
+        assert_eq!((s.begin_on_batch, s.end_after_batch), (5, Some(9)));
+        assert_eq!(s.cap_ns(), None, "0 = no cap");
+        assert_eq!((s.sample_period_ms, s.deliver_every_ms), (50, 250));
+        assert_eq!((s.flush_every_ms(), s.lag_ms), (2500, 0));
+        assert_eq!((s.at_shutdown, s.max_pending), (AtShutdown::Drop, 10));
+        assert_eq!((s.global_rank, s.local_rank), (Some(0), Some(3)));
+        // The JSON the /state route shows parses back to the same settings.
+        assert_eq!(Settings::parse(&s.to_json().to_string()).unwrap(), s);
+    }
+
+    #[test]
+    fn null_means_default() {
+        let s = Settings::parse(r#"{"end_after_batch":null,"global_rank":null,"max_active_s":null}"#).unwrap();
+        assert_eq!(s, Settings::default());
+    }
+
+    #[test]
+    fn long_period_raises_the_default_delivery() {
+        let s = Settings::parse(r#"{"sample_period_ms":2000}"#).unwrap();
+        assert_eq!(s.deliver_every_ms, 2000);
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (r#"{"enabeld":true}"#, "unknown setting `enabeld`"),
+            (r#"{"":1}"#, "unknown setting ``"),
+            (r#"{"enabled":"yes"}"#, "`enabled`"),
+            (r#"{"job":3}"#, "`job`"),
+            (r#"{"begin_on_batch":-1}"#, "`begin_on_batch`"),
+            (r#"{"begin_on_batch":1.5}"#, "`begin_on_batch`"),
+            (r#"{"end_after_batch":"x"}"#, "`end_after_batch`"),
+            (
+                r#"{"begin_on_batch":10,"end_after_batch":9}"#,
+                "`end_after_batch` (9) must be >=",
+            ),
+            (r#"{"max_active_s":-1}"#, "`max_active_s`"),
+            (r#"{"sample_period_ms":5}"#, "`sample_period_ms`"),
+            (r#"{"sample_period_ms":99999999999}"#, "`sample_period_ms`"),
+            (
+                r#"{"sample_period_ms":200,"deliver_every_ms":100}"#,
+                "`deliver_every_ms`",
+            ),
+            (r#"{"flush_every_s":0}"#, "`flush_every_s`"),
+            (r#"{"lag_ms":-5}"#, "`lag_ms`"),
+            (r#"{"lag_ms":700000}"#, "`lag_ms`"),
+            (r#"{"resume_after_restart":1}"#, "`resume_after_restart`"),
+            (r#"{"at_shutdown":"keep"}"#, "`at_shutdown`"),
+            (r#"{"max_pending":0}"#, "`max_pending`"),
+            (r#"{"global_rank":-1}"#, "`global_rank`"),
+            (r#"{"local_rank":"0"}"#, "`local_rank`"),
+            (r#"[1]"#, "must be a JSON object"),
+            (r#"{"enabled":"#, "not valid JSON"),
+        ];
+        for (json, needle) in cases {
+            let err = Settings::parse(json).unwrap_err();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+    }
+}
