@@ -58,6 +58,8 @@ pub struct Counters {
     pub dropped_too_many_names: u64,
     /// Reports of jobs other than the `job` setting names.
     pub ignored_other_job: u64,
+    /// Timings and throughput of jobs that never reported a batch index.
+    pub ignored_unknown_job: u64,
     /// Timings that end before they start.
     pub malformed: u64,
     /// Measurements discarded by `stop` with at_shutdown = drop.
@@ -618,16 +620,21 @@ impl Profiler {
     pub fn on_events(&mut self, host: &mut dyn Host, batch: EventBatch) {
         let now = host.now();
         let limits = limits(&self.settings);
-        let mut views: Vec<Option<OriginView>> = vec![None; batch.origins.len()];
-        let mut view_of = |p: &mut Profiler, host: &mut dyn Host, i: u32| -> Option<OriginView> {
+        // Per origin of this batch: its view, and whether it was registered
+        // with its job. A batch index report creates the job; timings and
+        // throughput only count for a job that has reported one (so spans of
+        // an unrelated application do not become jobs).
+        let mut views: Vec<Option<(OriginView, bool)>> = vec![None; batch.origins.len()];
+        let mut view_of = |p: &mut Profiler, host: &mut dyn Host, i: u32, create: bool| -> Option<OriginView> {
             let i = i as usize;
             let origin = batch.origins.get(i)?;
-            if views[i].is_none() {
-                let v = p.origin_view(origin);
-                p.register(host, origin, &v);
-                views[i] = Some(v);
+            let (view, registered) = views[i].get_or_insert_with(|| (p.origin_view(origin), false));
+            let known = view.job.as_ref().is_some_and(|j| p.jobs.contains_key(j));
+            if !*registered && (create || known) {
+                p.register(host, origin, view);
+                *registered = true;
             }
-            views[i].clone()
+            Some(view.clone())
         };
         let name_of = |i: u32| batch.names.get(i as usize).map(String::as_str);
 
@@ -636,7 +643,7 @@ impl Profiler {
                 if name_of(c.name[i]) != Some(BATCH_IDX) {
                     continue;
                 }
-                let Some(view) = view_of(self, host, c.origin[i]) else {
+                let Some(view) = view_of(self, host, c.origin[i], true) else {
                     continue;
                 };
                 let Some(name) = &view.job else {
@@ -661,7 +668,7 @@ impl Profiler {
 
         if let Some(c) = &batch.timings {
             for i in 0..c.origin.len() {
-                let Some(view) = view_of(self, host, c.origin[i]) else {
+                let Some(view) = view_of(self, host, c.origin[i], false) else {
                     continue;
                 };
                 let Some(job_name) = self.eligible_for_timings(&view) else {
@@ -713,7 +720,7 @@ impl Profiler {
                 if !is_sps || c.value[i].is_nan() {
                     continue;
                 }
-                let Some(view) = view_of(self, host, c.origin[i]) else {
+                let Some(view) = view_of(self, host, c.origin[i], false) else {
                     continue;
                 };
                 let Some(job) = self.eligible_for_timings(&view) else {
@@ -730,8 +737,9 @@ impl Profiler {
         self.settle(host);
     }
 
-    /// The job of a timing or throughput report, if its origin may report
-    /// them (global rank 0, profiling on); otherwise counted and `None`.
+    /// The job of a timing or throughput report, if the job is known (it
+    /// reported a batch index) and the origin may report them (global rank
+    /// 0, profiling on); otherwise counted and `None`.
     fn eligible_for_timings(&mut self, view: &OriginView) -> Option<Arc<str>> {
         let Some(name) = &view.job else {
             self.out.counters.ignored_other_job += 1;
@@ -741,9 +749,16 @@ impl Profiler {
             self.out.counters.ignored_ineligible_rank += 1;
             return None;
         }
-        if !self.jobs.get(name).is_some_and(|j| j.machine.timings_enabled()) {
-            self.out.counters.ignored_inactive += 1;
-            return None;
+        match self.jobs.get(name) {
+            None => {
+                self.out.counters.ignored_unknown_job += 1;
+                return None;
+            }
+            Some(j) if !j.machine.timings_enabled() => {
+                self.out.counters.ignored_inactive += 1;
+                return None;
+            }
+            Some(_) => {}
         }
         Some(name.clone())
     }

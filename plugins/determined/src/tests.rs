@@ -745,6 +745,30 @@ fn counters_survive_a_restart() {
 }
 
 #[test]
+fn timings_of_a_job_without_batch_reports_create_no_job() {
+    let mut host = Fake::at(ms(0));
+    let mut p = start(&mut host, r#"{"lag_ms":0}"#);
+    p.on_events(
+        &mut host,
+        timings(vec![origin("web", "n1", -1, -1)], &[(0, "GET /", 0, 10, -1)]),
+    );
+    assert!(p.jobs.is_empty() && host.decisions.is_empty());
+    assert_eq!(p.counters().ignored_unknown_job, 1);
+    // In one batch, the batch index report comes first and makes the timing count.
+    let mut b = timings(solo(), &[(0, "train_batch", 10, 20, -1)]);
+    b.names.push("batch_idx".into());
+    b.progress = Some(ProgressColumns {
+        origin: vec![0],
+        name: vec![1],
+        time: vec![ms(5)],
+        value: vec![0],
+    });
+    host.now = ms(100);
+    p.on_events(&mut host, b);
+    assert_eq!(host.series("sonde.timing.duration", &[]), [(ms(10), 0.01)]);
+}
+
+#[test]
 fn job_filter_keeps_other_jobs_out() {
     let mut host = Fake::at(ms(0));
     let mut p = start(&mut host, r#"{"job":"t2","lag_ms":0}"#);
