@@ -492,7 +492,7 @@ impl Profiler {
                 None if matches!(job.machine.phase, Phase::Resuming { .. }) => host.log(
                     Severity::Info,
                     &format!(
-                        "job {name}: was active before a restart (restarts={}); profiling resumes at its next batch report",
+                        "job {name}: was active when the plugin last stopped (restarts={}); profiling resumes at its next batch report",
                         self.restarts
                     ),
                 ),
@@ -846,8 +846,10 @@ impl Profiler {
         } else {
             self.reader.gpu_uuid(m.gpu)
         };
+        let only = self.settings.job.as_str();
         for job in self.jobs.values_mut() {
-            if !job.machine.sys_enabled() {
+            // A job the `job` setting no longer selects gets no more samples.
+            if !job.machine.sys_enabled() || (!only.is_empty() && *job.name != *only) {
                 continue;
             }
             if !job.machine.counts(m.since, m.time) {

@@ -778,6 +778,11 @@ fn job_filter_keeps_other_jobs_out() {
     assert_eq!(s["jobs"].as_array().unwrap().len(), 1);
     assert_eq!(s["jobs"][0]["job"], "t2");
     assert_eq!(s["counters"]["ignored_other_job"], 1);
+    // After a change of the filter, the old job gets no more samples.
+    p.configure(&mut host, Settings::parse(r#"{"job":"t3","lag_ms":0}"#).unwrap());
+    host.now = ms(1000);
+    p.on_samples(&mut host, cpu_samples(&[500], &[0.5])).unwrap();
+    assert!(host.points_of("system.cpu.utilization", &[]).is_empty());
 }
 
 #[test]
