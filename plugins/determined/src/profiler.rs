@@ -270,7 +270,7 @@ impl Job {
                 format!(
                     "job {name}: profiling resumed after a restart at batch {batch}{}",
                     match self.machine.cap_end(&limits) {
-                        Some(end) => format!(" with {:.1} s of max_active_s left", (end - at) as f64 / 1e9),
+                        Some(end) => format!(" with {} s of max_active_s left", seconds(end - at)),
                         None => String::new(),
                     }
                 ),
@@ -282,7 +282,7 @@ impl Job {
                         settings.end_after_batch.map_or("-".into(), |e| e.to_string())
                     ),
                     EndReason::MaxActive => {
-                        format!("active for max_active_s ({} s)", settings.max_active_s)
+                        format!("active for max_active_s ({} s)", json_number(settings.max_active_s))
                     }
                     EndReason::NotResumed => {
                         "it was active before the plugin restarted and resume_after_restart is false".to_string()
@@ -320,6 +320,18 @@ impl Job {
             points.push(h, time, batch as f64);
         }
     }
+}
+
+/// `ns` as seconds with one decimal, without pulling in core's float
+/// formatting (serde_json brings its own; the component stays smaller).
+fn seconds(ns: u64) -> String {
+    let tenths = ns.saturating_add(50_000_000) / 100_000_000;
+    format!("{}.{}", tenths / 10, tenths % 10)
+}
+
+/// A float as JSON writes it (e.g. `300.0`, `0.5`).
+fn json_number(x: f64) -> String {
+    serde_json::Value::from(x).to_string()
 }
 
 fn declare(host: &mut dyn Host, desc: &sonde_plugin_sdk::types::MetricDesc) -> Option<u32> {
@@ -608,7 +620,7 @@ impl Profiler {
             (
                 "enabled",
                 format!(
-                    "job {name}: {} enabled by an origin on node {:?}; {what}",
+                    "job {name}: {} enabled by an origin on node \"{}\"; {what}",
                     gained.join(" and "),
                     origin.node
                 ),
@@ -695,7 +707,7 @@ impl Profiler {
                                 Severity::Warn,
                                 &format!(
                                     "job {job_name}: more than {MAX_TIMING_NAMES} distinct timing names; \
-                                     timings with new names (first: {name:?}) are dropped and counted"
+                                     timings with new names (first: \"{name}\") are dropped and counted"
                                 ),
                             );
                         }
@@ -1111,5 +1123,27 @@ fn batch_record(def: &SeriesDef, agent: &str, rows: &[Row], now: u64) -> LogReco
         event_name: BATCH_EVENT.to_string(),
         body: serde_json::to_string(&body).expect("batch serializes"),
         attributes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_sentences() {
+        let table = [
+            (0, "0.0"),
+            (60_000_000_000, "60.0"),
+            (1_249_000_000, "1.2"),
+            (1_250_000_000, "1.3"),
+        ];
+        for (ns, want) in table {
+            assert_eq!(seconds(ns), want, "{ns}");
+        }
+        assert_eq!(
+            (json_number(300.0).as_str(), json_number(0.5).as_str()),
+            ("300.0", "0.5")
+        );
     }
 }

@@ -23,7 +23,10 @@ pub fn handle(p: &mut Profiler, host: &mut dyn Host, req: &HttpRequest) -> HttpR
                 Some(v) => match v.parse::<usize>() {
                     Ok(n) => n.min(RECENT_TIMINGS),
                     Err(_) => {
-                        return HttpResponse::error(400, &format!("query `limit` must be an integer >= 0, got {v:?}"));
+                        return HttpResponse::error(
+                            400,
+                            &format!("query `limit` must be an integer >= 0, got \"{v}\""),
+                        );
                     }
                 },
             };
