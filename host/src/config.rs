@@ -24,6 +24,8 @@ pub struct Config {
     pub export: ExportConfig,
     pub api: ApiConfig,
     pub sinks: SinksConfig,
+    /// How jobs report: the OTLP receiver and the JSON ingest.
+    pub ingest: IngestConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -254,6 +256,48 @@ impl Default for ApiConfig {
     }
 }
 
+/// What jobs report to sonde: see `host/src/ingest/`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestConfig {
+    /// OTLP/gRPC receiver address, or "off". The default is the port every
+    /// OpenTelemetry SDK sends to, so a job needs no exporter settings.
+    pub otlp_grpc_listen: String,
+    /// OTLP/HTTP (protobuf) receiver address (`/v1/metrics`, `/v1/traces`, `/v1/logs`), or "off".
+    pub otlp_http_listen: String,
+    /// Gateway mode: forward every OTLP request received, unchanged, to the
+    /// export endpoint as well (a sonde in front of another sonde or a collector).
+    pub forward: bool,
+    /// Largest request body accepted (OTLP and JSON ingest); larger ones get 413.
+    pub max_body_bytes: usize,
+    /// How often what was received is handed to the plugins, in one batch.
+    pub flush_ms: u64,
+    /// Records waiting for the next hand-over at most; beyond it a request is
+    /// refused (429 / RESOURCE_EXHAUSTED) and counted, never queued unboundedly.
+    pub queue_capacity: usize,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            otlp_grpc_listen: "127.0.0.1:4317".into(),
+            otlp_http_listen: "127.0.0.1:4318".into(),
+            forward: false,
+            max_body_bytes: 8 * 1024 * 1024,
+            flush_ms: 50,
+            queue_capacity: 200_000,
+        }
+    }
+}
+
+impl IngestConfig {
+    /// The receiver address, or None when switched off ("off" or empty).
+    pub fn address(listen: &str) -> Option<&str> {
+        let l = listen.trim();
+        (!l.is_empty() && !l.eq_ignore_ascii_case("off")).then_some(l)
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SinksConfig {
@@ -393,6 +437,19 @@ impl Config {
             3_600_000,
         );
         range("host.shutdown_timeout_ms", self.host.shutdown_timeout_ms, 1, 600_000);
+        range(
+            "ingest.max_body_bytes",
+            self.ingest.max_body_bytes as u64,
+            1024,
+            1 << 30,
+        );
+        range("ingest.flush_ms", self.ingest.flush_ms, 1, 60_000);
+        range(
+            "ingest.queue_capacity",
+            self.ingest.queue_capacity as u64,
+            1,
+            100_000_000,
+        );
         if self.plugins.backoff_max_ms < self.plugins.backoff_initial_ms {
             errs.push(ConfigError::new(
                 "plugins.backoff_max_ms",
@@ -422,6 +479,29 @@ impl Config {
                 ))
             }
             Ok(_) => {}
+        }
+        for (key, listen) in [
+            ("ingest.otlp_grpc_listen", &self.ingest.otlp_grpc_listen),
+            ("ingest.otlp_http_listen", &self.ingest.otlp_http_listen),
+        ] {
+            let Some(l) = IngestConfig::address(listen) else {
+                continue;
+            };
+            match l.parse::<SocketAddr>() {
+                Err(e) => errs.push(ConfigError::new(key, format!("not an address:port or \"off\" ({e})"))),
+                Ok(addr) if !addr.ip().is_loopback() && self.api.token.as_deref().unwrap_or("").is_empty() => errs
+                    .push(ConfigError::new(
+                        "api.token",
+                        format!("required when {key} is not a loopback address (receivers then check it)"),
+                    )),
+                Ok(_) => {}
+            }
+        }
+        if self.ingest.forward && self.export.endpoint.is_none() {
+            errs.push(ConfigError::new(
+                "ingest.forward",
+                "needs export.endpoint: forwarding sends what was received on to it",
+            ));
         }
         for (name, pc) in &self.plugin {
             if let Err(reason) = check_plugin_name(name) {

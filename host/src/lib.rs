@@ -4,15 +4,19 @@
 //! Modules depend downward only:
 //!
 //! ```text
-//!   api ──► plugin ──► sample, (ingest)
-//!    │        │
-//!    └──────► pipeline ──► export
+//!   run ──► api ──► plugin ──► sample
+//!    │       │        │
+//!    │       │        └──────► pipeline ──► export
+//!    └──► ingest ──► plugin (hands batches to the plugins)
+//!   agent ──► run, ingest     (the in-process Rust API)
 //! ```
 //! `model` and `config` are shared by all; nothing depends on `api`.
 
+pub mod agent;
 pub mod api;
 pub mod config;
 pub mod export;
+pub mod ingest;
 pub mod model;
 pub mod pipeline;
 pub mod plugin;

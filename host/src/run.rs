@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 use parking_lot::Mutex;
 
 use crate::api::{self, AppState};
-use crate::config::Config;
+use crate::config::{Config, IngestConfig};
 use crate::export::resource::resource_attributes;
+use crate::ingest::{self, IngestHub};
 use crate::model::{MetricBatch, MetricKind, MetricSeries, Point, Scope, now_ns};
 use crate::pipeline::{Pipeline, PipelineHandle};
 use crate::plugin::PluginManager;
@@ -18,104 +19,234 @@ use crate::sample::{Sampler, driver};
 
 /// Runs until SIGINT/SIGTERM.
 pub async fn run(cfg: Config) -> Result<()> {
-    let started = Instant::now();
-    std::fs::create_dir_all(&cfg.host.data_dir)
-        .with_context(|| format!("creating the data directory {}", cfg.host.data_dir.display()))?;
-    let (pipeline_handle, pipeline) = Pipeline::start(&cfg.export, resource_attributes(&cfg))?;
-    let plugins = PluginManager::new(&cfg, pipeline_handle.clone())?;
-
-    // Load what the directory holds before sampling starts, off the async threads.
-    let p = plugins.clone();
-    tokio::task::spawn_blocking(move || p.scan(false)).await?;
-    let watcher = if cfg.plugins.watch {
-        Some(plugins.watch()?)
-    } else {
-        None
-    };
-
-    let sampler = Sampler::new(&cfg.sampler);
-    let series_count = sampler.series().len();
-    let gpu = sampler.gpu_status().to_string();
-    let fanout = plugins.clone();
-    let driver_cfg = driver::DriverConfig {
-        period: plugins.sample_plan().period_ms.clone(),
-        realtime: cfg.sampler.realtime,
-    };
-    let sampler = driver::spawn_with(sampler, driver_cfg, move |tick, series| fanout.on_tick(tick, series));
-    let sampler = Arc::new(Mutex::new(Some(sampler)));
-
-    let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
-        .await
-        .with_context(|| format!("binding the API to {} (api.listen)", cfg.api.listen))?;
-    let ready = Arc::new(AtomicBool::new(true));
-    let sampler_for_api = sampler.clone();
-    let app = AppState {
-        config: Arc::new(Mutex::new(cfg.clone())),
-        plugins: plugins.clone(),
-        pipeline: pipeline_handle.clone(),
-        sampler: Arc::new(move || {
-            sampler_for_api
-                .lock()
-                .as_ref()
-                .map(|s| (s.stats(), series_count, s.gpu_status(), s.scheduling()))
-        }),
-        ready,
-        started,
-    };
-    let (stop_api_tx, stop_api_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, api::router(app))
-            .with_graceful_shutdown(async {
-                let _ = stop_api_rx.await;
-            })
-            .await
-    });
-
-    print_banner(&cfg, &plugins, series_count, &gpu, started);
-    let selfm = tokio::spawn(self_metrics_loop(
-        plugins.clone(),
-        pipeline_handle.clone(),
-        sampler.clone(),
-        Duration::from_millis(cfg.export.self_metrics_interval_ms),
-    ));
-
+    let host = Host::start(cfg, HostOptions::default()).await?;
+    host.print_banner();
     wait_for_signal().await;
     tracing::info!("shutting down");
-
-    // Everything below is bounded: a watchdog ends the process if a step hangs.
-    let deadline = Duration::from_millis(cfg.host.shutdown_timeout_ms);
-    let t0 = Instant::now();
-    std::thread::spawn(move || {
-        std::thread::sleep(deadline + Duration::from_secs(2));
-        eprintln!(
-            "sonde: shutdown took longer than {} ms; exiting anyway",
-            deadline.as_millis()
-        );
-        std::process::exit(1);
-    });
-    selfm.abort();
-    drop(watcher);
-    if let Some(s) = sampler.lock().take() {
-        s.stop();
-    }
-    let per_plugin = Duration::from_millis(cfg.plugins.call_timeout_ms as u64 + 200).min(deadline / 2);
-    let p = plugins.clone();
-    let _ = tokio::time::timeout(
-        deadline / 2,
-        tokio::task::spawn_blocking(move || p.shutdown(per_plugin)),
-    )
-    .await;
-    let stats = pipeline.shutdown(deadline.saturating_sub(t0.elapsed())).await;
-    let _ = stop_api_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
-    tracing::info!(
-        points_exported = stats.points_exported,
-        points_dropped = stats.points_dropped,
-        points_failed = stats.points_failed,
-        "stopped in {} ms",
-        t0.elapsed().as_millis()
-    );
+    host.shutdown(true).await;
     Ok(())
+}
+
+/// What differs when the host runs inside another program (the in-process agent).
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Serve the HTTP API and dashboard (`api.listen`).
+    pub api: bool,
+    /// Start the OTLP receivers (`ingest.otlp_*_listen`).
+    pub otlp: bool,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions { api: true, otlp: true }
+    }
+}
+
+/// A running host: sampler, plugins, ingest, pipeline, API.
+pub struct Host {
+    pub cfg: Config,
+    pub plugins: Arc<PluginManager>,
+    pub hub: Arc<IngestHub>,
+    pub pipeline: PipelineHandle,
+    pub receivers: Vec<ingest::otlp::Bound>,
+    pub api_addr: Option<std::net::SocketAddr>,
+    started: Instant,
+    series_count: usize,
+    gpu: String,
+    pipeline_task: Pipeline,
+    watcher: Option<crate::plugin::manager::Watcher>,
+    sampler: Arc<Mutex<Option<driver::SamplerHandle>>>,
+    selfm: tokio::task::JoinHandle<()>,
+    hub_task: tokio::task::JoinHandle<()>,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Host {
+    /// Starts everything; must be called inside a multi-threaded tokio runtime.
+    pub async fn start(cfg: Config, opts: HostOptions) -> Result<Host> {
+        let started = Instant::now();
+        std::fs::create_dir_all(&cfg.host.data_dir)
+            .with_context(|| format!("creating the data directory {}", cfg.host.data_dir.display()))?;
+        let (pipeline_handle, pipeline) = Pipeline::start(&cfg.export, resource_attributes(&cfg))?;
+        let plugins = PluginManager::new(&cfg, pipeline_handle.clone())?;
+
+        // Load what the directory holds before sampling starts, off the async threads.
+        let p = plugins.clone();
+        tokio::task::spawn_blocking(move || p.scan(false)).await?;
+        let watcher = if cfg.plugins.watch {
+            Some(plugins.watch()?)
+        } else {
+            None
+        };
+
+        let sampler = Sampler::new(&cfg.sampler);
+        let series_count = sampler.series().len();
+        let gpu = sampler.gpu_status().to_string();
+        let fanout = plugins.clone();
+        let driver_cfg = driver::DriverConfig {
+            period: plugins.sample_plan().period_ms.clone(),
+            realtime: cfg.sampler.realtime,
+        };
+        let sampler = driver::spawn_with(sampler, driver_cfg, move |tick, series| fanout.on_tick(tick, series));
+        let sampler = Arc::new(Mutex::new(Some(sampler)));
+
+        // What jobs report: one hub, handed to the plugins every flush_ms.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let to_plugins = plugins.clone();
+        let hub = IngestHub::new(
+            cfg.ingest.queue_capacity,
+            Arc::new(move |b| to_plugins.publish_events(b)),
+        );
+        let hub_task = tokio::spawn(
+            hub.clone()
+                .run(Duration::from_millis(cfg.ingest.flush_ms), stop_rx.clone()),
+        );
+        let mut receivers = Vec::new();
+        if opts.otlp {
+            let receiver = |listen: &str| ingest::otlp::Receiver {
+                hub: hub.clone(),
+                forward: cfg.ingest.forward.then(|| pipeline_handle.clone()),
+                require_token: listen
+                    .parse::<std::net::SocketAddr>()
+                    .is_ok_and(|a| !a.ip().is_loopback())
+                    .then(|| cfg.api.token.clone().unwrap_or_default()),
+            };
+            let max = cfg.ingest.max_body_bytes;
+            for (protocol, listen) in [
+                ("gRPC", &cfg.ingest.otlp_grpc_listen),
+                ("HTTP", &cfg.ingest.otlp_http_listen),
+            ] {
+                let Some(l) = IngestConfig::address(listen) else {
+                    continue;
+                };
+                let router = match protocol {
+                    "gRPC" => ingest::otlp::grpc_router(receiver(l), max),
+                    _ => ingest::otlp::http_router(receiver(l), max),
+                };
+                receivers.push(ingest::otlp::serve(protocol, l, router, stop_rx.clone()).await);
+            }
+        }
+
+        let (mut api_addr, mut server) = (None, None);
+        if opts.api {
+            let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
+                .await
+                .with_context(|| format!("binding the API to {} (api.listen)", cfg.api.listen))?;
+            api_addr = listener.local_addr().ok();
+            let ready = Arc::new(AtomicBool::new(true));
+            let sampler_for_api = sampler.clone();
+            let app = AppState {
+                config: Arc::new(Mutex::new(cfg.clone())),
+                plugins: plugins.clone(),
+                pipeline: pipeline_handle.clone(),
+                sampler: Arc::new(move || {
+                    sampler_for_api
+                        .lock()
+                        .as_ref()
+                        .map(|s| (s.stats(), series_count, s.gpu_status(), s.scheduling()))
+                }),
+                ready,
+                started,
+            };
+            let ingest_api = ingest::json::router(
+                ingest::json::IngestState {
+                    hub: hub.clone(),
+                    token: cfg.api.token.clone(),
+                },
+                cfg.ingest.max_body_bytes,
+            );
+            let mut stop = stop_rx.clone();
+            server = Some(tokio::spawn(async move {
+                axum::serve(listener, api::router(app).merge(ingest_api))
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+            }));
+        }
+
+        let selfm = tokio::spawn(self_metrics_loop(
+            plugins.clone(),
+            pipeline_handle.clone(),
+            sampler.clone(),
+            Duration::from_millis(cfg.export.self_metrics_interval_ms),
+        ));
+        Ok(Host {
+            cfg,
+            plugins,
+            hub,
+            pipeline: pipeline_handle,
+            receivers,
+            api_addr,
+            started,
+            series_count,
+            gpu,
+            pipeline_task: pipeline,
+            watcher,
+            sampler,
+            selfm,
+            hub_task,
+            stop_tx,
+            server,
+        })
+    }
+
+    /// Stops everything within `host.shutdown_timeout_ms`. With `watchdog`, a
+    /// step that hangs ends the process (the sonde binary); embedded hosts pass false.
+    pub async fn shutdown(self, watchdog: bool) {
+        let cfg = &self.cfg;
+        let deadline = Duration::from_millis(cfg.host.shutdown_timeout_ms);
+        let t0 = Instant::now();
+        if watchdog {
+            std::thread::spawn(move || {
+                std::thread::sleep(deadline + Duration::from_secs(2));
+                eprintln!(
+                    "sonde: shutdown took longer than {} ms; exiting anyway",
+                    deadline.as_millis()
+                );
+                std::process::exit(1);
+            });
+        }
+        self.selfm.abort();
+        drop(self.watcher);
+        if let Some(s) = self.sampler.lock().take() {
+            s.stop();
+        }
+        // Receivers stop taking requests; what the hub holds goes to the plugins
+        // before they stop, so their `stop` hooks see everything reported.
+        let _ = self.stop_tx.send(true);
+        let _ = tokio::time::timeout(deadline / 4, self.hub_task).await;
+        let per_plugin = Duration::from_millis(cfg.plugins.call_timeout_ms as u64 + 200).min(deadline / 2);
+        let p = self.plugins.clone();
+        let _ = tokio::time::timeout(
+            deadline / 2,
+            tokio::task::spawn_blocking(move || p.shutdown(per_plugin)),
+        )
+        .await;
+        let stats = self.pipeline_task.shutdown(deadline.saturating_sub(t0.elapsed())).await;
+        if let Some(server) = self.server {
+            let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
+        }
+        tracing::info!(
+            points_exported = stats.points_exported,
+            points_dropped = stats.points_dropped,
+            points_failed = stats.points_failed,
+            "stopped in {} ms",
+            t0.elapsed().as_millis()
+        );
+    }
+
+    fn print_banner(&self) {
+        print_banner(
+            &self.cfg,
+            &self.plugins,
+            self.series_count,
+            &self.gpu,
+            &self.receivers,
+            self.started,
+        );
+    }
 }
 
 async fn wait_for_signal() {
@@ -133,7 +264,14 @@ async fn wait_for_signal() {
     let _ = ctrl_c.await;
 }
 
-fn print_banner(cfg: &Config, plugins: &PluginManager, series: usize, gpu: &str, started: Instant) {
+fn print_banner(
+    cfg: &Config,
+    plugins: &PluginManager,
+    series: usize,
+    gpu: &str,
+    receivers: &[ingest::otlp::Bound],
+    started: Instant,
+) {
     let export = match &cfg.export.endpoint {
         Some(e) => format!(
             "OTLP {} to {e} (metrics and logs, every {} ms)",
@@ -171,6 +309,23 @@ fn print_banner(cfg: &Config, plugins: &PluginManager, series: usize, gpu: &str,
             "none".into()
         } else {
             list.join(", ")
+        }
+    );
+    let mut ingest: Vec<String> = receivers
+        .iter()
+        .map(|b| match (&b.address, &b.error) {
+            (Some(a), _) => format!("OTLP {} {a}", b.protocol),
+            (None, e) => format!("OTLP {} off ({})", b.protocol, e.as_deref().unwrap_or("")),
+        })
+        .collect();
+    ingest.push(format!("JSON POST http://{}/api/ingest", cfg.api.listen));
+    println!(
+        "  ingest     {}{}",
+        ingest.join(", "),
+        if cfg.ingest.forward {
+            "; forwarding to the export endpoint"
+        } else {
+            ""
         }
     );
     println!("  export     {export}");

@@ -546,7 +546,7 @@ fn wasi_capabilities_are_denied_unless_granted() {
 
 #[test]
 fn event_batches_and_live_settings_cross_the_boundary() {
-    use sonde::plugin::bindings::types::{Attribute, CustomEvent, EventBatch, EventKind, Origin, Value};
+    use sonde::plugin::bindings::types::{Attribute, CustomEvent, EventBatch, Origin, Value};
     let e = env(|_| {});
     e.install("testing/testbed.wasm", "echo");
     e.install("testing/testbed.wasm", "noop");
@@ -585,7 +585,7 @@ fn event_batches_and_live_settings_cross_the_boundary() {
             body: String::new(),
         }],
     };
-    e.manager.publish_events(EventKind::Custom, &batch, 1);
+    e.manager.publish_events(&batch);
     assert!(
         wait_until(Duration::from_secs(3), || e.status("echo").metrics.items >= 1),
         "{:?}",

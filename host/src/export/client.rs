@@ -25,6 +25,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http;
@@ -39,6 +40,8 @@ use crate::config::{ExportConfig, Protocol};
 pub enum Signal {
     Metrics,
     Logs,
+    /// Only ever forwarded (gateway mode): sonde itself exports no spans.
+    Traces,
 }
 
 /// A failed send, classified.
@@ -212,6 +215,22 @@ impl GrpcClient {
                         None => Accepted::default(),
                     })
                 }
+                Signal::Traces => {
+                    let path = http::uri::PathAndQuery::from_static(
+                        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                    );
+                    let resp = grpc
+                        .unary(req, path, RawCodec::<ExportTraceServiceResponse>::default())
+                        .await
+                        .map_err(classify_status)?;
+                    Ok(match resp.into_inner().partial_success {
+                        Some(p) => Accepted {
+                            rejected: p.rejected_spans.max(0) as u64,
+                            message: p.error_message,
+                        },
+                        None => Accepted::default(),
+                    })
+                }
             }
         };
         // The channel enforces the timeout too; this outer bound also covers `ready()`.
@@ -303,6 +322,8 @@ pub struct HttpClient {
     client: HyperClient<HttpConnector, Full<Bytes>>,
     metrics_url: http::Uri,
     logs_url: http::Uri,
+    /// Beside the logs URL (`…/v1/logs` → `…/v1/traces`): only forwarded spans use it.
+    traces_url: http::Uri,
     headers: http::HeaderMap,
     timeout: Duration,
 }
@@ -323,6 +344,15 @@ impl HttpClient {
         };
         let metrics_url = parse(metrics_url, "export.metrics_endpoint")?;
         let logs_url = parse(logs_url, "export.logs_endpoint")?;
+        let traces = match logs_url.path().strip_suffix("/v1/logs") {
+            Some(base) => format!(
+                "{}://{}{base}/v1/traces",
+                "http",
+                logs_url.authority().map_or("", |a| a.as_str())
+            ),
+            None => format!("http://{}/v1/traces", logs_url.authority().map_or("", |a| a.as_str())),
+        };
+        let traces_url = parse(&traces, "export.logs_endpoint")?;
         let mut map = http::HeaderMap::new();
         for (k, v) in headers {
             let name = http::HeaderName::from_bytes(k.as_bytes())
@@ -343,6 +373,7 @@ impl HttpClient {
             client,
             metrics_url,
             logs_url,
+            traces_url,
             headers: map,
             timeout,
         })
@@ -352,6 +383,7 @@ impl HttpClient {
         let uri = match signal {
             Signal::Metrics => self.metrics_url.clone(),
             Signal::Logs => self.logs_url.clone(),
+            Signal::Traces => self.traces_url.clone(),
         };
         let mut req = http::Request::builder()
             .method(http::Method::POST)
@@ -394,6 +426,10 @@ impl HttpClient {
                         .ok()
                         .and_then(|r| r.partial_success)
                         .map(|p| (p.rejected_log_records.max(0) as u64, p.error_message)),
+                    Signal::Traces => ExportTraceServiceResponse::decode(body)
+                        .ok()
+                        .and_then(|r| r.partial_success)
+                        .map(|p| (p.rejected_spans.max(0) as u64, p.error_message)),
                 }
                 .unwrap_or_default();
                 return Ok(Accepted { rejected, message });

@@ -73,6 +73,11 @@ pub struct ExportStats {
     pub logs_exported: u64,
     pub logs_dropped: u64,
     pub logs_failed: u64,
+    /// Spans forwarded in gateway mode (`ingest.forward`); same accounting as points.
+    pub spans_in: u64,
+    pub spans_exported: u64,
+    pub spans_dropped: u64,
+    pub spans_failed: u64,
     /// Requests the collector accepted (possibly partially).
     pub requests_ok: u64,
     /// Requests given up on (each counted once, however many attempts it took).
@@ -117,6 +122,10 @@ struct Counters {
     logs_exported: AtomicU64,
     logs_dropped: AtomicU64,
     logs_failed: AtomicU64,
+    spans_in: AtomicU64,
+    spans_exported: AtomicU64,
+    spans_dropped: AtomicU64,
+    spans_failed: AtomicU64,
     requests_ok: AtomicU64,
     requests_failed: AtomicU64,
     retries: AtomicU64,
@@ -143,6 +152,8 @@ struct Queue {
     items: VecDeque<Encoded>,
     points: usize,
     records: usize,
+    /// Spans in forwarded trace requests (gateway mode).
+    spans: usize,
     /// The request being sent: (signal, items).
     inflight: Option<(Signal, usize)>,
 }
@@ -269,6 +280,31 @@ impl PipelineHandle {
 
     pub fn stats(&self) -> ExportStats {
         self.shared.stats()
+    }
+
+    /// Gateway mode: queues an OTLP request received from elsewhere, already
+    /// encoded, to be sent on unchanged (same queue, retry and drop rules as
+    /// our own requests). `items` is its point / record / span count. Returns
+    /// false when export is off or stopping (the items are not counted then).
+    pub fn forward(&self, signal: Signal, body: Bytes, items: usize) -> bool {
+        let s = &*self.shared;
+        if !s.enabled.load(Ordering::Acquire) || !s.accepting.load(Ordering::Acquire) {
+            return false;
+        }
+        let c = &s.c;
+        s.count(signal, items, [&c.points_in, &c.logs_in, &c.spans_in]);
+        let tuning = *s.tuning.lock();
+        {
+            // `enqueue` takes the items off the buffer's tally; put them there first.
+            let mut b = s.buf.lock();
+            match signal {
+                Signal::Metrics => b.points += items,
+                Signal::Logs => b.records += items,
+                Signal::Traces => {}
+            }
+        }
+        s.enqueue(signal, items, Some(Encoded { signal, body, items }), &tuning);
+        true
     }
 
     /// Every submitted metric batch, export on or off. A receiver more than
@@ -429,6 +465,10 @@ impl Shared {
             logs_exported: ld(&c.logs_exported),
             logs_dropped: ld(&c.logs_dropped),
             logs_failed: ld(&c.logs_failed),
+            spans_in: ld(&c.spans_in),
+            spans_exported: ld(&c.spans_exported),
+            spans_dropped: ld(&c.spans_dropped),
+            spans_failed: ld(&c.spans_failed),
             requests_ok: ld(&c.requests_ok),
             requests_failed: ld(&c.requests_failed),
             retries: ld(&c.retries),
@@ -441,20 +481,26 @@ impl Shared {
         }
     }
 
-    fn count(&self, signal: Signal, items: usize, points: &AtomicU64, logs: &AtomicU64) {
+    /// The counter of `signal` among (points, logs, spans).
+    fn count(&self, signal: Signal, items: usize, [points, logs, spans]: [&AtomicU64; 3]) {
         match signal {
-            Signal::Metrics => points.fetch_add(items as u64, Ordering::Relaxed),
-            Signal::Logs => logs.fetch_add(items as u64, Ordering::Relaxed),
-        };
+            Signal::Metrics => points,
+            Signal::Logs => logs,
+            Signal::Traces => spans,
+        }
+        .fetch_add(items as u64, Ordering::Relaxed);
     }
     fn dropped(&self, signal: Signal, items: usize) {
-        self.count(signal, items, &self.c.points_dropped, &self.c.logs_dropped);
+        let c = &self.c;
+        self.count(signal, items, [&c.points_dropped, &c.logs_dropped, &c.spans_dropped]);
     }
     fn failed(&self, signal: Signal, items: usize) {
-        self.count(signal, items, &self.c.points_failed, &self.c.logs_failed);
+        let c = &self.c;
+        self.count(signal, items, [&c.points_failed, &c.logs_failed, &c.spans_failed]);
     }
     fn exported(&self, signal: Signal, items: usize) {
-        self.count(signal, items, &self.c.points_exported, &self.c.logs_exported);
+        let c = &self.c;
+        self.count(signal, items, [&c.points_exported, &c.logs_exported, &c.spans_exported]);
     }
 
     /// Takes the buffer, encodes it into requests of at most `max_batch` items and queues them.
@@ -552,12 +598,14 @@ impl Shared {
                     match old.signal {
                         Signal::Metrics => q.points -= old.items,
                         Signal::Logs => q.records -= old.items,
+                        Signal::Traces => q.spans -= old.items,
                     }
                     evicted.push((old.signal, old.items));
                 }
                 match signal {
                     Signal::Metrics => q.points += count,
                     Signal::Logs => q.records += count,
+                    Signal::Traces => q.spans += count,
                 }
                 q.items.push_back(item);
             } else {
@@ -568,6 +616,7 @@ impl Shared {
             match signal {
                 Signal::Metrics => b.points = b.points.saturating_sub(count),
                 Signal::Logs => b.records = b.records.saturating_sub(count),
+                Signal::Traces => {}
             }
         }
         for (sig, n) in evicted {
@@ -587,6 +636,9 @@ impl Shared {
         let (qp, qr, inflight) = {
             let mut q = self.queue.lock();
             let r = (q.points, q.records, q.inflight.take());
+            if q.spans > 0 {
+                self.failed(Signal::Traces, q.spans);
+            }
             *q = Queue::default();
             r
         };
@@ -649,6 +701,7 @@ async fn sender_task(s: Arc<Shared>) {
                 match it.signal {
                     Signal::Metrics => q.points -= it.items,
                     Signal::Logs => q.records -= it.items,
+                    Signal::Traces => q.spans -= it.items,
                 }
                 q.inflight = Some((it.signal, it.items));
             }

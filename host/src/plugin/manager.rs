@@ -338,15 +338,28 @@ impl PluginManager {
         }
     }
 
-    /// Delivers an event batch to every plugin subscribed to `kind`.
-    pub fn publish_events(&self, kind: types::EventKind, batch: &types::EventBatch, count: u64) {
-        for e in self.plugins.read().values() {
-            if let Some(h) = &e.handle
-                && h.wants_events.lock().contains(&kind)
-            {
-                h.offer(Work::Events(Box::new(batch.clone()), count));
-            }
+    /// Delivers an event batch to every plugin subscribed to at least one of
+    /// the kinds it holds; each plugin gets only the column groups it asked
+    /// for (the tables are shared). Returns how many plugins it was offered to.
+    pub fn publish_events(&self, batch: &types::EventBatch) -> usize {
+        let present = event_kinds(batch);
+        if present.is_empty() {
+            return 0;
         }
+        let mut offered = 0;
+        for e in self.plugins.read().values() {
+            let Some(h) = &e.handle else { continue };
+            let wants = h.wants_events.lock().clone();
+            if !present.iter().any(|k| wants.contains(k)) {
+                continue;
+            }
+            let mut b = batch.clone();
+            keep_kinds(&mut b, &wants);
+            let count = event_count(&b);
+            h.offer(Work::Events(Box::new(b), count));
+            offered += 1;
+        }
+        offered
     }
 
     /// Passes a request to a plugin's `on-request` and waits for its answer.
@@ -544,4 +557,79 @@ fn list_plugin_files(dir: &Path) -> Result<Vec<(String, PathBuf, FileSig)>> {
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// The event kinds a batch carries (column groups present and non-empty, record lists non-empty).
+pub fn event_kinds(b: &types::EventBatch) -> Vec<types::EventKind> {
+    use types::EventKind as K;
+    let mut k = Vec::new();
+    let mut add = |present: bool, kind| {
+        if present {
+            k.push(kind)
+        }
+    };
+    add(b.progress.as_ref().is_some_and(|c| !c.time.is_empty()), K::Progress);
+    add(b.timings.as_ref().is_some_and(|c| !c.start.is_empty()), K::Timings);
+    add(
+        b.requests.as_ref().is_some_and(|c| !c.request_id.is_empty()),
+        K::Requests,
+    );
+    add(b.actions.as_ref().is_some_and(|c| !c.action_id.is_empty()), K::Actions);
+    add(
+        b.mpi_samples.as_ref().is_some_and(|c| !c.time.is_empty()),
+        K::MpiSamples,
+    );
+    add(b.heartbeats.as_ref().is_some_and(|c| !c.time.is_empty()), K::Heartbeats);
+    add(b.points.as_ref().is_some_and(|c| !c.time.is_empty()), K::Points);
+    add(!b.node_events.is_empty(), K::NodeEvents);
+    add(!b.custom.is_empty(), K::Custom);
+    k
+}
+
+/// Clears the groups of kinds not in `keep`.
+fn keep_kinds(b: &mut types::EventBatch, keep: &[types::EventKind]) {
+    use types::EventKind as K;
+    let has = |k| keep.contains(&k);
+    if !has(K::Progress) {
+        b.progress = None;
+    }
+    if !has(K::Timings) {
+        b.timings = None;
+    }
+    if !has(K::Requests) {
+        b.requests = None;
+    }
+    if !has(K::Actions) {
+        b.actions = None;
+    }
+    if !has(K::MpiSamples) {
+        b.mpi_samples = None;
+    }
+    if !has(K::Heartbeats) {
+        b.heartbeats = None;
+    }
+    if !has(K::Points) {
+        b.points = None;
+        b.point_series.clear();
+    }
+    if !has(K::NodeEvents) {
+        b.node_events.clear();
+    }
+    if !has(K::Custom) {
+        b.custom.clear();
+    }
+}
+
+/// Rows in a batch, over every kind (what a plugin's `items` counter counts).
+pub fn event_count(b: &types::EventBatch) -> u64 {
+    let n = b.progress.as_ref().map_or(0, |c| c.time.len())
+        + b.timings.as_ref().map_or(0, |c| c.start.len())
+        + b.requests.as_ref().map_or(0, |c| c.request_id.len())
+        + b.actions.as_ref().map_or(0, |c| c.action_id.len())
+        + b.mpi_samples.as_ref().map_or(0, |c| c.time.len())
+        + b.heartbeats.as_ref().map_or(0, |c| c.time.len())
+        + b.points.as_ref().map_or(0, |c| c.time.len())
+        + b.node_events.len()
+        + b.custom.len();
+    n as u64
 }

@@ -183,7 +183,11 @@ type DecisionKey = (String, String, String);
 #[derive(Clone, Default)]
 pub struct DecisionBoard {
     inner: Arc<Mutex<BTreeMap<DecisionKey, DecisionEntry>>>,
+    listeners: Arc<Mutex<Vec<DecisionListener>>>,
 }
+
+/// Called for every decision as it is recorded (on the plugin's thread: keep it short).
+pub type DecisionListener = Arc<dyn Fn(&DecisionEntry) + Send + Sync>;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct DecisionEntry {
@@ -200,22 +204,29 @@ impl DecisionBoard {
 
     pub fn record(&self, plugin: &str, d: &bindings::types::Decision) {
         let body = serde_json::from_str(&d.body).unwrap_or_else(|_| serde_json::Value::String(d.body.clone()));
+        let entry = DecisionEntry {
+            plugin: plugin.to_string(),
+            kind: d.kind.clone(),
+            subject: d.subject.clone(),
+            reason: d.reason.clone(),
+            body,
+            time_ns: crate::model::now_ns(),
+        };
+        let listeners = self.listeners.lock().clone();
+        for l in &listeners {
+            l(&entry);
+        }
         let mut m = self.inner.lock();
         let key = (plugin.to_string(), d.kind.clone(), d.subject.clone());
         if m.len() >= Self::MAX && !m.contains_key(&key) {
             return;
         }
-        m.insert(
-            key,
-            DecisionEntry {
-                plugin: plugin.to_string(),
-                kind: d.kind.clone(),
-                subject: d.subject.clone(),
-                reason: d.reason.clone(),
-                body,
-                time_ns: crate::model::now_ns(),
-            },
-        );
+        m.insert(key, entry);
+    }
+
+    /// Registers `f` to see every decision from now on.
+    pub fn listen(&self, f: DecisionListener) {
+        self.listeners.lock().push(f);
     }
 
     pub fn list(&self, plugin: Option<&str>) -> Vec<DecisionEntry> {

@@ -1,0 +1,494 @@
+//! `POST /api/ingest`: batches of progress (batch index), timings, points and
+//! events as JSON, for jobs that do not run an OpenTelemetry SDK.
+//!
+//! ```json
+//! {
+//!   "origin":  {"job": "mnist", "node": "gpu-3", "role": "trainer", "rank": 0, "local_rank": 0},
+//!   "progress": [{"name": "batch_idx", "value": 12, "time_ns": 1732300000000000000}],
+//!   "timings":  [{"name": "train_batch", "start_ns": 1732300000000000000, "end_ns": 1732300000040000000, "batch_idx": 12}],
+//!   "points":   [{"metric": "samples_per_second", "unit": "{sample}/s", "value": 812.5}],
+//!   "events":   [{"name": "checkpoint.saved", "body": "step 12", "attributes": {"path": "/ckpt/12"}}],
+//!   "heartbeats": [{"time_ns": 1732300000000000000}],
+//!   "node_events": [{"kind": "failed", "exit_code": 137, "reason": "OOM killed"}]
+//! }
+//! ```
+//! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
+//! fields are refused (a typo must not silently drop data). Answers: 202 with
+//! the row count; 400 malformed JSON or unknown field (with line and column);
+//! 413 body over `ingest.max_body_bytes`; 415 not JSON; 422 invalid values
+//! (naming the row and field); 429 when the hub is full; 401 without the token
+//! when one is configured.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{CustomEvent, ForeignPoint, IngestHub, NodeEvent, Origin, Progress, Report, Timing};
+use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
+
+/// Rows one request may carry.
+pub const MAX_ROWS: usize = 100_000;
+/// Longest name (timing, metric, event) accepted.
+const MAX_NAME: usize = 256;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Body {
+    #[serde(default)]
+    pub origin: JsonOrigin,
+    #[serde(default)]
+    pub progress: Vec<JsonProgress>,
+    #[serde(default)]
+    pub timings: Vec<JsonTiming>,
+    #[serde(default)]
+    pub points: Vec<JsonPoint>,
+    #[serde(default)]
+    pub events: Vec<JsonEvent>,
+    #[serde(default)]
+    pub heartbeats: Vec<JsonHeartbeat>,
+    #[serde(default)]
+    pub node_events: Vec<JsonNodeEvent>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JsonOrigin {
+    pub job: String,
+    pub node: String,
+    pub role: String,
+    pub index: i32,
+    pub rank: i32,
+    pub local_rank: i32,
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl Default for JsonOrigin {
+    fn default() -> Self {
+        let o = Origin::default();
+        JsonOrigin {
+            job: o.job,
+            node: o.node,
+            role: o.role,
+            index: o.index,
+            rank: o.rank,
+            local_rank: o.local_rank,
+            attributes: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonProgress {
+    #[serde(default = "batch_idx")]
+    pub name: String,
+    pub value: u64,
+    pub time_ns: Option<u64>,
+}
+
+fn batch_idx() -> String {
+    "batch_idx".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonTiming {
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub batch_idx: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonPoint {
+    pub metric: String,
+    #[serde(default)]
+    pub unit: String,
+    /// "gauge" (default) or "counter" (cumulative).
+    #[serde(default)]
+    pub kind: JsonKind,
+    pub value: f64,
+    pub time_ns: Option<u64>,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum JsonKind {
+    #[default]
+    Gauge,
+    Counter,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonEvent {
+    pub name: String,
+    pub time_ns: Option<u64>,
+    #[serde(default)]
+    pub body: String,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonHeartbeat {
+    pub time_ns: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonNodeEvent {
+    pub kind: String,
+    pub time_ns: Option<u64>,
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, serde_json::Value>,
+}
+
+/// A request that parsed but holds a value that cannot be right.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct Invalid {
+    pub field: String,
+    pub reason: String,
+}
+
+fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Invalid {
+    Invalid {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+fn check_name(field: String, name: &str) -> Result<(), Invalid> {
+    if name.trim().is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(invalid(field, format!("longer than {MAX_NAME} bytes")));
+    }
+    Ok(())
+}
+
+fn attributes(field: &str, m: BTreeMap<String, serde_json::Value>) -> Result<Attributes, Invalid> {
+    m.into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                serde_json::Value::String(s) => AttrValue::Str(s),
+                serde_json::Value::Bool(b) => AttrValue::Bool(b),
+                serde_json::Value::Number(n) => match n.as_i64() {
+                    Some(i) => AttrValue::Int(i),
+                    None => AttrValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+                },
+                _ => {
+                    return Err(invalid(
+                        format!("{field}.attributes.{k}"),
+                        "must be a string, number or boolean",
+                    ));
+                }
+            };
+            Ok((k, v))
+        })
+        .collect()
+}
+
+impl Body {
+    pub fn rows(&self) -> usize {
+        self.progress.len()
+            + self.timings.len()
+            + self.points.len()
+            + self.events.len()
+            + self.heartbeats.len()
+            + self.node_events.len()
+    }
+
+    /// Validates every row and converts; the first invalid row names itself.
+    pub fn into_report(self, now: u64) -> Result<Report, Invalid> {
+        if self.rows() > MAX_ROWS {
+            return Err(invalid(
+                "(body)",
+                format!("{} rows; at most {MAX_ROWS} per request", self.rows()),
+            ));
+        }
+        let o = self.origin;
+        for (k, v) in [
+            ("origin.rank", o.rank),
+            ("origin.local_rank", o.local_rank),
+            ("origin.index", o.index),
+        ] {
+            if v < -1 {
+                return Err(invalid(k, format!("{v}: must be >= 0 (or -1 for unknown)")));
+            }
+        }
+        let mut r = Report {
+            origin: Origin {
+                job: o.job,
+                node: o.node,
+                role: o.role,
+                index: o.index,
+                rank: o.rank,
+                local_rank: o.local_rank,
+                attributes: o.attributes.into_iter().collect(),
+            },
+            ..Default::default()
+        };
+        for (i, p) in self.progress.into_iter().enumerate() {
+            check_name(format!("progress[{i}].name"), &p.name)?;
+            r.progress.push(Progress {
+                name: p.name,
+                time: p.time_ns.unwrap_or(now),
+                value: p.value,
+            });
+        }
+        for (i, t) in self.timings.into_iter().enumerate() {
+            check_name(format!("timings[{i}].name"), &t.name)?;
+            if t.end_ns < t.start_ns {
+                return Err(invalid(format!("timings[{i}].end_ns"), "is before start_ns"));
+            }
+            let step = match t.batch_idx {
+                Some(b) if b > i64::MAX as u64 => {
+                    return Err(invalid(format!("timings[{i}].batch_idx"), "too large"));
+                }
+                Some(b) => b as i64,
+                None => -1,
+            };
+            r.timings.push(Timing {
+                name: t.name,
+                start: t.start_ns,
+                end: t.end_ns,
+                step,
+            });
+        }
+        for (i, p) in self.points.into_iter().enumerate() {
+            check_name(format!("points[{i}].metric"), &p.metric)?;
+            if !p.value.is_finite() {
+                return Err(invalid(format!("points[{i}].value"), "must be a finite number"));
+            }
+            r.points.push(ForeignPoint {
+                attributes: attributes(&format!("points[{i}]"), p.attributes)?,
+                metric: p.metric,
+                unit: p.unit,
+                kind: match p.kind {
+                    JsonKind::Gauge => SeriesKind::Gauge,
+                    JsonKind::Counter => SeriesKind::Counter,
+                },
+                time: p.time_ns.unwrap_or(now),
+                value: p.value,
+            });
+        }
+        for (i, e) in self.events.into_iter().enumerate() {
+            check_name(format!("events[{i}].name"), &e.name)?;
+            r.custom.push(CustomEvent {
+                attributes: attributes(&format!("events[{i}]"), e.attributes)?,
+                time: e.time_ns.unwrap_or(now),
+                name: e.name,
+                body: e.body,
+            });
+        }
+        r.heartbeats = self.heartbeats.iter().map(|h| h.time_ns.unwrap_or(now)).collect();
+        for (i, e) in self.node_events.into_iter().enumerate() {
+            check_name(format!("node_events[{i}].kind"), &e.kind)?;
+            r.node_events.push(NodeEvent {
+                attributes: attributes(&format!("node_events[{i}]"), e.attributes)?,
+                time: e.time_ns.unwrap_or(now),
+                kind: e.kind,
+                exit_code: e.exit_code,
+                reason: e.reason,
+            });
+        }
+        Ok(r)
+    }
+}
+
+#[derive(Clone)]
+pub struct IngestState {
+    pub hub: Arc<IngestHub>,
+    /// `api.token`: required on POST when set.
+    pub token: Option<String>,
+}
+
+/// `POST /api/ingest` (and `GET /api/ingest` for the counters).
+pub fn router(state: IngestState, max_body_bytes: usize) -> axum::Router {
+    axum::Router::new()
+        .route("/api/ingest", post(ingest).get(stats))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
+    (status, Json(json!({"error": msg.to_string()}))).into_response()
+}
+
+/// Checks `Authorization: Bearer <token>` when a token is configured.
+pub fn authorized(headers: &HeaderMap, token: Option<&str>) -> bool {
+    match token.filter(|t| !t.is_empty()) {
+        None => true,
+        Some(t) => headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| given.trim() == t),
+    }
+}
+
+async fn stats(State(st): State<IngestState>) -> Response {
+    Json(st.hub.stats()).into_response()
+}
+
+async fn ingest(
+    State(st): State<IngestState>,
+    headers: HeaderMap,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let counters = &st.hub.json;
+    counters.requests.fetch_add(1, Relaxed);
+    let reject = |status: StatusCode, msg: String| {
+        counters.rejected.fetch_add(1, Relaxed);
+        error(status, msg)
+    };
+    if !authorized(&headers, st.token.as_deref()) {
+        return reject(
+            StatusCode::UNAUTHORIZED,
+            "this request changes state: send Authorization: Bearer <api.token>".into(),
+        );
+    }
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return reject(e.status(), format!("request body: {}", e.body_text())),
+    };
+    let ctype = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !ctype.is_empty() && !ctype.starts_with("application/json") {
+        return reject(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("content-type {ctype:?}: send application/json"),
+        );
+    }
+    let parsed: Body = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}")),
+    };
+    let report = match parsed.into_report(now_ns()) {
+        Ok(r) => r,
+        Err(e) => return reject(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid ingest body: {e}")),
+    };
+    match st.hub.submit(&report) {
+        Ok(n) => {
+            counters.rows.fetch_add(n as u64, Relaxed);
+            (StatusCode::ACCEPTED, Json(json!({"accepted": n}))).into_response()
+        }
+        Err(full) => {
+            counters.refused_rows.fetch_add(report.rows() as u64, Relaxed);
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, full);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            r
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Report, String> {
+        let b: Body = serde_json::from_str(s).map_err(|e| e.to_string())?;
+        b.into_report(99).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_full_body_converts_with_defaults_filled_in() {
+        let r = parse(
+            r#"{"origin":{"job":"mnist","rank":0,"local_rank":0},
+                "progress":[{"value":3}],
+                "timings":[{"name":"train_batch","start_ns":10,"end_ns":20,"batch_idx":3},{"name":"x","start_ns":1,"end_ns":1}],
+                "points":[{"metric":"samples_per_second","value":5.5,"attributes":{"gpu":1}}],
+                "events":[{"name":"ckpt"}],"heartbeats":[{}],"node_events":[{"kind":"failed","exit_code":137}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.origin.job, "mnist");
+        assert_eq!(r.origin.index, -1, "unknown when not given");
+        assert_eq!(
+            r.progress,
+            vec![Progress {
+                name: "batch_idx".into(),
+                time: 99,
+                value: 3
+            }]
+        );
+        assert_eq!(r.timings[0].step, 3);
+        assert_eq!(r.timings[1].step, -1);
+        assert_eq!(r.points[0].attributes, vec![("gpu".to_string(), AttrValue::Int(1))]);
+        assert_eq!(r.heartbeats, vec![99]);
+        assert_eq!(r.node_events[0].exit_code, Some(137));
+        assert_eq!(r.rows(), 7);
+    }
+
+    #[test]
+    fn bad_input_is_refused_naming_the_problem() {
+        for (body, want) in [
+            (r#"{"progres":[]}"#, "unknown field `progres`"),
+            (
+                r#"{"timings":[{"name":"a","start_ns":1,"end_ns":2,"extra":1}]}"#,
+                "unknown field `extra`",
+            ),
+            (r#"{"progress":[{"value":-1}]}"#, "invalid value"),
+            (r#"{"progress":[{"value":1}"#, "EOF"),
+            (
+                r#"{"timings":[{"name":"a","start_ns":5,"end_ns":2}]}"#,
+                "timings[0].end_ns: is before start_ns",
+            ),
+            (
+                r#"{"timings":[{"name":"","start_ns":1,"end_ns":2}]}"#,
+                "timings[0].name: must not be empty",
+            ),
+            (
+                r#"{"points":[{"metric":"m","value":1,"attributes":{"a":[1]}}]}"#,
+                "points[0].attributes.a",
+            ),
+            (r#"{"origin":{"rank":-5}}"#, "origin.rank: -5"),
+            (
+                r#"{"points":[{"metric":"m","value":1,"kind":"histogram"}]}"#,
+                "unknown variant `histogram`",
+            ),
+        ] {
+            let err = parse(body).unwrap_err();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn oversized_row_counts_are_refused() {
+        let rows: Vec<String> = (0..MAX_ROWS + 1).map(|_| "{}".to_string()).collect();
+        let err = parse(&format!(r#"{{"heartbeats":[{}]}}"#, rows.join(","))).unwrap_err();
+        assert!(err.contains("at most 100000"), "{err}");
+    }
+
+    #[test]
+    fn the_token_check_wants_the_exact_bearer_token() {
+        let mut h = HeaderMap::new();
+        assert!(authorized(&h, None));
+        assert!(!authorized(&h, Some("s3")));
+        h.insert(header::AUTHORIZATION, "Bearer nope".parse().unwrap());
+        assert!(!authorized(&h, Some("s3")));
+        h.insert(header::AUTHORIZATION, "Bearer s3".parse().unwrap());
+        assert!(authorized(&h, Some("s3")));
+    }
+}

@@ -1,0 +1,650 @@
+//! ingest/: what jobs report, on its way to the plugins.
+//!
+//! ```text
+//!  otlp.rs   OTLP/gRPC + OTLP/HTTP receivers (any OpenTelemetry SDK); gateway forwarding
+//!  json.rs   POST /api/ingest: documented JSON batches
+//!  crate::agent  the in-process Rust API (no network hop): lanes drained here
+//!     │  Report (one origin's rows)            │ Lane (lock + push per call)
+//!     ▼                                        ▼
+//!  IngestHub (this file): interns origins, names and point series, builds one
+//!     │  columnar `event-batch`, bounded by `ingest.queue_capacity` rows
+//!     ▼  every `ingest.flush_ms`, or early when 8192 rows wait
+//!  PluginManager::publish_events: each plugin gets the column groups it asked for
+//! ```
+//!
+//! Sources never wait for plugins: a full hub refuses the report (the source
+//! answers 429 / RESOURCE_EXHAUSTED and counts it), it never grows.
+
+pub mod json;
+pub mod otlp;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::model::{AttrValue, Attributes, SeriesKind};
+use crate::plugin::bindings::types;
+
+/// Rows waiting beyond this are handed over at once instead of at the next tick.
+const EARLY_FLUSH_ROWS: usize = 8192;
+
+/// Who reported: a job's process (the WIT `origin`). -1 = unknown index / rank.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Origin {
+    pub job: String,
+    pub node: String,
+    pub role: String,
+    pub index: i32,
+    pub rank: i32,
+    pub local_rank: i32,
+    /// Extra identifying attributes, as strings.
+    pub attributes: Vec<(String, String)>,
+}
+
+impl Default for Origin {
+    fn default() -> Self {
+        Origin {
+            job: String::new(),
+            node: String::new(),
+            role: String::new(),
+            index: -1,
+            rank: -1,
+            local_rank: -1,
+            attributes: Vec::new(),
+        }
+    }
+}
+
+/// A progress report (the batch index is `name == "batch_idx"`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Progress {
+    pub name: String,
+    pub time: u64,
+    pub value: u64,
+}
+
+/// A timed span of work; `step` is the batch index it belongs to, or -1.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    pub name: String,
+    pub start: u64,
+    pub end: u64,
+    pub step: i64,
+}
+
+/// A metric point from elsewhere (an SDK's metric, another sonde's export).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForeignPoint {
+    pub metric: String,
+    pub unit: String,
+    pub kind: SeriesKind,
+    pub attributes: Attributes,
+    pub time: u64,
+    pub value: f64,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeEvent {
+    pub time: u64,
+    pub kind: String,
+    pub exit_code: Option<i32>,
+    pub reason: String,
+    pub attributes: Attributes,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomEvent {
+    pub time: u64,
+    pub name: String,
+    pub body: String,
+    pub attributes: Attributes,
+}
+
+/// Everything one source hands in at once, from one origin.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    pub origin: Origin,
+    pub progress: Vec<Progress>,
+    pub timings: Vec<Timing>,
+    pub points: Vec<ForeignPoint>,
+    pub heartbeats: Vec<u64>,
+    pub node_events: Vec<NodeEvent>,
+    pub custom: Vec<CustomEvent>,
+}
+
+impl Report {
+    pub fn rows(&self) -> usize {
+        self.progress.len()
+            + self.timings.len()
+            + self.points.len()
+            + self.heartbeats.len()
+            + self.node_events.len()
+            + self.custom.len()
+    }
+}
+
+/// The hub is full: the report was refused, nothing of it kept.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("ingest queue is full ({waiting} rows waiting, capacity {capacity}); retry later")]
+pub struct Full {
+    pub waiting: usize,
+    pub capacity: usize,
+}
+
+/// Counters per source ("otlp", "json", "agent").
+#[derive(Default)]
+pub struct SourceCounters {
+    pub requests: AtomicU64,
+    pub rows: AtomicU64,
+    /// Requests refused: malformed, too large, unauthorised, unknown fields.
+    pub rejected: AtomicU64,
+    /// Rows refused because the hub was full.
+    pub refused_rows: AtomicU64,
+    /// Rows of kinds no plugin takes (e.g. histograms) or that were invalid.
+    pub skipped_rows: AtomicU64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct SourceStats {
+    pub requests: u64,
+    pub rows: u64,
+    pub rejected: u64,
+    pub refused_rows: u64,
+    pub skipped_rows: u64,
+}
+
+impl SourceCounters {
+    fn snapshot(&self) -> SourceStats {
+        SourceStats {
+            requests: self.requests.load(Relaxed),
+            rows: self.rows.load(Relaxed),
+            rejected: self.rejected.load(Relaxed),
+            refused_rows: self.refused_rows.load(Relaxed),
+            skipped_rows: self.skipped_rows.load(Relaxed),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IngestStats {
+    pub otlp: SourceStats,
+    pub json: SourceStats,
+    pub agent: SourceStats,
+    /// Batches handed to the plugins, and their rows.
+    pub batches: u64,
+    pub rows_published: u64,
+    /// Rows handed over that no plugin subscribed to.
+    pub rows_unwanted: u64,
+    pub waiting: usize,
+    pub capacity: usize,
+}
+
+/// Where batches go (the plugin manager in the host; a test collector in tests).
+/// Returns how many plugins took the batch.
+pub type Publish = Arc<dyn Fn(&types::EventBatch) -> usize + Send + Sync>;
+
+/// The in-process API's per-agent buffers: one lock and a push per call; the
+/// hub drains them at every flush.
+pub trait Lane: Send + Sync {
+    /// Moves what waits into `report` (whose origin the lane sets).
+    fn drain(&self, report: &mut Report);
+}
+
+pub struct IngestHub {
+    pending: Mutex<Pending>,
+    capacity: usize,
+    publish: Publish,
+    lanes: Mutex<Vec<Weak<dyn Lane>>>,
+    wake: tokio::sync::Notify,
+    pub otlp: SourceCounters,
+    pub json: SourceCounters,
+    pub agent: SourceCounters,
+    batches: AtomicU64,
+    rows_published: AtomicU64,
+    rows_unwanted: AtomicU64,
+}
+
+impl IngestHub {
+    pub fn new(capacity: usize, publish: Publish) -> Arc<Self> {
+        Arc::new(IngestHub {
+            pending: Mutex::new(Pending::default()),
+            capacity: capacity.max(1),
+            publish,
+            lanes: Mutex::new(Vec::new()),
+            wake: tokio::sync::Notify::new(),
+            otlp: SourceCounters::default(),
+            json: SourceCounters::default(),
+            agent: SourceCounters::default(),
+            batches: AtomicU64::new(0),
+            rows_published: AtomicU64::new(0),
+            rows_unwanted: AtomicU64::new(0),
+        })
+    }
+
+    /// Adds one origin's rows to the next batch, all or nothing.
+    pub fn submit(&self, report: &Report) -> Result<usize, Full> {
+        let n = report.rows();
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut p = self.pending.lock();
+        if p.rows + n > self.capacity {
+            return Err(Full {
+                waiting: p.rows,
+                capacity: self.capacity,
+            });
+        }
+        p.add(report);
+        let early = p.rows >= EARLY_FLUSH_ROWS;
+        drop(p);
+        if early {
+            self.wake.notify_one();
+        }
+        Ok(n)
+    }
+
+    /// Registers an in-process agent's buffers; dropped agents fall out by themselves.
+    pub fn add_lane(&self, lane: Weak<dyn Lane>) {
+        self.lanes.lock().push(lane);
+    }
+
+    /// Hands what waits to the plugins now. Returns the rows handed over.
+    pub fn flush(&self) -> usize {
+        let lanes: Vec<Arc<dyn Lane>> = {
+            let mut l = self.lanes.lock();
+            l.retain(|w| w.strong_count() > 0);
+            l.iter().filter_map(|w| w.upgrade()).collect()
+        };
+        let mut lane_rows = 0;
+        let mut reports = Vec::new();
+        for lane in lanes {
+            let mut r = Report::default();
+            lane.drain(&mut r);
+            lane_rows += r.rows();
+            if r.rows() > 0 {
+                reports.push(r);
+            }
+        }
+        let pending = {
+            let mut p = self.pending.lock();
+            // Lanes are bounded by their own capacity, so they bypass the hub's.
+            for r in &reports {
+                p.add(r);
+            }
+            std::mem::take(&mut *p)
+        };
+        if lane_rows > 0 {
+            self.agent.rows.fetch_add(lane_rows as u64, Relaxed);
+        }
+        let rows = pending.rows;
+        if rows == 0 {
+            return 0;
+        }
+        let batch = pending.batch;
+        let takers = (self.publish)(&batch);
+        self.batches.fetch_add(1, Relaxed);
+        self.rows_published.fetch_add(rows as u64, Relaxed);
+        if takers == 0 {
+            self.rows_unwanted.fetch_add(rows as u64, Relaxed);
+        }
+        rows
+    }
+
+    /// Flushes every `every` (and early when many rows wait) until `stop` fires; flushes once more at the end.
+    pub async fn run(self: Arc<Self>, every: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.wake.notified() => {}
+                r = stop.changed() => {
+                    if r.is_err() || *stop.borrow() {
+                        break;
+                    }
+                }
+            }
+            let hub = self.clone();
+            // Publishing clones batches per plugin: keep it off the async workers' hot path.
+            let _ = tokio::task::spawn_blocking(move || hub.flush()).await;
+        }
+        let hub = self.clone();
+        let _ = tokio::task::spawn_blocking(move || hub.flush()).await;
+    }
+
+    pub fn stats(&self) -> IngestStats {
+        IngestStats {
+            otlp: self.otlp.snapshot(),
+            json: self.json.snapshot(),
+            agent: self.agent.snapshot(),
+            batches: self.batches.load(Relaxed),
+            rows_published: self.rows_published.load(Relaxed),
+            rows_unwanted: self.rows_unwanted.load(Relaxed),
+            waiting: self.pending.lock().rows,
+            capacity: self.capacity,
+        }
+    }
+}
+
+/// The batch being built, with its interning tables.
+#[derive(Default)]
+struct Pending {
+    batch: types::EventBatch,
+    origins: HashMap<Origin, u32>,
+    names: HashMap<String, u32>,
+    series: HashMap<String, u32>,
+    rows: usize,
+}
+
+// The type is generated by bindgen, where a derive cannot be added for one type.
+#[allow(clippy::derivable_impls)]
+impl Default for types::EventBatch {
+    fn default() -> Self {
+        types::EventBatch {
+            origins: Vec::new(),
+            names: Vec::new(),
+            point_series: Vec::new(),
+            progress: None,
+            timings: None,
+            requests: None,
+            actions: None,
+            mpi_samples: None,
+            heartbeats: None,
+            points: None,
+            node_events: Vec::new(),
+            custom: Vec::new(),
+        }
+    }
+}
+
+fn wit_value(v: &AttrValue) -> types::Value {
+    match v {
+        AttrValue::Str(s) => types::Value::Str(s.clone()),
+        AttrValue::Int(i) => types::Value::Int(*i),
+        AttrValue::Float(f) => types::Value::Float(*f),
+        AttrValue::Bool(b) => types::Value::Boolean(*b),
+    }
+}
+
+fn wit_attributes(attrs: &Attributes) -> Vec<types::Attribute> {
+    attrs
+        .iter()
+        .map(|(k, v)| types::Attribute {
+            key: k.clone(),
+            value: wit_value(v),
+        })
+        .collect()
+}
+
+impl Pending {
+    fn origin(&mut self, o: &Origin) -> u32 {
+        if let Some(&i) = self.origins.get(o) {
+            return i;
+        }
+        let i = self.batch.origins.len() as u32;
+        self.batch.origins.push(types::Origin {
+            job: o.job.clone(),
+            node: o.node.clone(),
+            role: o.role.clone(),
+            index: o.index,
+            rank: o.rank,
+            local_rank: o.local_rank,
+            attributes: o
+                .attributes
+                .iter()
+                .map(|(k, v)| types::Attribute {
+                    key: k.clone(),
+                    value: types::Value::Str(v.clone()),
+                })
+                .collect(),
+        });
+        self.origins.insert(o.clone(), i);
+        i
+    }
+
+    fn name(&mut self, n: &str) -> u32 {
+        if let Some(&i) = self.names.get(n) {
+            return i;
+        }
+        let i = self.batch.names.len() as u32;
+        self.batch.names.push(n.to_string());
+        self.names.insert(n.to_string(), i);
+        i
+    }
+
+    fn series(&mut self, p: &ForeignPoint) -> u32 {
+        let mut key = format!("{}\u{1f}{}\u{1f}{:?}", p.metric, p.unit, p.kind);
+        for (k, v) in &p.attributes {
+            key.push('\u{1f}');
+            key.push_str(k);
+            key.push('=');
+            key.push_str(&format!("{v:?}"));
+        }
+        if let Some(&i) = self.series.get(&key) {
+            return i;
+        }
+        let i = self.batch.point_series.len() as u32;
+        self.batch.point_series.push(types::SeriesInfo {
+            id: i,
+            metric: p.metric.clone(),
+            unit: p.unit.clone(),
+            kind: match p.kind {
+                SeriesKind::Gauge => types::SeriesKind::Gauge,
+                SeriesKind::Counter => types::SeriesKind::Counter,
+            },
+            attributes: wit_attributes(&p.attributes),
+        });
+        self.series.insert(key, i);
+        i
+    }
+
+    fn add(&mut self, r: &Report) {
+        let o = self.origin(&r.origin);
+        if !r.progress.is_empty() {
+            for p in &r.progress {
+                let name = self.name(&p.name);
+                let c = self.batch.progress.get_or_insert_with(|| types::ProgressColumns {
+                    origin: Vec::new(),
+                    name: Vec::new(),
+                    time: Vec::new(),
+                    value: Vec::new(),
+                });
+                c.origin.push(o);
+                c.name.push(name);
+                c.time.push(p.time);
+                c.value.push(p.value);
+            }
+        }
+        for t in &r.timings {
+            let name = self.name(&t.name);
+            let c = self.batch.timings.get_or_insert_with(|| types::TimingColumns {
+                origin: Vec::new(),
+                name: Vec::new(),
+                start: Vec::new(),
+                end: Vec::new(),
+                step: Vec::new(),
+            });
+            c.origin.push(o);
+            c.name.push(name);
+            c.start.push(t.start);
+            c.end.push(t.end);
+            c.step.push(t.step);
+        }
+        for p in &r.points {
+            let s = self.series(p);
+            let c = self.batch.points.get_or_insert_with(|| types::PointColumns {
+                origin: Vec::new(),
+                series: Vec::new(),
+                time: Vec::new(),
+                value: Vec::new(),
+            });
+            c.origin.push(o);
+            c.series.push(s);
+            c.time.push(p.time);
+            c.value.push(p.value);
+        }
+        if !r.heartbeats.is_empty() {
+            let c = self.batch.heartbeats.get_or_insert_with(|| types::HeartbeatColumns {
+                origin: Vec::new(),
+                time: Vec::new(),
+            });
+            for &t in &r.heartbeats {
+                c.origin.push(o);
+                c.time.push(t);
+            }
+        }
+        for e in &r.node_events {
+            self.batch.node_events.push(types::NodeEvent {
+                origin: o,
+                time: e.time,
+                kind: e.kind.clone(),
+                exit_code: e.exit_code,
+                reason: e.reason.clone(),
+                attributes: wit_attributes(&e.attributes),
+            });
+        }
+        for e in &r.custom {
+            self.batch.custom.push(types::CustomEvent {
+                origin: o,
+                time: e.time,
+                name: e.name.clone(),
+                attributes: wit_attributes(&e.attributes),
+                body: e.body.clone(),
+            });
+        }
+        self.rows += r.rows();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collecting() -> (Publish, Arc<Mutex<Vec<types::EventBatch>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        (
+            Arc::new(move |b: &types::EventBatch| {
+                s.lock().push(b.clone());
+                1
+            }),
+            seen,
+        )
+    }
+
+    fn origin(job: &str, rank: i32) -> Origin {
+        Origin {
+            job: job.into(),
+            rank,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reports_become_one_columnar_batch_with_interned_tables() {
+        let (publish, seen) = collecting();
+        let hub = IngestHub::new(100, publish);
+        for (rank, idx) in [(0, 5u64), (1, 5), (0, 6)] {
+            let r = Report {
+                origin: origin("mnist", rank),
+                progress: vec![Progress {
+                    name: "batch_idx".into(),
+                    time: 10 + idx,
+                    value: idx,
+                }],
+                timings: vec![Timing {
+                    name: "train_batch".into(),
+                    start: 1,
+                    end: 2,
+                    step: idx as i64,
+                }],
+                ..Default::default()
+            };
+            assert_eq!(hub.submit(&r), Ok(2));
+        }
+        assert_eq!(hub.flush(), 6);
+        let b = seen.lock()[0].clone();
+        assert_eq!(b.origins.len(), 2, "two distinct origins");
+        assert_eq!(b.names, vec!["batch_idx".to_string(), "train_batch".to_string()]);
+        let p = b.progress.as_ref().unwrap();
+        assert_eq!(p.origin, vec![0, 1, 0]);
+        assert_eq!(p.value, vec![5, 5, 6]);
+        let t = b.timings.as_ref().unwrap();
+        assert_eq!(t.name, vec![1, 1, 1]);
+        assert_eq!(t.step, vec![5, 5, 6]);
+        assert_eq!(hub.flush(), 0, "nothing left");
+        assert_eq!(seen.lock().len(), 1, "an empty flush publishes nothing");
+    }
+
+    #[test]
+    fn a_full_hub_refuses_whole_reports_and_keeps_what_it_had() {
+        let (publish, seen) = collecting();
+        let hub = IngestHub::new(3, publish);
+        let r = Report {
+            origin: origin("j", 0),
+            heartbeats: vec![1, 2],
+            ..Default::default()
+        };
+        assert_eq!(hub.submit(&r), Ok(2));
+        assert_eq!(
+            hub.submit(&r),
+            Err(Full {
+                waiting: 2,
+                capacity: 3
+            })
+        );
+        assert_eq!(hub.flush(), 2);
+        assert_eq!(seen.lock()[0].heartbeats.as_ref().unwrap().time, vec![1, 2]);
+        assert_eq!(hub.submit(&r), Ok(2), "room again after the hand-over");
+    }
+
+    #[test]
+    fn point_series_are_interned_by_metric_unit_kind_and_attributes() {
+        let (publish, seen) = collecting();
+        let hub = IngestHub::new(100, publish);
+        let pt = |metric: &str, a: i64, v: f64| ForeignPoint {
+            metric: metric.into(),
+            unit: "1".into(),
+            kind: SeriesKind::Gauge,
+            attributes: vec![("gpu".into(), AttrValue::Int(a))],
+            time: 1,
+            value: v,
+        };
+        let r = Report {
+            origin: origin("j", 0),
+            points: vec![pt("util", 0, 0.5), pt("util", 1, 0.7), pt("util", 0, 0.6)],
+            ..Default::default()
+        };
+        hub.submit(&r).unwrap();
+        hub.flush();
+        let b = &seen.lock()[0];
+        assert_eq!(b.point_series.len(), 2);
+        assert_eq!(b.points.as_ref().unwrap().series, vec![0, 1, 0]);
+    }
+
+    struct TestLane(Mutex<Vec<u64>>);
+    impl Lane for TestLane {
+        fn drain(&self, r: &mut Report) {
+            r.origin = origin("lane", 0);
+            r.heartbeats = std::mem::take(&mut *self.0.lock());
+        }
+    }
+
+    #[test]
+    fn lanes_are_drained_at_each_flush_and_forgotten_when_dropped() {
+        let (publish, seen) = collecting();
+        let hub = IngestHub::new(100, publish);
+        let lane: Arc<dyn Lane> = Arc::new(TestLane(Mutex::new(vec![7, 8])));
+        hub.add_lane(Arc::downgrade(&lane));
+        assert_eq!(hub.flush(), 2);
+        assert_eq!(seen.lock()[0].origins[0].job, "lane");
+        assert_eq!(hub.stats().agent.rows, 2);
+        drop(lane);
+        assert_eq!(hub.flush(), 0);
+        assert!(hub.lanes.lock().is_empty());
+    }
+}

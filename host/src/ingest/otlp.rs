@@ -1,0 +1,688 @@
+//! The OTLP receiver: any OpenTelemetry SDK (or collector, or another sonde)
+//! sends metrics, traces and logs here, over gRPC (`ingest.otlp_grpc_listen`,
+//! default 127.0.0.1:4317) or HTTP/protobuf (`ingest.otlp_http_listen`,
+//! default 127.0.0.1:4318, paths `/v1/metrics`, `/v1/traces`, `/v1/logs`).
+//!
+//! How OTLP maps onto sonde's events (what plugins see):
+//!
+//! | OTLP | event |
+//! |---|---|
+//! | resource `sonde.job`, else `service.name` | origin.job |
+//! | resource `host.name` | origin.node |
+//! | resource `sonde.role`, `sonde.index`, `sonde.rank`, `sonde.local_rank` | origin fields (-1 when absent) |
+//! | metric `sonde.batch_idx` or `batch_idx` (gauge or sum, any number type) | progress "batch_idx" = the value, at the point's time |
+//! | any other gauge / sum number point | a point (`points`), series = metric name + unit + attributes |
+//! | histograms, summaries | not used (counted as skipped; still forwarded) |
+//! | span | a timing: name, start, end; step = span attribute `sonde.batch_idx` / `batch_idx`, else -1 |
+//! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
+//!
+//! With `ingest.forward = true` every request is also queued, unchanged, for
+//! the export endpoint (gateway mode) through the pipeline's bounded queue.
+//! Receivers bound beyond loopback require `authorization: Bearer <api.token>`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
+use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+use prost::Message;
+
+use super::{CustomEvent, ForeignPoint, IngestHub, Origin, Progress, Report, Timing};
+use crate::export::client::Signal;
+use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
+use crate::pipeline::PipelineHandle;
+
+/// Metric names that carry the batch index (progress, not a point).
+pub const BATCH_METRICS: [&str; 2] = ["sonde.batch_idx", "batch_idx"];
+/// Span attributes that carry the batch index of a timing.
+pub const BATCH_ATTRIBUTES: [&str; 2] = ["sonde.batch_idx", "batch_idx"];
+
+fn any_to_attr(v: &AnyValue) -> Option<AttrValue> {
+    Some(match v.value.as_ref()? {
+        any_value::Value::StringValue(s) => AttrValue::Str(s.clone()),
+        any_value::Value::BoolValue(b) => AttrValue::Bool(*b),
+        any_value::Value::IntValue(i) => AttrValue::Int(*i),
+        any_value::Value::DoubleValue(d) => AttrValue::Float(*d),
+        // Arrays, maps and bytes have no place in a series key: kept as text.
+        other => AttrValue::Str(format!("{other:?}")),
+    })
+}
+
+fn attrs(kvs: &[KeyValue]) -> Attributes {
+    kvs.iter()
+        .filter_map(|kv| Some((kv.key.clone(), any_to_attr(kv.value.as_ref()?)?)))
+        .collect()
+}
+
+fn find<'a>(kvs: &'a [KeyValue], keys: &[&str]) -> Option<&'a AnyValue> {
+    keys.iter()
+        .find_map(|k| kvs.iter().find(|kv| kv.key == *k).and_then(|kv| kv.value.as_ref()))
+}
+
+fn as_text(v: &AnyValue) -> Option<String> {
+    match v.value.as_ref()? {
+        any_value::Value::StringValue(s) => Some(s.clone()),
+        any_value::Value::IntValue(i) => Some(i.to_string()),
+        any_value::Value::DoubleValue(d) => Some(d.to_string()),
+        any_value::Value::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn as_int(v: &AnyValue) -> Option<i64> {
+    match v.value.as_ref()? {
+        any_value::Value::IntValue(i) => Some(*i),
+        any_value::Value::DoubleValue(d) if d.fract() == 0.0 => Some(*d as i64),
+        any_value::Value::StringValue(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// The origin a resource describes (see the table at the top).
+pub fn origin(resource: &[KeyValue]) -> Origin {
+    let text = |keys: &[&str]| find(resource, keys).and_then(as_text).unwrap_or_default();
+    let int = |key: &str| {
+        find(resource, &[key])
+            .and_then(as_int)
+            .and_then(|i| i32::try_from(i).ok())
+            .filter(|i| *i >= 0)
+            .unwrap_or(-1)
+    };
+    Origin {
+        job: text(&["sonde.job", "service.name"]),
+        node: text(&["host.name"]),
+        role: text(&["sonde.role"]),
+        index: int("sonde.index"),
+        rank: int("sonde.rank"),
+        local_rank: int("sonde.local_rank"),
+        attributes: Vec::new(),
+    }
+}
+
+/// Converts a metrics request: one report per resource. Returns (reports, skipped points).
+pub fn metrics_reports(req: &ExportMetricsServiceRequest) -> (Vec<Report>, usize) {
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    for rm in &req.resource_metrics {
+        let mut r = Report {
+            origin: origin(rm.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
+            ..Default::default()
+        };
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let (points, kind) = match &m.data {
+                    Some(metric::Data::Gauge(g)) => (&g.data_points, SeriesKind::Gauge),
+                    Some(metric::Data::Sum(s)) => (
+                        &s.data_points,
+                        // A delta or non-monotonic sum is not a cumulative counter.
+                        if s.is_monotonic && s.aggregation_temporality == 2 {
+                            SeriesKind::Counter
+                        } else {
+                            SeriesKind::Gauge
+                        },
+                    ),
+                    Some(metric::Data::Histogram(h)) => {
+                        skipped += h.data_points.len();
+                        continue;
+                    }
+                    Some(metric::Data::ExponentialHistogram(h)) => {
+                        skipped += h.data_points.len();
+                        continue;
+                    }
+                    Some(metric::Data::Summary(s)) => {
+                        skipped += s.data_points.len();
+                        continue;
+                    }
+                    None => continue,
+                };
+                let batch = BATCH_METRICS.contains(&m.name.as_str());
+                for p in points {
+                    let value = match p.value {
+                        Some(number_data_point::Value::AsDouble(d)) => d,
+                        Some(number_data_point::Value::AsInt(i)) => i as f64,
+                        None => {
+                            skipped += 1;
+                            continue;
+                        }
+                    };
+                    let time = if p.time_unix_nano > 0 {
+                        p.time_unix_nano
+                    } else {
+                        now_ns()
+                    };
+                    if batch {
+                        if value.is_finite() && value >= 0.0 {
+                            r.progress.push(Progress {
+                                name: "batch_idx".into(),
+                                time,
+                                value: value as u64,
+                            });
+                        } else {
+                            skipped += 1;
+                        }
+                        continue;
+                    }
+                    r.points.push(ForeignPoint {
+                        metric: m.name.clone(),
+                        unit: m.unit.clone(),
+                        kind,
+                        attributes: attrs(&p.attributes),
+                        time,
+                        value,
+                    });
+                }
+            }
+        }
+        // Batch-index updates in time order, as a training loop made them.
+        r.progress.sort_by_key(|p| p.time);
+        out.push(r);
+    }
+    (out, skipped)
+}
+
+/// Converts a traces request: every span becomes a timing.
+pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
+    req.resource_spans
+        .iter()
+        .map(|rs| {
+            let mut r = Report {
+                origin: origin(rs.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
+                ..Default::default()
+            };
+            for ss in &rs.scope_spans {
+                for s in &ss.spans {
+                    let step = find(&s.attributes, &BATCH_ATTRIBUTES)
+                        .and_then(as_int)
+                        .filter(|i| *i >= 0)
+                        .unwrap_or(-1);
+                    r.timings.push(Timing {
+                        name: s.name.clone(),
+                        start: s.start_time_unix_nano,
+                        end: s.end_time_unix_nano.max(s.start_time_unix_nano),
+                        step,
+                    });
+                }
+            }
+            r
+        })
+        .collect()
+}
+
+/// Converts a logs request: every record becomes a custom event.
+pub fn log_reports(req: &ExportLogsServiceRequest) -> Vec<Report> {
+    req.resource_logs
+        .iter()
+        .map(|rl| {
+            let mut r = Report {
+                origin: origin(rl.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
+                ..Default::default()
+            };
+            for sl in &rl.scope_logs {
+                for l in &sl.log_records {
+                    let name = if !l.event_name.is_empty() {
+                        l.event_name.clone()
+                    } else {
+                        find(&l.attributes, &["event.name"])
+                            .and_then(as_text)
+                            .unwrap_or_else(|| "log".into())
+                    };
+                    let time = [l.time_unix_nano, l.observed_time_unix_nano]
+                        .into_iter()
+                        .find(|t| *t > 0)
+                        .unwrap_or_else(now_ns);
+                    r.custom.push(CustomEvent {
+                        time,
+                        name,
+                        body: l.body.as_ref().and_then(as_text).unwrap_or_default(),
+                        attributes: attrs(&l.attributes),
+                    });
+                }
+            }
+            r
+        })
+        .collect()
+}
+
+/// What both receivers share.
+#[derive(Clone)]
+pub struct Receiver {
+    pub hub: Arc<IngestHub>,
+    /// Some in gateway mode.
+    pub forward: Option<PipelineHandle>,
+    /// The bearer token required (receivers bound beyond loopback).
+    pub require_token: Option<String>,
+}
+
+/// Why a request was not taken.
+enum Refusal {
+    Unauthorized,
+    Full(super::Full),
+}
+
+impl Receiver {
+    fn authorized(&self, header: Option<&str>) -> bool {
+        match &self.require_token {
+            None => true,
+            Some(t) => header
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .is_some_and(|g| g.trim() == t),
+        }
+    }
+
+    /// Hands the reports to the hub (all of them or none) and forwards the request.
+    fn take(
+        &self,
+        auth: Option<&str>,
+        reports: Vec<Report>,
+        skipped: usize,
+        forward: Option<(Signal, Bytes, usize)>,
+    ) -> Result<(), Refusal> {
+        let c = &self.hub.otlp;
+        c.requests.fetch_add(1, Relaxed);
+        if !self.authorized(auth) {
+            c.rejected.fetch_add(1, Relaxed);
+            return Err(Refusal::Unauthorized);
+        }
+        // All or nothing: check room for the whole request before taking any of it.
+        let rows: usize = reports.iter().map(Report::rows).sum();
+        let st = self.hub.stats();
+        if st.waiting + rows > st.capacity {
+            c.refused_rows.fetch_add(rows as u64, Relaxed);
+            return Err(Refusal::Full(super::Full {
+                waiting: st.waiting,
+                capacity: st.capacity,
+            }));
+        }
+        for r in &reports {
+            match self.hub.submit(r) {
+                Ok(n) => {
+                    c.rows.fetch_add(n as u64, Relaxed);
+                }
+                Err(_) => {
+                    c.refused_rows.fetch_add(r.rows() as u64, Relaxed);
+                }
+            }
+        }
+        c.skipped_rows.fetch_add(skipped as u64, Relaxed);
+        if let (Some(p), Some((signal, body, items))) = (&self.forward, forward) {
+            p.forward(signal, body, items);
+        }
+        Ok(())
+    }
+}
+
+fn grpc_status(r: Refusal) -> tonic::Status {
+    match r {
+        Refusal::Unauthorized => tonic::Status::unauthenticated("send authorization: Bearer <api.token>"),
+        Refusal::Full(f) => tonic::Status::resource_exhausted(f.to_string()),
+    }
+}
+
+fn grpc_auth<T>(req: &tonic::Request<T>) -> Option<String> {
+    req.metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn forward_body<M: Message>(r: &Receiver, signal: Signal, m: &M, items: usize) -> Option<(Signal, Bytes, usize)> {
+    r.forward
+        .as_ref()
+        .map(|_| (signal, Bytes::from(m.encode_to_vec()), items))
+}
+
+#[tonic::async_trait]
+impl MetricsService for Receiver {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        let auth = grpc_auth(&req);
+        let m = req.into_inner();
+        let (reports, skipped) = metrics_reports(&m);
+        let fwd = forward_body(self, Signal::Metrics, &m, crate::export::otlp::metric_point_count(&m));
+        self.take(auth.as_deref(), reports, skipped, fwd).map_err(grpc_status)?;
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let auth = grpc_auth(&req);
+        let m = req.into_inner();
+        let reports = trace_reports(&m);
+        let spans = reports.iter().map(|r| r.timings.len()).sum();
+        let fwd = forward_body(self, Signal::Traces, &m, spans);
+        self.take(auth.as_deref(), reports, 0, fwd).map_err(grpc_status)?;
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl LogsService for Receiver {
+    async fn export(
+        &self,
+        req: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        let auth = grpc_auth(&req);
+        let m = req.into_inner();
+        let reports = log_reports(&m);
+        let fwd = forward_body(self, Signal::Logs, &m, crate::export::otlp::log_record_count(&m));
+        self.take(auth.as_deref(), reports, 0, fwd).map_err(grpc_status)?;
+        Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
+    }
+}
+
+/// The gRPC receiver's routes (served over HTTP/2 by axum).
+pub fn grpc_router(r: Receiver, max_body: usize) -> axum::Router {
+    axum::Router::new()
+        .route_service(
+            "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            MetricsServiceServer::new(r.clone()).max_decoding_message_size(max_body),
+        )
+        .route_service(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            TraceServiceServer::new(r.clone()).max_decoding_message_size(max_body),
+        )
+        .route_service(
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            LogsServiceServer::new(r).max_decoding_message_size(max_body),
+        )
+}
+
+/// The HTTP/protobuf receiver's routes.
+pub fn http_router(r: Receiver, max_body: usize) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/metrics", post(http_metrics))
+        .route("/v1/traces", post(http_traces))
+        .route("/v1/logs", post(http_logs))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(r)
+}
+
+fn http_error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain")], msg.to_string()).into_response()
+}
+
+type BodyResult = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
+/// Checks the content type and body, decodes, converts, takes; answers the OTLP way.
+fn http_export<Req: Message + Default, Resp: Message + Default>(
+    r: &Receiver,
+    headers: &HeaderMap,
+    body: BodyResult,
+    signal: Signal,
+    convert: impl FnOnce(&Req) -> (Vec<Report>, usize, usize),
+) -> Response {
+    let bad = |status: StatusCode, msg: String| {
+        r.hub.otlp.requests.fetch_add(1, Relaxed);
+        r.hub.otlp.rejected.fetch_add(1, Relaxed);
+        http_error(status, msg)
+    };
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return bad(e.status(), format!("request body: {}", e.body_text())),
+    };
+    let ctype = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ctype.starts_with("application/json") {
+        return bad(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "OTLP/JSON is not supported here: send application/x-protobuf (the SDKs' default) or use gRPC".into(),
+        );
+    }
+    if !ctype.starts_with("application/x-protobuf") {
+        return bad(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("content-type {ctype:?}: send application/x-protobuf"),
+        );
+    }
+    if headers.get(header::CONTENT_ENCODING).is_some_and(|v| v != "identity") {
+        return bad(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "compressed bodies are not supported: send uncompressed protobuf".into(),
+        );
+    }
+    let req = match Req::decode(body.clone()) {
+        Ok(m) => m,
+        Err(e) => {
+            return bad(
+                StatusCode::BAD_REQUEST,
+                format!("not a valid OTLP protobuf request: {e}"),
+            );
+        }
+    };
+    let (reports, skipped, items) = convert(&req);
+    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    // The received bytes are forwarded as they are: no re-encoding.
+    let fwd = r.forward.as_ref().map(|_| (signal, body, items));
+    match r.take(auth, reports, skipped, fwd) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            Resp::default().encode_to_vec(),
+        )
+            .into_response(),
+        Err(Refusal::Unauthorized) => http_error(StatusCode::UNAUTHORIZED, "send Authorization: Bearer <api.token>"),
+        Err(Refusal::Full(f)) => {
+            let mut resp = http_error(StatusCode::TOO_MANY_REQUESTS, f);
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            resp
+        }
+    }
+}
+
+async fn http_metrics(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
+    http_export::<ExportMetricsServiceRequest, ExportMetricsServiceResponse>(&r, &headers, body, Signal::Metrics, |m| {
+        let (reports, skipped) = metrics_reports(m);
+        (reports, skipped, crate::export::otlp::metric_point_count(m))
+    })
+}
+
+async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
+    http_export::<ExportTraceServiceRequest, ExportTraceServiceResponse>(&r, &headers, body, Signal::Traces, |m| {
+        let reports = trace_reports(m);
+        let spans = reports.iter().map(|r| r.timings.len()).sum();
+        (reports, 0, spans)
+    })
+}
+
+async fn http_logs(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
+    http_export::<ExportLogsServiceRequest, ExportLogsServiceResponse>(&r, &headers, body, Signal::Logs, |m| {
+        (log_reports(m), 0, crate::export::otlp::log_record_count(m))
+    })
+}
+
+/// A bound receiver, for the banner and the status API.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Bound {
+    pub protocol: &'static str,
+    pub address: Option<SocketAddr>,
+    /// Why it is not listening (port in use, switched off).
+    pub error: Option<String>,
+}
+
+/// Binds and serves one receiver until `stop`. A bind failure is reported, not
+/// fatal: sampling and the plugins go on without this receiver.
+pub async fn serve(
+    protocol: &'static str,
+    listen: &str,
+    router: axum::Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Bound {
+    match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => {
+            let address = l.local_addr().ok();
+            tokio::spawn(async move {
+                let r = axum::serve(l, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await;
+                if let Err(e) = r {
+                    tracing::warn!("OTLP {protocol} receiver stopped: {e}");
+                }
+            });
+            Bound {
+                protocol,
+                address,
+                error: None,
+            }
+        }
+        Err(e) => {
+            let error = format!("cannot listen on {listen}: {e}");
+            tracing::warn!("OTLP {protocol} receiver off: {error}");
+            Bound {
+                protocol,
+                address: None,
+                error: Some(error),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::{Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+    fn kv(k: &str, v: any_value::Value) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(AnyValue { value: Some(v) }),
+        }
+    }
+
+    fn resource() -> Option<Resource> {
+        Some(Resource {
+            attributes: vec![
+                kv("service.name", any_value::Value::StringValue("train".into())),
+                kv("host.name", any_value::Value::StringValue("n1".into())),
+                kv("sonde.rank", any_value::Value::IntValue(0)),
+                kv("sonde.local_rank", any_value::Value::StringValue("0".into())),
+            ],
+            ..Default::default()
+        })
+    }
+
+    fn gauge(name: &str, points: &[(u64, f64)]) -> Metric {
+        Metric {
+            name: name.into(),
+            unit: "1".into(),
+            data: Some(metric::Data::Gauge(Gauge {
+                data_points: points
+                    .iter()
+                    .map(|&(t, v)| NumberDataPoint {
+                        time_unix_nano: t,
+                        value: Some(number_data_point::Value::AsDouble(v)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_batch_index_metric_becomes_progress_and_the_rest_points() {
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: resource(),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![
+                        gauge("sonde.batch_idx", &[(20, 4.0), (10, 3.0)]),
+                        gauge("samples_per_second", &[(15, 800.0)]),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let (reports, skipped) = metrics_reports(&req);
+        assert_eq!(skipped, 0);
+        let r = &reports[0];
+        assert_eq!((r.origin.job.as_str(), r.origin.node.as_str()), ("train", "n1"));
+        assert_eq!((r.origin.rank, r.origin.local_rank, r.origin.index), (0, 0, -1));
+        let idx: Vec<(u64, u64)> = r.progress.iter().map(|p| (p.time, p.value)).collect();
+        assert_eq!(idx, vec![(10, 3), (20, 4)], "in time order");
+        assert_eq!(r.points.len(), 1);
+        assert_eq!(r.points[0].metric, "samples_per_second");
+    }
+
+    #[test]
+    fn spans_become_timings_with_the_batch_index_attribute() {
+        let span = |name: &str, attrs: Vec<KeyValue>| Span {
+            name: name.into(),
+            start_time_unix_nano: 100,
+            end_time_unix_nano: 250,
+            attributes: attrs,
+            ..Default::default()
+        };
+        let req = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: resource(),
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![
+                        span(
+                            "train_batch",
+                            vec![kv("sonde.batch_idx", any_value::Value::IntValue(7))],
+                        ),
+                        span("dataloader_next", vec![]),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let r = &trace_reports(&req)[0];
+        assert_eq!(
+            r.timings,
+            vec![
+                Timing {
+                    name: "train_batch".into(),
+                    start: 100,
+                    end: 250,
+                    step: 7
+                },
+                Timing {
+                    name: "dataloader_next".into(),
+                    start: 100,
+                    end: 250,
+                    step: -1
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_resource_without_sonde_attributes_has_unknown_ranks() {
+        let o = origin(&[kv("sonde.job", any_value::Value::StringValue("j".into()))]);
+        assert_eq!(o.job, "j");
+        assert_eq!((o.rank, o.local_rank), (-1, -1));
+        let o = origin(&[kv("sonde.rank", any_value::Value::IntValue(-3))]);
+        assert_eq!(o.rank, -1, "negative ranks are unknown");
+    }
+}
