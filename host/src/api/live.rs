@@ -15,12 +15,12 @@
 //!   buckets once, then only the buckets from the last one sent onwards.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
 use serde::Serialize;
 
-use crate::model::{AttrValue, MetricBatch, MetricKind, now_ns};
+use crate::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, now_ns};
 use crate::pipeline::PipelineHandle;
 
 /// How long points are kept.
@@ -76,6 +76,9 @@ struct Store {
     base_ms: u64,
     series: Vec<Series>,
     index: HashMap<SeriesKey, u32>,
+    /// The same lookup by the series' `Arc` address. The `Weak` keeps the
+    /// allocation (not the series) alive, so an address is never reused while cached.
+    by_ptr: HashMap<usize, (Weak<MetricSeries>, Option<u32>)>,
     refused_series: u64,
     out_of_order: u64,
 }
@@ -156,21 +159,10 @@ impl LiveStore {
             st.rebase(now_ms.saturating_sub(RETENTION_MS));
         }
         let scope = batch.scope.name.as_str();
-        let mut last: Option<(*const crate::model::MetricSeries, u32)> = None;
         for p in &batch.points {
-            // Batches carry runs of points of the same series: look each series up once per run.
-            let ptr = Arc::as_ptr(&p.series);
-            let id = match last {
-                Some((lp, id)) if lp == ptr => id,
-                _ => {
-                    let Some(id) = st.id_for(scope, &p.series) else {
-                        continue;
-                    };
-                    last = Some((ptr, id));
-                    id
-                }
-            };
-            st.push(id, p.time_ns, p.value, now_ms);
+            if let Some(id) = st.id_of(scope, &p.series) {
+                st.push(id, p.time_ns, p.value, now_ms);
+            }
         }
     }
 
@@ -249,47 +241,87 @@ pub fn downsample(
     out.min.reserve(n_guess);
     out.max.reserve(n_guess);
     out.mean.reserve(n_guess);
-    let (a, b) = points.as_slices();
-    let mut cur: Option<u64> = None;
-    let (mut mn, mut mx, mut sum, mut n) = (f32::INFINITY, f32::NEG_INFINITY, 0f64, 0u32);
-    let range = start..end;
-    let iter = a.iter().chain(b.iter()).skip(range.start).take(range.end - range.start);
-    for &(t, v) in iter {
-        let abs = base_ms + t as u64;
-        let bucket = abs / w * w;
-        if cur != Some(bucket) {
-            if let Some(c) = cur
-                && n > 0
-            {
-                out.t.push(c);
-                out.min.push(mn);
-                out.max.push(mx);
-                out.mean.push((sum / n as f64) as f32);
-            }
-            cur = Some(bucket);
-            (mn, mx, sum, n) = (f32::INFINITY, f32::NEG_INFINITY, 0.0, 0);
+    let mut acc = Acc::default();
+    // Relative time at which the current bucket ends: divide only when crossing it.
+    let mut edge = 0u64;
+    for &(t, v) in points.range(start..end) {
+        let t = t as u64;
+        if acc.bucket.is_none() || t >= edge {
+            acc.flush(&mut out);
+            let bucket = (base_ms + t) / w * w;
+            edge = bucket + w - base_ms;
+            acc = Acc {
+                bucket: Some(bucket),
+                ..Acc::default()
+            };
         }
-        if v.is_nan() {
-            continue;
-        }
-        mn = mn.min(v);
-        mx = mx.max(v);
-        sum += v as f64;
-        n += 1;
+        acc.add(v);
     }
-    if let Some(c) = cur
-        && n > 0
-    {
-        out.t.push(c);
-        out.min.push(mn);
-        out.max.push(mx);
-        out.mean.push((sum / n as f64) as f32);
-    }
+    acc.flush(&mut out);
     out
 }
 
+/// One bucket being filled.
+struct Acc {
+    bucket: Option<u64>,
+    min: f32,
+    max: f32,
+    sum: f64,
+    n: u32,
+}
+
+impl Default for Acc {
+    fn default() -> Self {
+        Acc {
+            bucket: None,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            n: 0,
+        }
+    }
+}
+
+impl Acc {
+    fn add(&mut self, v: f32) {
+        if !v.is_nan() {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+            self.sum += v as f64;
+            self.n += 1;
+        }
+    }
+
+    /// Appends the bucket to `out` unless it holds no value.
+    fn flush(&self, out: &mut Buckets) {
+        if let Some(t) = self.bucket
+            && self.n > 0
+        {
+            out.t.push(t);
+            out.min.push(self.min);
+            out.max.push(self.max);
+            out.mean.push((self.sum / self.n as f64) as f32);
+        }
+    }
+}
+
 impl Store {
-    fn id_for(&mut self, scope: &str, s: &crate::model::MetricSeries) -> Option<u32> {
+    /// The id of a series, looked up by its `Arc` first (one hash of an address).
+    fn id_of(&mut self, scope: &str, s: &Arc<MetricSeries>) -> Option<u32> {
+        let ptr = Arc::as_ptr(s) as usize;
+        if let Some((_, id)) = self.by_ptr.get(&ptr) {
+            return *id;
+        }
+        let id = self.id_for(scope, s);
+        if self.by_ptr.len() >= 4 * MAX_SERIES {
+            // Series declared and dropped over and over: start the cache again.
+            self.by_ptr.clear();
+        }
+        self.by_ptr.insert(ptr, (Arc::downgrade(s), id));
+        id
+    }
+
+    fn id_for(&mut self, scope: &str, s: &MetricSeries) -> Option<u32> {
         let attrs: Vec<(String, String)> = s.attributes.iter().map(|(k, v)| (k.clone(), attr_text(v))).collect();
         let key = (scope.to_string(), s.name.clone(), attrs);
         if let Some(&id) = self.index.get(&key) {

@@ -15,6 +15,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -110,48 +111,37 @@ pub struct DataQuery {
     max_points: Option<usize>,
 }
 
-fn check_max_points(n: Option<usize>) -> Result<usize, Response> {
-    match n.unwrap_or(1000) {
-        n @ 1..=super::live::MAX_BUCKETS => Ok(n),
-        n => Err(bad_request(
-            "max_points",
-            format!("{n} is out of range 1..={}", super::live::MAX_BUCKETS),
-        )),
-    }
+/// The query string, or 400 naming what is wrong with it.
+fn parse<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Response> {
+    q.map(|Query(q)| q).map_err(|e| bad_request("query", e.body_text()))
 }
 
-fn check_window(w: Option<u64>) -> Result<u64, Response> {
-    match w.unwrap_or(300) {
-        w @ 1..=3600 => Ok(w * 1000),
+/// (most buckets per series, window in ms), checked.
+fn check_window(max_points: Option<usize>, window_s: Option<u64>) -> Result<(usize, u64), Response> {
+    let n = max_points.unwrap_or(1000);
+    if !(1..=super::live::MAX_BUCKETS).contains(&n) {
+        let reason = format!("{n} is out of range 1..={}", super::live::MAX_BUCKETS);
+        return Err(bad_request("max_points", reason));
+    }
+    match window_s.unwrap_or(300) {
+        w @ 1..=3600 => Ok((n, w * 1000)),
         w => Err(bad_request("window_s", format!("{w} is out of range 1..=3600"))),
     }
 }
 
-pub async fn data(
-    State(api): State<Api>,
-    q: Result<Query<DataQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(q) = match q {
-        Ok(q) => q,
-        Err(e) => return bad_request("query", e.body_text()),
-    };
-    let max_points = match check_max_points(q.max_points) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
-    let window = match check_window(q.window_s) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+pub async fn data(State(api): State<Api>, q: Result<Query<DataQuery>, QueryRejection>) -> Response {
+    data_of(&api, q).unwrap_or_else(|r| r)
+}
+
+fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Result<Response, Response> {
+    let q = parse(q)?;
+    let (max_points, window) = check_window(q.max_points, q.window_s)?;
     let to = q.to.unwrap_or(now_ns() / 1_000_000);
     let from = q.from.unwrap_or(to.saturating_sub(window));
     if from > to {
-        return bad_request("from", "must not be after `to`");
+        return Err(bad_request("from", "must not be after `to`"));
     }
-    let f = match Filter::new(q.sel) {
-        Ok(f) => f,
-        Err(e) => return bad_request("ids", e),
-    };
+    let f = Filter::new(q.sel).map_err(|e| bad_request("ids", e))?;
     let ids: Vec<u32> = api.live.list().iter().filter(|m| f.matches(m)).map(|m| m.id).collect();
     let w = bucket_width(from, to, max_points);
     let data = api.live.query(&ids, from, to, w);
@@ -163,13 +153,13 @@ pub async fn data(
         bucket_ms: u64,
         data: Vec<Buckets>,
     }
-    axum::Json(Resp {
+    Ok(axum::Json(Resp {
         from,
         to,
         bucket_ms: w,
         data,
     })
-    .into_response()
+    .into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,31 +175,20 @@ pub struct StreamQuery {
     interval_ms: Option<u64>,
 }
 
-pub async fn stream(
-    State(api): State<Api>,
-    q: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
-) -> Response {
-    let Query(q) = match q {
-        Ok(q) => q,
-        Err(e) => return bad_request("query", e.body_text()),
-    };
-    let max_points = match check_max_points(q.max_points) {
-        Ok(n) => n,
-        Err(r) => return r,
-    };
-    let window = match check_window(q.window_s) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+pub async fn stream(State(api): State<Api>, q: Result<Query<StreamQuery>, QueryRejection>) -> Response {
+    stream_of(&api, q).unwrap_or_else(|r| r)
+}
+
+fn stream_of(api: &Api, q: Result<Query<StreamQuery>, QueryRejection>) -> Result<Response, Response> {
+    let q = parse(q)?;
+    let (max_points, window) = check_window(q.max_points, q.window_s)?;
     let interval = q.interval_ms.unwrap_or(1000);
     if !(100..=60_000).contains(&interval) {
-        return bad_request("interval_ms", format!("{interval} is out of range 100..=60000"));
+        let reason = format!("{interval} is out of range 100..=60000");
+        return Err(bad_request("interval_ms", reason));
     }
     let plugin = q.sel.plugin.clone();
-    let filter = match Filter::new(q.sel) {
-        Ok(f) => f,
-        Err(e) => return bad_request("ids", e),
-    };
+    let filter = Filter::new(q.sel).map_err(|e| bad_request("ids", e))?;
     let state = Feed {
         live: api.live.clone(),
         decisions: api.app.plugins.decisions().clone(),
@@ -226,12 +205,12 @@ pub async fn stream(
         let ev = st.next().await;
         Some((Ok::<_, Infallible>(ev), st))
     });
-    (
+    Ok((
         StatusCode::OK,
         [("x-accel-buffering", "no")],
         Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))),
     )
-        .into_response()
+        .into_response())
 }
 
 /// One event's data.
