@@ -129,6 +129,8 @@ export class TimeChart {
       c.t.forEach((t, i) => { y[index.get(t)] = c.mean[i]; });
       return y;
     });
+    // Where each series' data ends: updates start from there.
+    this.lastSeen = new Map(this.ids.map((id, i) => [id, cols[i].t.length ? cols[i].t[cols[i].t.length - 1] : -Infinity]));
     const fmt = formatter(this.unit);
     const pw = this.box.parentElement.clientWidth || 1200;
     const width = this.width || Math.max(320, Math.floor(pw / 2) - 24);
@@ -160,11 +162,11 @@ export class TimeChart {
       const d = this.feed.data.get(id);
       // Only the tail can have changed: walk back to the first row at or after
       // the series' earliest bucket that may be new (the one the server resent).
-      const last = this.lastSeen?.get(id) ?? -Infinity;
+      const last = this.lastSeen.get(id) ?? -Infinity;
       let i = d.t.length - 1;
       while (i > 0 && d.t[i - 1] >= last) i--;
       for (; i < d.t.length; i++) this.put(d.t[i] / 1000, col, d.mean[i]);
-      (this.lastSeen ??= new Map()).set(id, d.t[d.t.length - 1]);
+      this.lastSeen.set(id, d.t[d.t.length - 1]);
       touched = true;
     });
     if (!touched) return;
