@@ -38,6 +38,13 @@ const freePort = () => new Promise((ok) => {
   s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => ok(port)); });
 });
 
+// The environment minus SONDE_* (sonde reads those as config: SONDE_BIN would be a key `bin`) and OTLP export.
+function childEnv() {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SONDE_')));
+  delete env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  return env;
+}
+
 async function startSonde() {
   const dir = mkdtempSync(join(tmpdir(), 'sonde-browser-'));
   for (const d of ['plugins', 'sinks', 'data']) mkdirSync(join(dir, d));
@@ -53,7 +60,7 @@ async function startSonde() {
     '--listen', `127.0.0.1:${port}`,
     // a trapping plugin is quarantined after 2 traps, quickly
     '--set', 'plugins.max_traps=2', '--set', 'plugins.backoff_initial_ms=20',
-  ], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, OTEL_EXPORTER_OTLP_ENDPOINT: '' } });
+  ], { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv() });
   child.stdout.on('data', (d) => out.push(d));
   child.stderr.on('data', (d) => out.push(d));
   const url = `http://127.0.0.1:${port}`;
@@ -158,6 +165,27 @@ test('timings show a clear empty state without the determined plugin', async ({ 
   await page.click('#tabs button[data-view=timings]');
   await until('the empty state', async () => (await page.textContent('#timings-empty')).includes('determined plugin is not loaded'));
   await page.screenshot({ path: join(shots, 'timings-empty.png'), fullPage: true });
+});
+
+test('timings per batch index are drawn from the plugin\'s rows', async ({ page }) => {
+  // The determined plugin is a separate issue: stand in for its route with rows of its documented shape.
+  const rows = [];
+  for (let b = 0; b < 20; b++) {
+    for (const [name, d] of [['dataloader_next', 0.02], ['train_batch', 0.1 + b / 200], ['to_device', 0.005]]) {
+      rows.push({ job: 'j1', name, batch_idx: b, start_ns: 1e18 + b * 1e8, duration_s: d });
+    }
+  }
+  await page.route('**/api/plugins/determined/timings*', (r) => r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(rows) }));
+  await page.click('#tabs button[data-view=system]');
+  await page.click('#tabs button[data-view=timings]');
+  await until('the timings chart', async () => (await page.locator('#timings-chart canvas').count()) === 1);
+  const text = await page.textContent('#timings-chart');
+  for (const want of ['train_batch', 'dataloader_next', '60 timings, 20 batches, 3 phases']) {
+    if (!text.includes(want)) throw new Error(`${want} not in ${text}`);
+  }
+  if (!(await page.isHidden('#timings-empty'))) throw new Error('the empty state is still shown');
+  await page.screenshot({ path: join(shots, 'timings.png'), fullPage: true });
+  await page.unroute('**/api/plugins/determined/timings*');
 });
 
 async function main() {
