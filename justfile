@@ -9,17 +9,23 @@ rotel := "rotel==0.0.1a15"
 default:
     @just --list
 
-# install what the build and the tests need: the wasm target, Python test packages
+# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests)
 setup:
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}"
+    test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
+
+# the dashboard: npm packages pinned by web/package-lock.json (installed again only when it changes), bundled into web/dist/
+web:
+    cd web && { cmp -s package-lock.json node_modules/.sonde-lock || { npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.sonde-lock; }; }
+    cd web && npm run --silent build
 
 # build the plugins (wasm32-wasip2 components) into target/plugins/
 plugins:
     bash scripts/build-plugins.sh
 
-# build the sonde binary (release) and the plugins
-build: plugins
+# build the sonde binary (release, with the dashboard embedded) and the plugins
+build: plugins web
     cargo build --release -p sonde
 
 # run sonde on this machine with its bundled plugins; extra args go to sonde (e.g. --export-endpoint http://127.0.0.1:4317)
@@ -29,22 +35,25 @@ run *ARGS: build
     for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/plugins/$(basename "$f")" || cp "$f" sonde-data/plugins/; done
     exec target/release/sonde --data-dir sonde-data --plugins-dir sonde-data/plugins --sinks-dir sonde-data/sinks {{ARGS}}
 
-# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic
-test: setup plugins
+# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium
+test: setup plugins web
     cargo build -p sonde --bins
     log="$(mktemp)"; trap 'rm -f "$log"' EXIT; \
     cargo test --workspace 2>&1 | tee -a "$log"; \
     cargo test --manifest-path plugins/Cargo.toml --workspace 2>&1 | tee -a "$log"; \
-    awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"
+    browser=0; node web/tests/dashboard.mjs 2>&1 | tee -a "$log" || browser=1; \
+    awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"; \
+    exit $browser
 
-# only the end-to-end tests (sonde binary + real collector)
-e2e: setup plugins
+# only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
+e2e: setup plugins web
     cargo build -p sonde --bins
     cargo test -p sonde-e2e
+    node web/tests/dashboard.mjs
 
 # benchmarks: criterion micro-benchmarks, then whole-process CPU/RSS/period error and cold start
 bench: build
-    cargo bench -p sonde --bench plugin_boundary --bench sample --bench export
+    cargo bench -p sonde --bench plugin_boundary --bench sample --bench export --bench live
     bash scripts/bench-process.sh
 
 # formatting and lints
@@ -56,4 +65,4 @@ lint:
 # remove build outputs and the local data directory
 clean:
     cargo clean
-    rm -rf plugins/target sonde-data
+    rm -rf plugins/target sonde-data web/dist web/node_modules

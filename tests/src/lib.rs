@@ -156,7 +156,8 @@ pub struct Sonde {
 }
 
 impl Sonde {
-    /// Starts sonde with the given plugins (source path, name) and extra flags.
+    /// Starts sonde with the given plugins (source path, name) and extra flags
+    /// (`{port}` in a flag becomes the API's port, e.g. `api.listen=0.0.0.0:{port}`).
     pub fn start(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str]) -> Sonde {
         let pdir = dir.join("plugins");
         std::fs::create_dir_all(&pdir).unwrap();
@@ -182,7 +183,7 @@ impl Sonde {
             .arg("--sinks-dir")
             .arg(dir.join("sinks"))
             .args(["--listen", &api])
-            .args(args)
+            .args(args.iter().map(|a| a.replace("{port}", &port.to_string())))
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())

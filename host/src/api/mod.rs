@@ -1,20 +1,28 @@
 //! api/: the HTTP API and the dashboard, served by axum.
 //!
-//! Read-only endpoints are open on loopback; every state-changing request
+//! Every route is listed in `openapi.rs` (served at `/api/openapi.json`).
+//! Read-only endpoints are open; every state-changing request
 //! (any method but GET/HEAD) needs `Authorization: Bearer <api.token>` when a
 //! token is configured, and the config refuses to bind beyond loopback
 //! without one. Plugin routes (`/api/plugins/<name>/...`) are answered by the
 //! plugin itself through its `on-request` hook.
 
+pub mod admin;
+pub mod config_api;
+pub mod live;
+pub mod openapi;
+pub mod stream;
+pub mod web;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRef, Path, Query, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post, put};
 use axum::{Json, Router};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -43,21 +51,75 @@ pub struct AppState {
     pub started: std::time::Instant,
 }
 
+/// What the handlers share: the host's state plus the live store. Handlers
+/// that need only the host's state take `State<AppState>`.
+#[derive(Clone)]
+pub struct Api {
+    pub app: AppState,
+    pub live: Arc<live::LiveStore>,
+}
+
+impl FromRef<Api> for AppState {
+    fn from_ref(api: &Api) -> AppState {
+        api.app.clone()
+    }
+}
+
+/// The whole API and the dashboard. Starts the live store (fed from the
+/// pipeline), so call it once, inside the runtime. The result composes with
+/// other routers (`.merge(...)`).
 pub fn router(state: AppState) -> Router {
+    let api = Api {
+        live: live::LiveStore::spawn(&state.pipeline),
+        app: state.clone(),
+    };
     Router::new()
-        .route("/", get(index))
+        .route("/", get(web::index))
+        .route("/assets/{*path}", get(web::asset))
+        .route("/api/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/api/ready", get(ready))
         .route("/api/status", get(status))
-        .route("/api/config", get(config))
+        .route(
+            "/api/config",
+            get(config_api::get_config)
+                .put(config_api::put_config)
+                .patch(config_api::patch_config),
+        )
         .route("/api/plugins", get(plugins))
         .route("/api/plugins/{name}", get(plugin))
         .route("/api/plugins/{name}/{*rest}", any(plugin_route))
+        .route(
+            "/api/admin/plugins/{name}",
+            put(admin::upload)
+                .delete(admin::remove)
+                .layer(DefaultBodyLimit::max(admin::MAX_UPLOAD)),
+        )
+        .route("/api/admin/plugins/{name}/{action}", post(admin::action))
         .route("/api/decisions", get(decisions))
+        .route("/api/series", get(stream::list))
+        .route("/api/series/data", get(stream::data))
+        .route("/api/stream", get(stream::stream))
         .fallback(|| async { (StatusCode::NOT_FOUND, Json(json!({"error": "no such endpoint"}))) })
+        .method_not_allowed_fallback(|| async {
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                Json(json!({"error": "this endpoint does not take that method; see /api/openapi.json"})),
+            )
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY))
-        .layer(middleware::from_fn_with_state(state.clone(), require_token))
-        .with_state(state)
+        .layer(middleware::from_fn_with_state(state, require_token))
+        .with_state(api)
+}
+
+/// 400 with the offending parameter and why.
+pub fn bad_request(key: &str, reason: impl Into<String>) -> Response {
+    let reason = reason.into();
+    (
+        StatusCode::BAD_REQUEST,
+        Json(json!({"error": format!("{key}: {reason}"), "key": key, "reason": reason})),
+    )
+        .into_response()
 }
 
 async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -79,16 +141,6 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
         }
     }
     next.run(req).await
-}
-
-async fn index(State(st): State<AppState>) -> Response {
-    let dir = st.config.lock().api.web_dir.clone();
-    if let Some(dir) = dir
-        && let Ok(html) = tokio::fs::read_to_string(dir.join("index.html")).await
-    {
-        return Html(html).into_response();
-    }
-    Html(include_str!("../../../web/index.html")).into_response()
 }
 
 async fn ready(State(st): State<AppState>) -> Response {
@@ -139,17 +191,6 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
         "plugins_dir": st.plugins.dir().display().to_string(),
         "sinks_dir": cfg.sinks.dir.display().to_string(),
     }))
-}
-
-async fn config(State(st): State<AppState>) -> Json<serde_json::Value> {
-    let mut cfg = st.config.lock().clone();
-    if cfg.api.token.is_some() {
-        cfg.api.token = Some("<redacted>".into());
-    }
-    for v in cfg.export.headers.values_mut() {
-        *v = "<redacted>".into();
-    }
-    Json(serde_json::to_value(cfg).unwrap_or_default())
 }
 
 async fn plugins(State(st): State<AppState>) -> Json<serde_json::Value> {

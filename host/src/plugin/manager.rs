@@ -277,6 +277,12 @@ impl PluginManager {
         self.pending.lock().remove(name);
     }
 
+    /// Replaces the per-plugin configs used when plugins are (re)loaded
+    /// (a live config change; running plugins are not touched here).
+    pub fn set_plugin_configs(&self, configs: &BTreeMap<String, PluginConfig>) {
+        self.cfg.write().1 = configs.clone();
+    }
+
     /// Forgets what is known about a plugin's file and loads it again
     /// (the way out of quarantine, or after a config change).
     pub fn reload(&self, name: &str) -> Result<(), String> {

@@ -131,7 +131,8 @@ impl PluginStatus {
 
 /// The host samples once, at the fastest period anyone asked for.
 pub struct SamplePlan {
-    base_ms: u32,
+    /// The configured period (`sampler.period_ms`); changed live by `set_base`.
+    base_ms: AtomicU32,
     wanted: Mutex<HashMap<String, u32>>,
     /// Read by the sampler thread before each sleep.
     pub period_ms: Arc<AtomicU32>,
@@ -140,7 +141,7 @@ pub struct SamplePlan {
 impl SamplePlan {
     pub fn new(base_ms: u32) -> Self {
         Self {
-            base_ms,
+            base_ms: AtomicU32::new(base_ms),
             wanted: Mutex::new(HashMap::new()),
             period_ms: Arc::new(AtomicU32::new(base_ms)),
         }
@@ -153,18 +154,15 @@ impl SamplePlan {
             Some(p) => w.insert(plugin.to_string(), p),
             None => w.remove(plugin),
         };
-        let p = w
-            .values()
-            .copied()
-            .chain(std::iter::once(self.base_ms))
-            .min()
-            .unwrap_or(self.base_ms);
+        let base = self.base_ms.load(Ordering::Relaxed);
+        let p = w.values().copied().chain(std::iter::once(base)).min().unwrap_or(base);
         self.period_ms.store(p, Ordering::Relaxed);
     }
 
     /// Changes the configured period (live config change).
     pub fn set_base(&self, base_ms: u32) -> u32 {
         let w = self.wanted.lock();
+        self.base_ms.store(base_ms, Ordering::Relaxed);
         let p = w
             .values()
             .copied()
@@ -254,5 +252,7 @@ mod tests {
         p.set("b", None);
         assert_eq!(p.period_ms.load(Ordering::Relaxed), 100);
         assert_eq!(p.set_base(1000), 500);
+        p.set("a", None);
+        assert_eq!(p.period_ms.load(Ordering::Relaxed), 1000, "the new base holds");
     }
 }

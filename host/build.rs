@@ -1,0 +1,64 @@
+//! Embeds the dashboard (`web/dist/`, built by `npm run build` in `web/`; the
+//! justfile's `web` recipe) into the binary. When it has not been built, a
+//! small page saying so is embedded instead and cargo prints a warning, so a
+//! plain `cargo build` still works without Node.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+fn main() {
+    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    let dist = web.join("dist");
+    println!("cargo:rerun-if-changed={}", dist.display());
+    println!("cargo:rerun-if-changed={}", web.join("fallback.html").display());
+    let mut files = Vec::new();
+    if dist.join("index.html").is_file() {
+        collect(&dist, &dist, &mut files);
+    } else {
+        println!(
+            "cargo:warning=web/dist is missing: the dashboard is not embedded (run `just web`, or `npm ci && npm run build` in web/)"
+        );
+        files.push(("index.html".to_string(), web.join("fallback.html")));
+    }
+    files.sort();
+    let mut out = String::from(
+        "/// (path under /, content type, bytes) of every dashboard file.\npub static ASSETS: &[(&str, &str, &[u8])] = &[\n",
+    );
+    for (rel, path) in &files {
+        let path = path.canonicalize().expect("dashboard file");
+        writeln!(
+            out,
+            "    ({rel:?}, {:?}, include_bytes!({:?})),",
+            mime(rel),
+            path.display().to_string()
+        )
+        .unwrap();
+    }
+    out.push_str("];\n");
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("web_assets.rs");
+    std::fs::write(dest, out).unwrap();
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
+    for e in std::fs::read_dir(dir).expect("reading web/dist").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect(root, &p, out);
+        } else if let Ok(rel) = p.strip_prefix(root) {
+            out.push((rel.to_string_lossy().replace('\\', "/"), p.clone()));
+        }
+    }
+}
+
+fn mime(path: &str) -> &'static str {
+    match path.rsplit('.').next().unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "json" => "application/json",
+        "map" => "application/json",
+        _ => "application/octet-stream",
+    }
+}

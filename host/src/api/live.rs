@@ -1,0 +1,533 @@
+//! The live store behind the dashboard: every metric batch any plugin emits
+//! (fed from [`PipelineHandle::subscribe`]), kept per series in a ring buffer
+//! for the last hour at full resolution, and served downsampled.
+//!
+//! - A series is (scope, metric name, attributes). Counters (cumulative sums)
+//!   are stored as rates per second, which is what a chart shows; gauges and
+//!   up-down counters as they come.
+//! - A point costs 8 bytes (u32 ms offset, f32 value): an hour of 100 ms data
+//!   is 36 000 points, 288 KB per series. At most [`MAX_POINTS`] points per
+//!   series and [`MAX_SERIES`] series are kept; beyond them the oldest point
+//!   goes, and new series are counted and refused.
+//! - Downsampling puts points into fixed buckets aligned to multiples of the
+//!   bucket width (so a bucket's identity never changes as data arrives) and
+//!   keeps min, max and mean per bucket. The live stream sends a snapshot in
+//!   buckets once, then only the buckets from the last one sent onwards.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+
+use parking_lot::RwLock;
+use serde::Serialize;
+
+use crate::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, now_ns};
+use crate::pipeline::PipelineHandle;
+
+/// How long points are kept.
+pub const RETENTION_MS: u64 = 3_600_000;
+/// Points kept per series: an hour at 100 ms. A faster series keeps a shorter span.
+pub const MAX_POINTS: usize = 36_000;
+/// Series kept; more are refused (and counted).
+pub const MAX_SERIES: usize = 2_048;
+/// Largest number of buckets a query may ask for.
+pub const MAX_BUCKETS: usize = 10_000;
+
+/// What the API lists about one series.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeriesMeta {
+    pub id: u32,
+    /// The instrumentation scope: `sonde.plugin.<name>` for plugin output, `sonde.host` for the host's own metrics.
+    pub scope: String,
+    /// The plugin that emitted it (the scope without `sonde.plugin.`), if any.
+    pub plugin: Option<String>,
+    pub name: String,
+    /// The unit as served: a counter's unit gains `/s` (it is served as a rate).
+    pub unit: String,
+    /// gauge, counter or updowncounter (the instrument kind as emitted).
+    pub kind: &'static str,
+    /// True when values are rates per second computed from a counter.
+    pub rate: bool,
+    pub attributes: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Downsampled points of one series: bucket start times (ms since the Unix
+/// epoch) with min, max and mean of the points in each bucket. Empty buckets
+/// are left out.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Buckets {
+    pub id: u32,
+    pub t: Vec<u64>,
+    pub min: Vec<f32>,
+    pub max: Vec<f32>,
+    pub mean: Vec<f32>,
+}
+
+struct Series {
+    meta: SeriesMeta,
+    /// (ms since `Store::base_ms`, value), in time order.
+    points: VecDeque<(u32, f32)>,
+    /// Last raw counter reading (ns, value), for rates.
+    last_raw: Option<(u64, f64)>,
+}
+
+#[derive(Default)]
+struct Store {
+    /// Times are stored as u32 offsets from this (moved forward every ~24 days).
+    base_ms: u64,
+    series: Vec<Series>,
+    index: HashMap<SeriesKey, u32>,
+    /// The same lookup by the series' `Arc` address. The `Weak` keeps the
+    /// allocation (not the series) alive, so an address is never reused while cached.
+    by_ptr: HashMap<usize, (Weak<MetricSeries>, Option<u32>)>,
+    refused_series: u64,
+    out_of_order: u64,
+}
+
+type SeriesKey = (String, String, Vec<(String, String)>);
+
+/// The store; cheap to share (`Arc`).
+pub struct LiveStore {
+    inner: RwLock<Store>,
+}
+
+impl Default for LiveStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Counts for `/api/series`.
+#[derive(Clone, Debug, Serialize)]
+pub struct StoreStats {
+    pub series: usize,
+    pub points: usize,
+    pub bytes: usize,
+    pub refused_series: u64,
+    pub out_of_order: u64,
+    pub retention_ms: u64,
+}
+
+fn attr_json(v: &AttrValue) -> serde_json::Value {
+    match v {
+        AttrValue::Str(s) => s.clone().into(),
+        AttrValue::Int(i) => (*i).into(),
+        AttrValue::Float(f) => (*f).into(),
+        AttrValue::Bool(b) => (*b).into(),
+    }
+}
+
+fn attr_text(v: &AttrValue) -> String {
+    match v {
+        AttrValue::Str(s) => s.clone(),
+        other => attr_json(other).to_string(),
+    }
+}
+
+impl LiveStore {
+    pub fn new() -> Self {
+        Self {
+            inner: RwLock::new(Store {
+                base_ms: (now_ns() / 1_000_000).saturating_sub(RETENTION_MS),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// A store fed from the pipeline's tap on a task of its own.
+    pub fn spawn(pipeline: &PipelineHandle) -> Arc<Self> {
+        let store = Arc::new(Self::new());
+        let mut rx = pipeline.subscribe();
+        let s = store.clone();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match rx.recv().await {
+                    Ok(batch) => s.ingest(&batch),
+                    Err(RecvError::Lagged(n)) => tracing::debug!("live store fell {n} batches behind"),
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        store
+    }
+
+    /// Adds a batch's points.
+    pub fn ingest(&self, batch: &MetricBatch) {
+        let mut st = self.inner.write();
+        let now_ms = now_ns() / 1_000_000;
+        if now_ms.saturating_sub(st.base_ms) > (1 << 31) {
+            st.rebase(now_ms.saturating_sub(RETENTION_MS));
+        }
+        let scope = batch.scope.name.as_str();
+        for p in &batch.points {
+            if let Some(id) = st.id_of(scope, &p.series) {
+                st.push(id, p.time_ns, p.value, now_ms);
+            }
+        }
+    }
+
+    /// Every series kept, in id order.
+    pub fn list(&self) -> Vec<SeriesMeta> {
+        self.inner.read().series.iter().map(|s| s.meta.clone()).collect()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let st = self.inner.read();
+        let points: usize = st.series.iter().map(|s| s.points.len()).sum();
+        let bytes = st.series.iter().map(|s| s.points.capacity() * 8).sum();
+        StoreStats {
+            series: st.series.len(),
+            points,
+            bytes,
+            refused_series: st.refused_series,
+            out_of_order: st.out_of_order,
+            retention_ms: RETENTION_MS,
+        }
+    }
+
+    /// The newest point's time of a series (ms since the Unix epoch).
+    pub fn last_ms(&self, id: u32) -> Option<u64> {
+        let st = self.inner.read();
+        let s = st.series.get(id as usize)?;
+        s.points.back().map(|p| st.base_ms + p.0 as u64)
+    }
+
+    /// Points of `ids` in `[from_ms, to_ms]`, in buckets of `bucket_ms`
+    /// aligned to multiples of it. Unknown ids are left out.
+    pub fn query(&self, ids: &[u32], from_ms: u64, to_ms: u64, bucket_ms: u64) -> Vec<Buckets> {
+        let st = self.inner.read();
+        ids.iter()
+            .filter_map(|&id| {
+                let s = st.series.get(id as usize)?;
+                Some(downsample(id, &s.points, st.base_ms, from_ms, to_ms, bucket_ms))
+            })
+            .collect()
+    }
+}
+
+/// The bucket width that serves `[from, to]` in at most `max_points` buckets
+/// (whole milliseconds, at least 1).
+pub fn bucket_width(from_ms: u64, to_ms: u64, max_points: usize) -> u64 {
+    let span = to_ms.saturating_sub(from_ms).max(1);
+    span.div_ceil(max_points.clamp(1, MAX_BUCKETS) as u64).max(1)
+}
+
+/// min/max/mean per bucket of `bucket_ms` over the points in `[from_ms, to_ms]`.
+pub fn downsample(
+    id: u32,
+    points: &VecDeque<(u32, f32)>,
+    base_ms: u64,
+    from_ms: u64,
+    to_ms: u64,
+    bucket_ms: u64,
+) -> Buckets {
+    let mut out = Buckets {
+        id,
+        ..Default::default()
+    };
+    if to_ms < base_ms || from_ms > to_ms {
+        return out;
+    }
+    let rel = |ms: u64| ms.saturating_sub(base_ms).min(u32::MAX as u64) as u32;
+    let (lo, hi) = (rel(from_ms), rel(to_ms));
+    let start = points.partition_point(|p| p.0 < lo);
+    let end = points.partition_point(|p| p.0 <= hi);
+    if start >= end {
+        return out;
+    }
+    let w = bucket_ms.max(1);
+    let n_guess = ((to_ms - from_ms) / w + 1).min((end - start) as u64) as usize;
+    out.t.reserve(n_guess);
+    out.min.reserve(n_guess);
+    out.max.reserve(n_guess);
+    out.mean.reserve(n_guess);
+    let mut acc = Acc::default();
+    // Relative time at which the current bucket ends: divide only when crossing it.
+    let mut edge = 0u64;
+    for &(t, v) in points.range(start..end) {
+        let t = t as u64;
+        if acc.bucket.is_none() || t >= edge {
+            acc.flush(&mut out);
+            let bucket = (base_ms + t) / w * w;
+            edge = bucket + w - base_ms;
+            acc = Acc {
+                bucket: Some(bucket),
+                ..Acc::default()
+            };
+        }
+        acc.add(v);
+    }
+    acc.flush(&mut out);
+    out
+}
+
+/// One bucket being filled.
+struct Acc {
+    bucket: Option<u64>,
+    min: f32,
+    max: f32,
+    sum: f64,
+    n: u32,
+}
+
+impl Default for Acc {
+    fn default() -> Self {
+        Acc {
+            bucket: None,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            n: 0,
+        }
+    }
+}
+
+impl Acc {
+    fn add(&mut self, v: f32) {
+        if !v.is_nan() {
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+            self.sum += v as f64;
+            self.n += 1;
+        }
+    }
+
+    /// Appends the bucket to `out` unless it holds no value.
+    fn flush(&self, out: &mut Buckets) {
+        if let Some(t) = self.bucket
+            && self.n > 0
+        {
+            out.t.push(t);
+            out.min.push(self.min);
+            out.max.push(self.max);
+            out.mean.push((self.sum / self.n as f64) as f32);
+        }
+    }
+}
+
+impl Store {
+    /// The id of a series, looked up by its `Arc` first (one hash of an address).
+    fn id_of(&mut self, scope: &str, s: &Arc<MetricSeries>) -> Option<u32> {
+        let ptr = Arc::as_ptr(s) as usize;
+        if let Some((_, id)) = self.by_ptr.get(&ptr) {
+            return *id;
+        }
+        let id = self.id_for(scope, s);
+        if self.by_ptr.len() >= 4 * MAX_SERIES {
+            // Series declared and dropped over and over: start the cache again.
+            self.by_ptr.clear();
+        }
+        self.by_ptr.insert(ptr, (Arc::downgrade(s), id));
+        id
+    }
+
+    fn id_for(&mut self, scope: &str, s: &MetricSeries) -> Option<u32> {
+        let attrs: Vec<(String, String)> = s.attributes.iter().map(|(k, v)| (k.clone(), attr_text(v))).collect();
+        let key = (scope.to_string(), s.name.clone(), attrs);
+        if let Some(&id) = self.index.get(&key) {
+            return Some(id);
+        }
+        if self.series.len() >= MAX_SERIES {
+            self.refused_series += 1;
+            return None;
+        }
+        let id = self.series.len() as u32;
+        let rate = s.kind == MetricKind::Counter;
+        let meta = SeriesMeta {
+            id,
+            scope: scope.to_string(),
+            plugin: scope.strip_prefix("sonde.plugin.").map(str::to_string),
+            name: s.name.clone(),
+            unit: if rate { format!("{}/s", s.unit) } else { s.unit.clone() },
+            kind: match s.kind {
+                MetricKind::Gauge => "gauge",
+                MetricKind::Counter => "counter",
+                MetricKind::UpDownCounter => "updowncounter",
+            },
+            rate,
+            attributes: s.attributes.iter().map(|(k, v)| (k.clone(), attr_json(v))).collect(),
+        };
+        self.series.push(Series {
+            meta,
+            points: VecDeque::new(),
+            last_raw: None,
+        });
+        self.index.insert(key, id);
+        Some(id)
+    }
+
+    fn push(&mut self, id: u32, time_ns: u64, value: f64, now_ms: u64) {
+        let base = self.base_ms;
+        let s = &mut self.series[id as usize];
+        let value = if s.meta.rate {
+            let prev = s.last_raw.replace((time_ns, value));
+            match prev {
+                Some((t0, v0)) if time_ns > t0 && value >= v0 => (value - v0) / ((time_ns - t0) as f64 / 1e9),
+                // The first reading, a reset or a repeated timestamp: no rate yet.
+                _ => return,
+            }
+        } else {
+            value
+        };
+        let ms = time_ns / 1_000_000;
+        if ms < base || ms + RETENTION_MS < now_ms {
+            return;
+        }
+        let rel = (ms - base).min(u32::MAX as u64) as u32;
+        if s.points.back().is_some_and(|p| p.0 > rel) {
+            self.out_of_order += 1;
+            return;
+        }
+        if s.points.len() >= MAX_POINTS {
+            s.points.pop_front();
+        }
+        s.points.push_back((rel, value as f32));
+        // Drop what has aged out of the retention window.
+        let oldest = now_ms.saturating_sub(RETENTION_MS).saturating_sub(base);
+        while s.points.front().is_some_and(|p| (p.0 as u64) < oldest) {
+            s.points.pop_front();
+        }
+    }
+
+    fn rebase(&mut self, new_base: u64) {
+        let delta = new_base.saturating_sub(self.base_ms);
+        for s in &mut self.series {
+            s.points.retain(|p| p.0 as u64 >= delta);
+            for p in s.points.iter_mut() {
+                p.0 -= delta as u32;
+            }
+        }
+        self.base_ms = new_base;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{MetricSeries, Point, Scope};
+
+    fn series(name: &str, kind: MetricKind, attrs: &[(&str, &str)]) -> Arc<MetricSeries> {
+        Arc::new(MetricSeries {
+            name: name.into(),
+            description: String::new(),
+            unit: "By".into(),
+            kind,
+            attributes: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), AttrValue::from(*v)))
+                .collect(),
+            start_time_ns: 0,
+        })
+    }
+
+    fn batch(scope: &str, pts: Vec<(Arc<MetricSeries>, u64, f64)>) -> MetricBatch {
+        MetricBatch {
+            scope: Arc::new(Scope {
+                name: scope.into(),
+                version: String::new(),
+            }),
+            points: pts
+                .into_iter()
+                .map(|(series, time_ns, value)| Point { series, time_ns, value })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn series_are_keyed_by_scope_name_and_attributes() {
+        let st = LiveStore::new();
+        let now = now_ns();
+        let a = series(
+            "system.cpu.utilization",
+            MetricKind::Gauge,
+            &[("cpu.logical_number", "0")],
+        );
+        let b = series(
+            "system.cpu.utilization",
+            MetricKind::Gauge,
+            &[("cpu.logical_number", "1")],
+        );
+        st.ingest(&batch(
+            "sonde.plugin.sysmetrics",
+            vec![(a.clone(), now, 0.5), (b, now, 0.25), (a, now + 100_000_000, 0.75)],
+        ));
+        let list = st.list();
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0].plugin.as_deref(), Some("sysmetrics"));
+        assert_eq!(list[1].attributes["cpu.logical_number"], "1");
+        let now_ms = now / 1_000_000;
+        let q = st.query(&[0, 1, 99], now_ms - 1000, now_ms + 1000, 1);
+        assert_eq!(q.len(), 2, "unknown ids are left out");
+        assert_eq!(q[0].mean, vec![0.5, 0.75]);
+    }
+
+    #[test]
+    fn counters_become_rates() {
+        let st = LiveStore::new();
+        let now = now_ns();
+        let c = series("system.network.io", MetricKind::Counter, &[]);
+        st.ingest(&batch(
+            "s",
+            vec![
+                (c.clone(), now, 1000.0),
+                (c.clone(), now + 500_000_000, 1500.0),
+                (c, now + 1_000_000_000, 2500.0),
+            ],
+        ));
+        let m = &st.list()[0];
+        assert!(m.rate);
+        assert_eq!(m.unit, "By/s");
+        let now_ms = now / 1_000_000;
+        let q = st.query(&[0], now_ms, now_ms + 2000, 1);
+        assert_eq!(q[0].mean, vec![1000.0, 2000.0]);
+    }
+
+    #[test]
+    fn buckets_keep_min_max_mean_and_are_aligned() {
+        let pts: VecDeque<(u32, f32)> = (0..100).map(|i| (i * 10, i as f32)).collect();
+        let b = downsample(7, &pts, 1_000, 1_000, 2_000, 100);
+        assert_eq!(b.t.len(), 10);
+        assert_eq!(b.t[0], 1_000);
+        assert_eq!(b.t[1], 1_100);
+        assert_eq!((b.min[0], b.max[0], b.mean[0]), (0.0, 9.0, 4.5));
+        // A window starting mid-bucket still reports the bucket by its aligned start.
+        let b = downsample(7, &pts, 1_000, 1_050, 1_250, 100);
+        assert_eq!(b.t, vec![1_000, 1_100, 1_200]);
+        assert_eq!(b.min[0], 5.0);
+        assert_eq!(bucket_width(0, 3_600_000, 1_000), 3_600);
+        assert_eq!(bucket_width(5, 5, 1_000), 1);
+    }
+
+    #[test]
+    fn an_hour_of_100ms_points_is_bounded_and_downsampled() {
+        let st = LiveStore::new();
+        let now = now_ns();
+        let s = series("g", MetricKind::Gauge, &[]);
+        let start = now - RETENTION_MS * 1_000_000;
+        for chunk in 0..(MAX_POINTS as u64 + 500) / 100 {
+            let pts = (0..100)
+                .map(|i| (s.clone(), start + (chunk * 100 + i) * 100_000_000, (i % 10) as f64))
+                .collect();
+            st.ingest(&batch("s", pts));
+        }
+        let stats = st.stats();
+        assert!(stats.points <= MAX_POINTS, "{stats:?}");
+        let from = start / 1_000_000;
+        let to = now / 1_000_000 + 60_000;
+        let w = bucket_width(from, to, 1_000);
+        let q = st.query(&[0], from, to, w);
+        assert!(q[0].t.len() <= 1_001, "{}", q[0].t.len());
+        assert!(q[0].t.len() > 900);
+        assert_eq!((q[0].min[5], q[0].max[5]), (0.0, 9.0));
+    }
+
+    #[test]
+    fn out_of_order_points_are_counted_not_stored() {
+        let st = LiveStore::new();
+        let now = now_ns();
+        let s = series("g", MetricKind::Gauge, &[]);
+        st.ingest(&batch("s", vec![(s.clone(), now, 1.0), (s, now - 1_000_000_000, 2.0)]));
+        assert_eq!(st.stats().out_of_order, 1);
+        assert_eq!(st.stats().points, 1);
+    }
+}

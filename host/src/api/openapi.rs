@@ -1,0 +1,406 @@
+//! The OpenAPI 3.1 document the host serves at `GET /api/openapi.json`,
+//! written by hand in one place. To document a new route, add one `op(...)`
+//! line to [`document`]; a unit test below fails when a route the router
+//! serves (any `.route(...)` in `api/`) is missing here, and the end-to-end
+//! test `tests/tests/http_api.rs` calls every documented operation against the
+//! real binary and fails on a 404 or 405.
+
+use serde_json::{Map, Value, json};
+
+/// Path parameters: (name, description, example used by the tests).
+type Param = (&'static str, &'static str, &'static str);
+
+const NAME: Param = ("name", "plugin name: ^[a-z0-9][a-z0-9_-]{0,63}$", "echo");
+
+struct Op {
+    method: &'static str,
+    path: &'static str,
+    summary: &'static str,
+    params: Vec<Param>,
+    query: Vec<(&'static str, &'static str, &'static str)>,
+    body: Option<(&'static str, &'static str)>,
+    responses: Vec<(u16, &'static str)>,
+    /// Needs `Authorization: Bearer <api.token>` when a token is set.
+    changes_state: bool,
+}
+
+fn op(method: &'static str, path: &'static str, summary: &'static str) -> Op {
+    Op {
+        method,
+        path,
+        summary,
+        params: Vec::new(),
+        query: Vec::new(),
+        body: None,
+        responses: vec![(200, "OK")],
+        changes_state: !matches!(method, "get" | "head"),
+    }
+}
+
+impl Op {
+    fn param(mut self, p: Param) -> Self {
+        self.params.push(p);
+        self
+    }
+    fn query(mut self, name: &'static str, ty: &'static str, desc: &'static str) -> Self {
+        self.query.push((name, ty, desc));
+        self
+    }
+    fn body(mut self, content_type: &'static str, desc: &'static str) -> Self {
+        self.body = Some((content_type, desc));
+        self
+    }
+    fn responses(mut self, r: &[(u16, &'static str)]) -> Self {
+        self.responses = r.to_vec();
+        self
+    }
+}
+
+fn operations() -> Vec<Op> {
+    let cfg_errors: &[(u16, &str)] = &[
+        (
+            200,
+            "applied: the new config (redacted), what was applied, plugins reloaded",
+        ),
+        (400, "the body is not JSON"),
+        (401, "missing or wrong bearer token (when a token is set)"),
+        (409, "a key that is read only at startup changed: needs a restart"),
+        (413, "body over 4 MiB"),
+        (
+            422,
+            "invalid (unknown key, wrong type, out of range) or refused by a plugin or the exporter; nothing changed",
+        ),
+    ];
+    let selector = |o: Op| {
+        o.query("ids", "string", "comma-separated series ids")
+            .query("plugin", "string", "series emitted by this plugin")
+            .query("scope", "string", "series of this instrumentation scope")
+            .query("name", "string", "metric name prefix")
+    };
+    vec![
+        op("get", "/", "the dashboard page"),
+        op("get", "/assets/{path}", "a dashboard file (script, style)")
+            .param(("path", "file under web/dist/assets/", "app.js"))
+            .responses(&[(200, "the file"), (404, "no such file")]),
+        op("get", "/api/openapi.json", "this document"),
+        op(
+            "post",
+            "/api/ingest",
+            "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events (see host/src/ingest/json.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
+        )
+        .body("application/json", "{origin, progress[], timings[], points[], events[], heartbeats[], node_events[]}")
+        .responses(&[
+            (202, "accepted: {\"accepted\": rows}"),
+            (400, "malformed JSON or an unknown field (with line and column)"),
+            (401, "missing or wrong bearer token (when a token is set)"),
+            (413, "body over ingest.max_body_bytes"),
+            (415, "not application/json"),
+            (422, "an invalid value, naming the row and field"),
+            (429, "the ingest queue is full; retry after a second"),
+        ]),
+        op("get", "/api/ingest", "ingest counters per source (otlp, json, agent) and the hub's queue"),
+        op(
+            "get",
+            "/api/health",
+            "liveness: always {\"status\":\"ok\"} while the process serves",
+        ),
+        op("get", "/api/ready", "readiness").responses(&[(200, "ready"), (503, "still loading plugins")]),
+        op(
+            "get",
+            "/api/status",
+            "version, sampling period and its error, export counters, plugins in brief",
+        ),
+        op(
+            "get",
+            "/api/config",
+            "the running configuration; secrets read as \"<redacted>\"",
+        ),
+        op(
+            "put",
+            "/api/config",
+            "replace the whole configuration (validated, applied atomically)",
+        )
+        .body(
+            "application/json",
+            "the whole config; \"<redacted>\" keeps a secret's running value",
+        )
+        .responses(cfg_errors),
+        op(
+            "patch",
+            "/api/config",
+            "change part of the configuration with a JSON merge patch (RFC 7396)",
+        )
+        .body("application/merge-patch+json", "e.g. {\"sampler\":{\"period_ms\":50}}")
+        .responses(cfg_errors),
+        op(
+            "get",
+            "/api/plugins",
+            "every plugin: state, reason, version, traps, restarts, self-metrics",
+        ),
+        op("get", "/api/plugins/{name}", "one plugin")
+            .param(NAME)
+            .responses(&[(200, "the plugin's status"), (404, "no such plugin")]),
+        op(
+            "get",
+            "/api/plugins/{name}/{rest}",
+            "a route of the plugin, answered by its on-request hook",
+        )
+        .param(NAME)
+        .param(("rest", "the plugin's own path", "restarts"))
+        .responses(&[
+            (200, "the plugin's answer (any status)"),
+            (503, "the plugin is not running"),
+        ]),
+        op(
+            "post",
+            "/api/plugins/{name}/{rest}",
+            "a route of the plugin, answered by its on-request hook",
+        )
+        .param(NAME)
+        .param(("rest", "the plugin's own path", "echo"))
+        .body("application/octet-stream", "passed to the plugin")
+        .responses(&[(200, "the plugin's answer (any status)"), (401, "no token")]),
+        op(
+            "put",
+            "/api/plugins/{name}/{rest}",
+            "a route of the plugin, answered by its on-request hook",
+        )
+        .param(NAME)
+        .param(("rest", "the plugin's own path", "state/k"))
+        .body("application/octet-stream", "passed to the plugin")
+        .responses(&[(200, "the plugin's answer (any status)"), (401, "no token")]),
+        op(
+            "delete",
+            "/api/plugins/{name}/{rest}",
+            "a route of the plugin, answered by its on-request hook",
+        )
+        .param(NAME)
+        .param(("rest", "the plugin's own path", "state/k"))
+        .responses(&[(200, "the plugin's answer (any status)"), (401, "no token")]),
+        op(
+            "patch",
+            "/api/plugins/{name}/{rest}",
+            "a route of the plugin, answered by its on-request hook",
+        )
+        .param(NAME)
+        .param(("rest", "the plugin's own path", "x"))
+        .responses(&[(200, "the plugin's answer (any status)"), (401, "no token")]),
+        op(
+            "put",
+            "/api/admin/plugins/{name}",
+            "upload a plugin component (written atomically into the plugins directory and loaded)",
+        )
+        .param(("name", "plugin name: ^[a-z0-9][a-z0-9_-]{0,63}$", "uploaded"))
+        .body("application/wasm", "the component's bytes, at most 32 MiB")
+        .responses(&[
+            (201, "a new plugin, loaded (the body has its status)"),
+            (200, "a plugin replaced"),
+            (400, "invalid name"),
+            (401, "no token"),
+            (413, "over 32 MiB"),
+            (
+                422,
+                "not a WebAssembly file, or it failed to load (the reason is in the status)",
+            ),
+        ]),
+        op(
+            "delete",
+            "/api/admin/plugins/{name}",
+            "remove a plugin's file (it is unloaded)",
+        )
+        .param(("name", "plugin name", "uploaded"))
+        .responses(&[
+            (204, "removed"),
+            (400, "invalid name"),
+            (401, "no token"),
+            (404, "no such file"),
+        ]),
+        op(
+            "post",
+            "/api/admin/plugins/{name}/{action}",
+            "enable, disable (config plugin.<name>.enabled) or reload a plugin",
+        )
+        .param(NAME)
+        .param(("action", "enable | disable | reload", "reload"))
+        .responses(&[
+            (200, "done: the plugin's status"),
+            (400, "invalid name"),
+            (401, "no token"),
+            (404, "no such plugin file or action"),
+        ]),
+        op(
+            "get",
+            "/api/decisions",
+            "the latest decision per plugin, kind and subject",
+        )
+        .query("plugin", "string", "only this plugin's"),
+        selector(op(
+            "get",
+            "/api/series",
+            "series in the live store (the last hour of every metric plugins emit)",
+        )),
+        selector(op(
+            "get",
+            "/api/series/data",
+            "history of series, downsampled to min/max/mean per bucket",
+        ))
+        .query(
+            "from",
+            "integer",
+            "start, ms since the Unix epoch (default to - window_s)",
+        )
+        .query("to", "integer", "end, ms since the Unix epoch (default now)")
+        .query(
+            "window_s",
+            "integer",
+            "window when from is absent, 1..=3600 (default 300)",
+        )
+        .query(
+            "max_points",
+            "integer",
+            "most buckets per series, 1..=10000 (default 1000)",
+        )
+        .responses(&[
+            (200, "{from, to, bucket_ms, data: [{id, t, min, max, mean}]}"),
+            (400, "a bad parameter"),
+        ]),
+        selector(op(
+            "get",
+            "/api/stream",
+            "live metrics and plugin decisions as server-sent events",
+        ))
+        .query("window_s", "integer", "the window shown, 1..=3600 (default 300)")
+        .query(
+            "max_points",
+            "integer",
+            "buckets per series over the window (default 1000)",
+        )
+        .query(
+            "interval_ms",
+            "integer",
+            "time between increments, 100..=60000 (default 1000)",
+        )
+        .responses(&[
+            (
+                200,
+                "text/event-stream: one `snapshot` event, then `append` events with only new buckets",
+            ),
+            (400, "a bad parameter"),
+        ]),
+    ]
+}
+
+/// The whole document.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for o in operations() {
+        let mut params: Vec<Value> = o
+            .params
+            .iter()
+            .map(|(n, d, ex)| json!({"name": n, "in": "path", "required": true, "description": d, "schema": {"type": "string"}, "example": ex}))
+            .collect();
+        params.extend(o.query.iter().map(
+            |(n, t, d)| json!({"name": n, "in": "query", "required": false, "description": d, "schema": {"type": t}}),
+        ));
+        let mut responses = Map::new();
+        for (code, d) in &o.responses {
+            responses.insert(code.to_string(), json!({"description": d}));
+        }
+        let mut v = json!({"summary": o.summary, "responses": responses});
+        if !params.is_empty() {
+            v["parameters"] = params.into();
+        }
+        if let Some((ct, d)) = o.body {
+            v["requestBody"] = json!({"description": d, "content": {ct: {}}});
+        }
+        if o.changes_state {
+            v["security"] = json!([{"bearer": []}]);
+        }
+        let entry = paths.entry(o.path.to_string()).or_insert_with(|| json!({}));
+        entry[o.method] = v;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "sonde",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The HTTP API of the sonde host. Binds to loopback by default; when api.token is set \
+                (required beyond loopback) every request but GET/HEAD needs Authorization: Bearer <token> \
+                and is refused with 401 without it. Errors are JSON: {error, key?, reason?, errors?}.",
+        },
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": paths,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (method, path) of every `.route(...)` call in the API's router.
+    fn served() -> Vec<(String, String)> {
+        // The API's own routes and the JSON ingest merged onto it in run.rs.
+        let src = concat!(include_str!("mod.rs"), include_str!("../ingest/json.rs"));
+        let mut out = Vec::new();
+        for (at, _) in src.match_indices(".route(") {
+            let rest = src[at + 7..].trim_start();
+            let Some(rest) = rest.strip_prefix('"') else { continue };
+            let (path, rest) = rest.split_once('"').unwrap();
+            // The handler expression: up to the `)` closing `.route(`.
+            let mut depth = 1;
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map(|(i, _)| i)
+                .unwrap();
+            let expr = &rest[..end];
+            let path = path.replace("{*rest}", "{rest}").replace("{*path}", "{path}");
+            for m in ["get", "post", "put", "patch", "delete", "any"] {
+                for (pos, _) in expr.match_indices(&format!("{m}(")) {
+                    let before = expr[..pos].chars().last().unwrap_or(' ');
+                    if before.is_alphanumeric() || before == '_' || before == ':' {
+                        continue;
+                    }
+                    let methods: &[&str] = if m == "any" {
+                        &["get", "post", "put", "delete", "patch"]
+                    } else {
+                        &[m]
+                    };
+                    out.extend(methods.iter().map(|mm| (mm.to_string(), path.clone())));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_served_route_is_documented() {
+        let doc = document();
+        let served = served();
+        assert!(served.len() >= 20, "{served:?}");
+        for (m, p) in &served {
+            assert!(
+                doc["paths"][p][m].is_object(),
+                "{} {p} is served but not in the OpenAPI document",
+                m.to_uppercase()
+            );
+        }
+        // And nothing is documented that is not served.
+        for (p, ops) in doc["paths"].as_object().unwrap() {
+            for m in ops.as_object().unwrap().keys() {
+                assert!(
+                    served.iter().any(|(sm, sp)| sm == m && sp == p),
+                    "{} {p} is documented but not served",
+                    m.to_uppercase()
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! Series history and the live stream, served from the [`LiveStore`].
+//!
+//! - `GET /api/series`: every series kept (id, scope, plugin, name, unit, attributes).
+//! - `GET /api/series/data`: history of some series, downsampled to at most `max_points` buckets.
+//! - `GET /api/stream`: server-sent events. One `snapshot` (the window, downsampled),
+//!   then every `interval_ms` an `append` with only what is new: the buckets from the last
+//!   one sent onwards (the first of them replaces the client's last bucket when their
+//!   times are equal), metadata of series that appeared, and new plugin decisions.
+
+// Handlers return an axum `Response` as their error: the idiom, and never on a hot path.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::live::{Buckets, LiveStore, SeriesMeta, bucket_width};
+use super::{Api, bad_request};
+use crate::model::now_ns;
+use crate::plugin::DecisionBoard;
+
+/// Which series a request is about; every given filter must match.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Selector {
+    /// Comma-separated series ids.
+    pub ids: Option<String>,
+    /// Series emitted by this plugin.
+    pub plugin: Option<String>,
+    /// Series of this instrumentation scope (e.g. `sonde.host`).
+    pub scope: Option<String>,
+    /// Series whose metric name starts with this.
+    pub name: Option<String>,
+}
+
+struct Filter {
+    ids: Option<Vec<u32>>,
+    sel: Selector,
+}
+
+impl Filter {
+    fn new(sel: Selector) -> Result<Self, String> {
+        let ids = match &sel.ids {
+            Some(s) if !s.trim().is_empty() => Some(
+                s.split(',')
+                    .map(|x| {
+                        x.trim()
+                            .parse::<u32>()
+                            .map_err(|_| format!("ids: {x:?} is not a series id"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            _ => None,
+        };
+        Ok(Filter { ids, sel })
+    }
+
+    fn matches(&self, m: &SeriesMeta) -> bool {
+        self.ids.as_ref().is_none_or(|ids| ids.contains(&m.id))
+            && self
+                .sel
+                .plugin
+                .as_ref()
+                .is_none_or(|p| m.plugin.as_deref() == Some(p.as_str()))
+            && self.sel.scope.as_ref().is_none_or(|s| &m.scope == s)
+            && self.sel.name.as_ref().is_none_or(|n| m.name.starts_with(n.as_str()))
+    }
+}
+
+pub async fn list(State(api): State<Api>, Query(sel): Query<Selector>) -> Response {
+    let f = match Filter::new(sel) {
+        Ok(f) => f,
+        Err(e) => return bad_request("ids", e),
+    };
+    let series: Vec<_> = api
+        .live
+        .list()
+        .into_iter()
+        .filter(|m| f.matches(m))
+        .map(|m| {
+            let last = api.live.last_ms(m.id);
+            let mut v = serde_json::to_value(m).unwrap_or_default();
+            v["last_ms"] = json!(last);
+            v
+        })
+        .collect();
+    axum::Json(json!({"series": series, "store": api.live.stats()})).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataQuery {
+    #[serde(flatten)]
+    sel: Selector,
+    /// Start, ms since the Unix epoch (default: `to - window_s`).
+    from: Option<u64>,
+    /// End, ms since the Unix epoch (default: now).
+    to: Option<u64>,
+    /// Window length when `from` is not given (default 300).
+    window_s: Option<u64>,
+    /// Most buckets per series (default 1000, at most 10 000).
+    max_points: Option<usize>,
+}
+
+/// The query string, or 400 naming what is wrong with it.
+fn parse<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Response> {
+    q.map(|Query(q)| q).map_err(|e| bad_request("query", e.body_text()))
+}
+
+/// (most buckets per series, window in ms), checked.
+fn check_window(max_points: Option<usize>, window_s: Option<u64>) -> Result<(usize, u64), Response> {
+    let n = max_points.unwrap_or(1000);
+    if !(1..=super::live::MAX_BUCKETS).contains(&n) {
+        let reason = format!("{n} is out of range 1..={}", super::live::MAX_BUCKETS);
+        return Err(bad_request("max_points", reason));
+    }
+    match window_s.unwrap_or(300) {
+        w @ 1..=3600 => Ok((n, w * 1000)),
+        w => Err(bad_request("window_s", format!("{w} is out of range 1..=3600"))),
+    }
+}
+
+pub async fn data(State(api): State<Api>, q: Result<Query<DataQuery>, QueryRejection>) -> Response {
+    data_of(&api, q).unwrap_or_else(|r| r)
+}
+
+fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Result<Response, Response> {
+    let q = parse(q)?;
+    let (max_points, window) = check_window(q.max_points, q.window_s)?;
+    let to = q.to.unwrap_or(now_ns() / 1_000_000);
+    let from = q.from.unwrap_or(to.saturating_sub(window));
+    if from > to {
+        return Err(bad_request("from", "must not be after `to`"));
+    }
+    let f = Filter::new(q.sel).map_err(|e| bad_request("ids", e))?;
+    let ids: Vec<u32> = api.live.list().iter().filter(|m| f.matches(m)).map(|m| m.id).collect();
+    let w = bucket_width(from, to, max_points);
+    let data = api.live.query(&ids, from, to, w);
+    // Typed, not `json!`: f32 values then print as f32 (0.25, not 0.25000000372529).
+    #[derive(serde::Serialize)]
+    struct Resp {
+        from: u64,
+        to: u64,
+        bucket_ms: u64,
+        data: Vec<Buckets>,
+    }
+    Ok(axum::Json(Resp {
+        from,
+        to,
+        bucket_ms: w,
+        data,
+    })
+    .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    #[serde(flatten)]
+    sel: Selector,
+    /// The window the client shows (default 300 s, at most 3600).
+    window_s: Option<u64>,
+    /// Most buckets per series over the window (default 1000).
+    max_points: Option<usize>,
+    /// How often increments are sent (default 1000 ms, 100..=60000).
+    interval_ms: Option<u64>,
+}
+
+pub async fn stream(State(api): State<Api>, q: Result<Query<StreamQuery>, QueryRejection>) -> Response {
+    stream_of(&api, q).unwrap_or_else(|r| r)
+}
+
+fn stream_of(api: &Api, q: Result<Query<StreamQuery>, QueryRejection>) -> Result<Response, Response> {
+    let q = parse(q)?;
+    let (max_points, window) = check_window(q.max_points, q.window_s)?;
+    let interval = q.interval_ms.unwrap_or(1000);
+    if !(100..=60_000).contains(&interval) {
+        let reason = format!("{interval} is out of range 100..=60000");
+        return Err(bad_request("interval_ms", reason));
+    }
+    let plugin = q.sel.plugin.clone();
+    let filter = Filter::new(q.sel).map_err(|e| bad_request("ids", e))?;
+    let state = Feed {
+        live: api.live.clone(),
+        decisions: api.app.plugins.decisions().clone(),
+        plugin,
+        filter,
+        window,
+        bucket: bucket_width(0, window, max_points),
+        cursors: HashMap::new(),
+        last_decision_ns: 0,
+        tick: None,
+        interval: Duration::from_millis(interval),
+    };
+    let events = futures_util::stream::unfold(state, |mut st| async move {
+        let ev = st.next().await;
+        Some((Ok::<_, Infallible>(ev), st))
+    });
+    Ok((
+        StatusCode::OK,
+        [("x-accel-buffering", "no")],
+        Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))),
+    )
+        .into_response())
+}
+
+/// One event's data.
+#[derive(serde::Serialize)]
+struct Frame {
+    now_ms: u64,
+    window_ms: u64,
+    bucket_ms: u64,
+    /// Series not announced before (all of them in the snapshot).
+    series: Vec<SeriesMeta>,
+    data: Vec<Buckets>,
+    /// Decisions made since the last event.
+    decisions: Vec<crate::plugin::DecisionEntry>,
+}
+
+/// One client's position in the stream.
+struct Feed {
+    live: Arc<LiveStore>,
+    decisions: DecisionBoard,
+    plugin: Option<String>,
+    filter: Filter,
+    window: u64,
+    bucket: u64,
+    /// Per series: (start of the last bucket sent, time of the newest point sent).
+    cursors: HashMap<u32, (u64, u64)>,
+    last_decision_ns: u64,
+    tick: Option<tokio::time::Interval>,
+    interval: Duration,
+}
+
+impl Feed {
+    async fn next(&mut self) -> Event {
+        let first = self.tick.is_none();
+        match &mut self.tick {
+            None => {
+                let mut t = tokio::time::interval(self.interval);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                t.tick().await;
+                self.tick = Some(t);
+            }
+            Some(t) => {
+                t.tick().await;
+            }
+        }
+        let now = now_ns() / 1_000_000;
+        let from = now.saturating_sub(self.window);
+        // Series seen for the first time (all of them in the snapshot).
+        let new_meta: Vec<SeriesMeta> = self
+            .live
+            .list()
+            .into_iter()
+            .filter(|m| !self.cursors.contains_key(&m.id) && self.filter.matches(m))
+            .collect();
+        for m in &new_meta {
+            self.cursors.insert(m.id, (from / self.bucket * self.bucket, 0));
+        }
+        let mut data: Vec<Buckets> = Vec::new();
+        for (&id, cur) in self.cursors.iter_mut() {
+            let Some(last) = self.live.last_ms(id) else { continue };
+            if last <= cur.1 {
+                continue;
+            }
+            let b = self.live.query(&[id], cur.0.max(from), now, self.bucket).pop();
+            if let Some(b) = b
+                && let Some(&t) = b.t.last()
+            {
+                *cur = (t, last);
+                data.push(b);
+            }
+        }
+        data.sort_by_key(|b| b.id);
+        let decisions: Vec<_> = self
+            .decisions
+            .list(self.plugin.as_deref())
+            .into_iter()
+            .filter(|d| d.time_ns > self.last_decision_ns)
+            .collect();
+        if let Some(t) = decisions.iter().map(|d| d.time_ns).max() {
+            self.last_decision_ns = t;
+        }
+        let frame = Frame {
+            now_ms: now,
+            window_ms: self.window,
+            bucket_ms: self.bucket,
+            series: new_meta,
+            data,
+            decisions,
+        };
+        Event::default()
+            .event(if first { "snapshot" } else { "append" })
+            .data(serde_json::to_string(&frame).unwrap_or_default())
+    }
+}

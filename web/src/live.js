@@ -1,0 +1,225 @@
+// The live feed (server-sent events from /api/stream) and the charts it feeds.
+//
+// The server sends one `snapshot` (the window in buckets of min/max/mean),
+// then `append` events holding only the buckets from the last one it sent
+// onwards. The feed merges them into per-series arrays (replace the last
+// bucket when its time repeats, append the rest, drop what left the window)
+// and tells the charts which series changed. Each chart keeps its own aligned
+// table and updates it the same way: nothing is ever rebuilt from scratch on
+// an update, so an hour of 100 ms data costs the same per update as a minute.
+import uPlot from 'uplot';
+import 'uplot/dist/uPlot.min.css';
+import { formatter } from './api.js';
+
+export class Feed {
+  constructor() {
+    this.meta = new Map(); // id -> series metadata
+    this.data = new Map(); // id -> {t, mean, min, max}
+    this.listeners = new Set();
+    this.events = 0;
+    this.buckets = 0;
+    this.windowS = 300;
+    this.decisions = [];
+  }
+
+  start(windowS) {
+    this.windowS = windowS;
+    if (this.source) this.source.close();
+    this.meta.clear();
+    this.data.clear();
+    const maxPoints = 1000;
+    this.source = new EventSource(`/api/stream?window_s=${windowS}&max_points=${maxPoints}&interval_ms=1000`);
+    const on = (kind) => (ev) => this.receive(kind, JSON.parse(ev.data));
+    this.source.addEventListener('snapshot', on('snapshot'));
+    this.source.addEventListener('append', on('append'));
+  }
+
+  receive(kind, msg) {
+    this.events++;
+    for (const m of msg.series) this.meta.set(m.id, m);
+    const changed = new Set();
+    const horizon = msg.now_ms - msg.window_ms;
+    for (const b of msg.data) {
+      this.buckets += b.t.length;
+      let d = this.data.get(b.id);
+      if (!d) { d = { t: [], mean: [], min: [], max: [] }; this.data.set(b.id, d); }
+      mergeBuckets(d, b, ['mean', 'min', 'max']);
+      trimBefore(d, horizon, ['mean', 'min', 'max']);
+      changed.add(b.id);
+    }
+    this.decisions.push(...msg.decisions);
+    if (this.decisions.length > 500) this.decisions.splice(0, this.decisions.length - 500);
+    for (const f of this.listeners) f(kind, changed, msg);
+  }
+
+  series(pred) {
+    return [...this.meta.values()].filter(pred).sort((a, b) => a.id - b.id);
+  }
+}
+
+// Appends buckets `b` ({t, <cols>}) to `d`; a first bucket at d's last time replaces it.
+function mergeBuckets(d, b, cols) {
+  let i = 0;
+  const n = d.t.length;
+  if (n && b.t.length && b.t[0] <= d.t[n - 1]) {
+    // Replace from the first bucket whose time is >= b.t[0] (normally just the last).
+    let k = n - 1;
+    while (k > 0 && d.t[k - 1] >= b.t[0]) k--;
+    d.t.length = k;
+    for (const c of cols) d[c].length = k;
+  }
+  for (; i < b.t.length; i++) {
+    d.t.push(b.t[i]);
+    for (const c of cols) d[c].push(b[c][i]);
+  }
+}
+
+function trimBefore(d, horizon, cols) {
+  let k = 0;
+  while (k < d.t.length && d.t[k] < horizon) k++;
+  if (k) {
+    d.t.splice(0, k);
+    for (const c of cols) d[c].splice(0, k);
+  }
+}
+
+const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+
+// A time chart of several series of the feed (their mean per bucket).
+export class TimeChart {
+  constructor(parent, feed, { title, match, label, unit, height = 180, width }) {
+    this.feed = feed;
+    this.match = match;
+    this.label = label;
+    this.unit = unit;
+    this.title = title;
+    this.height = height;
+    this.width = width;
+    this.ids = [];
+    this.updates = 0;
+    this.box = document.createElement('div');
+    this.box.className = 'chart';
+    this.box.dataset.title = title;
+    this.box.dataset.updates = '0';
+    this.box.dataset.points = '0';
+    parent.append(this.box);
+    this.onFeed = (kind, changed) => this.update(kind, changed);
+    feed.listeners.add(this.onFeed);
+    this.rebuild();
+  }
+
+  destroy() {
+    this.feed.listeners.delete(this.onFeed);
+    if (this.plot) this.plot.destroy();
+    this.box.remove();
+  }
+
+  rebuild() {
+    this.ids = this.feed.series(this.match).map((m) => m.id);
+    if (this.plot) { this.plot.destroy(); this.plot = null; }
+    this.box.hidden = this.ids.length === 0;
+    if (!this.ids.length) return;
+    // The aligned table: union of bucket times, one column per series.
+    const cols = this.ids.map((id) => this.feed.data.get(id) || { t: [], mean: [] });
+    const ts = [...new Set(cols.flatMap((c) => c.t))].sort((a, b) => a - b);
+    const index = new Map(ts.map((t, i) => [t, i]));
+    this.x = ts.map((t) => t / 1000);
+    this.ys = cols.map((c) => {
+      const y = new Array(ts.length).fill(null);
+      c.t.forEach((t, i) => { y[index.get(t)] = c.mean[i]; });
+      return y;
+    });
+    // Where each series' data ends: updates start from there.
+    this.lastSeen = new Map(this.ids.map((id, i) => [id, cols[i].t.length ? cols[i].t[cols[i].t.length - 1] : -Infinity]));
+    const fmt = formatter(this.unit);
+    const pw = this.box.parentElement.clientWidth || 1200;
+    const width = this.width || Math.max(320, Math.floor(pw / 2) - 24);
+    this.plot = new uPlot({
+      title: this.title,
+      width,
+      height: this.height,
+      scales: { x: { time: true } },
+      axes: [{}, { values: (u, vals) => vals.map(fmt), size: 70 }],
+      series: [{}, ...this.ids.map((id, i) => ({
+        label: this.label(this.feed.meta.get(id)),
+        stroke: PALETTE[i % PALETTE.length],
+        width: 1.5,
+        spanGaps: true,
+        points: { show: false },
+        value: (u, v) => fmt(v),
+      }))],
+      cursor: { drag: { x: false, y: false } },
+    }, [this.x, ...this.ys], this.box);
+    this.redrawn();
+  }
+
+  update(kind, changed) {
+    const ids = this.feed.series(this.match).map((m) => m.id);
+    if (kind === 'snapshot' || ids.length !== this.ids.length) { this.rebuild(); return; }
+    let touched = false;
+    this.ids.forEach((id, col) => {
+      if (!changed.has(id)) return;
+      const d = this.feed.data.get(id);
+      // Only the tail can have changed: walk back to the first row at or after
+      // the series' earliest bucket that may be new (the one the server resent).
+      const last = this.lastSeen.get(id) ?? -Infinity;
+      let i = d.t.length - 1;
+      while (i > 0 && d.t[i - 1] >= last) i--;
+      for (; i < d.t.length; i++) this.put(d.t[i] / 1000, col, d.mean[i]);
+      this.lastSeen.set(id, d.t[d.t.length - 1]);
+      touched = true;
+    });
+    if (!touched) return;
+    const horizon = Date.now() / 1000 - this.feed.windowS;
+    let k = 0;
+    while (k < this.x.length && this.x[k] < horizon) k++;
+    if (k) { this.x.splice(0, k); for (const y of this.ys) y.splice(0, k); }
+    this.plot.setData([this.x, ...this.ys]);
+    this.redrawn();
+  }
+
+  // Sets row x (appending a row, or finding it near the end) in column `col`.
+  put(x, col, v) {
+    let r = this.x.length - 1;
+    while (r >= 0 && this.x[r] > x) r--;
+    if (r < 0 || this.x[r] !== x) {
+      r += 1;
+      this.x.splice(r, 0, x);
+      for (const y of this.ys) y.splice(r, 0, null);
+    }
+    this.ys[col][r] = v;
+  }
+
+  redrawn() {
+    this.updates++;
+    this.box.dataset.updates = String(this.updates);
+    this.box.dataset.points = String(this.x ? this.x.length : 0);
+  }
+}
+
+// A chart of arbitrary aligned data (x not time), e.g. timings per batch.
+export function barChart(parent, { title, xLabel, names, x, ys, unit, stacked = true }) {
+  const fmt = formatter(unit);
+  // Stacked: each series is drawn at the cumulative height, the tallest first.
+  const cum = [];
+  let acc = x.map(() => 0);
+  for (const y of ys) { acc = acc.map((a, i) => a + (y[i] || 0)); cum.push(acc); }
+  const order = stacked ? cum.map((_, i) => i).reverse() : ys.map((_, i) => i);
+  const data = [x, ...order.map((i) => (stacked ? cum[i] : ys[i]))];
+  const bars = uPlot.paths.bars({ size: [0.8, 40] });
+  return new uPlot({
+    title,
+    width: Math.max(400, parent.clientWidth - 24),
+    height: 320,
+    scales: { x: { time: false } },
+    axes: [{ label: xLabel }, { values: (u, vals) => vals.map(fmt), size: 70 }],
+    series: [{ label: xLabel }, ...order.map((i) => ({
+      label: names[i],
+      stroke: PALETTE[i % PALETTE.length],
+      fill: PALETTE[i % PALETTE.length] + 'cc',
+      paths: bars,
+      points: { show: false },
+      value: (u, v, s, idx) => fmt(ys[i][idx]),
+    }))],
+  }, data, parent);
+}
