@@ -3,8 +3,9 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
-# the Python packages the end-to-end tests use (a real OTLP collector)
+# the Python packages the end-to-end tests use: a real OTLP collector, the official OpenTelemetry SDK
 rotel := "rotel==0.0.1a15"
+otel := "opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2"
 
 default:
     @just --list
@@ -12,7 +13,7 @@ default:
 # install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests)
 setup:
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
-    python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}"
+    python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
 
 # the dashboard: npm packages pinned by web/package-lock.json (installed again only when it changes), bundled into web/dist/
