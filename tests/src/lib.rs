@@ -175,6 +175,17 @@ impl Sonde {
         let api = format!("127.0.0.1:{port}");
         let out = dir.join("sonde.out");
         let f = std::fs::File::create(&out).unwrap();
+        // The OTLP receivers default to the well-known ports 4317/4318, which
+        // tests running in parallel would fight over: off unless asked for.
+        let mut receivers: Vec<&str> = Vec::new();
+        if !args.iter().any(|a| a.contains("ingest.otlp")) {
+            receivers.extend([
+                "--set",
+                "ingest.otlp_grpc_listen=\"off\"",
+                "--set",
+                "ingest.otlp_http_listen=\"off\"",
+            ]);
+        }
         let child = Command::new(sonde_bin())
             .arg("--data-dir")
             .arg(&data)
@@ -183,6 +194,7 @@ impl Sonde {
             .arg("--sinks-dir")
             .arg(dir.join("sinks"))
             .args(["--listen", &api])
+            .args(&receivers)
             .args(args.iter().map(|a| a.replace("{port}", &port.to_string())))
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .stdin(Stdio::null())
@@ -334,4 +346,173 @@ pub fn parse_rotel_metrics(log: &str) -> Vec<SeenMetric> {
         }
     }
     out
+}
+
+/// One data point of a metric, with its timestamp, as rotel's detailed debug log prints it.
+#[derive(Debug, Default, Clone)]
+pub struct SeenPoint {
+    pub name: String,
+    /// Data point attributes, "k=v" sorted.
+    pub attrs: Vec<String>,
+    pub time_ns: u64,
+    pub value: f64,
+}
+
+impl SeenPoint {
+    pub fn has(&self, attr: &str) -> bool {
+        self.attrs.iter().any(|a| a == attr)
+    }
+}
+
+/// Every number data point in rotel's detailed debug output, with its timestamp.
+pub fn parse_rotel_points(log: &str) -> Vec<SeenPoint> {
+    let mut out = Vec::new();
+    let mut name = String::new();
+    let mut cur: Option<SeenPoint> = None;
+    for line in log.lines() {
+        let t = line.trim();
+        if t.starts_with("Metric #") || t.starts_with("ResourceMetrics #") || t.starts_with("ResourceLog") {
+            cur = None;
+        } else if let Some(v) = t.strip_prefix("-> Name: ")
+            && cur.is_none()
+        {
+            name = v.to_string();
+        } else if t.starts_with("NumberDataPoints #") {
+            cur = Some(SeenPoint {
+                name: name.clone(),
+                ..Default::default()
+            });
+        } else if let Some(p) = cur.as_mut() {
+            if let Some(v) = t.strip_prefix("Timestamp: ") {
+                p.time_ns = v.parse().unwrap_or(0);
+            } else if let Some(v) = t.strip_prefix("Value: ") {
+                p.value = v.parse().unwrap_or(f64::NAN);
+                p.attrs.sort();
+                out.push(cur.take().unwrap());
+            } else if let Some((k, v)) = t.strip_prefix("-> ").and_then(|a| a.split_once(": ")) {
+                p.attrs.push(format!("{k}={v}"));
+            }
+        }
+    }
+    out
+}
+
+/// One log record as rotel's detailed debug log prints it.
+#[derive(Debug, Default, Clone)]
+pub struct SeenLog {
+    pub event_name: String,
+    pub time_ns: u64,
+    /// The body's text (`Body: Str(...)`).
+    pub body: String,
+    /// Attributes, "k=v" as printed.
+    pub attrs: Vec<String>,
+}
+
+/// Every log record in rotel's detailed debug output.
+pub fn parse_rotel_logs(log: &str) -> Vec<SeenLog> {
+    let mut out: Vec<SeenLog> = Vec::new();
+    let mut in_record = false;
+    let mut in_attrs = false;
+    for line in log.lines() {
+        let t = line.trim();
+        if t.starts_with("LogRecord #") {
+            out.push(SeenLog::default());
+            in_record = true;
+            in_attrs = false;
+        } else if t.starts_with("ResourceLog") || t.starts_with("ResourceMetrics #") || t.starts_with("ScopeLogs #") {
+            in_record = false;
+        } else if in_record && let Some(r) = out.last_mut() {
+            if let Some(v) = t.strip_prefix("EventName: ") {
+                r.event_name = v.to_string();
+            } else if let Some(v) = t.strip_prefix("Timestamp: ") {
+                r.time_ns = v.parse().unwrap_or(0);
+            } else if let Some(v) = t.strip_prefix("Body: Str(") {
+                r.body = v.strip_suffix(')').unwrap_or(v).to_string();
+            } else if t == "Attributes:" {
+                in_attrs = true;
+            } else if in_attrs && let Some((k, v)) = t.strip_prefix("-> ").and_then(|a| a.split_once(": ")) {
+                r.attrs.push(format!("{k}={v}"));
+            } else if t.starts_with("Trace ID") {
+                in_attrs = false;
+            }
+        }
+    }
+    out
+}
+
+/// One `determined.profiler.batch` record: Determined's batch format.
+#[derive(Debug, Clone)]
+pub struct ProfilerBatch {
+    pub trial: String,
+    pub agent: String,
+    pub metric: String,
+    /// SYSTEM | TIMING | MISC
+    pub kind: String,
+    pub unit: String,
+    pub values: Vec<f64>,
+    pub batch_indices: Vec<u64>,
+    pub timestamps: Vec<u64>,
+}
+
+/// The determined plugin's batch records among the log records rotel received.
+pub fn parse_profiler_batches(log: &str) -> Vec<ProfilerBatch> {
+    parse_rotel_logs(log)
+        .into_iter()
+        .filter(|r| r.event_name == "determined.profiler.batch")
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_str(&r.body)
+                .unwrap_or_else(|e| panic!("batch record body is not JSON ({e}): {}", r.body));
+            let text = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("{k} missing: {v}")).to_string();
+            let list = |k: &str| v[k].as_array().unwrap_or_else(|| panic!("{k} missing: {v}")).clone();
+            let b = ProfilerBatch {
+                trial: text("trial"),
+                agent: text("agent"),
+                metric: text("metric"),
+                kind: text("type"),
+                unit: text("unit"),
+                values: list("values").iter().map(|x| x.as_f64().unwrap()).collect(),
+                batch_indices: list("batch_indices").iter().map(|x| x.as_u64().unwrap()).collect(),
+                timestamps: list("timestamps").iter().map(|x| x.as_u64().unwrap()).collect(),
+            };
+            assert!(
+                b.values.len() == b.batch_indices.len() && b.values.len() == b.timestamps.len(),
+                "the arrays of a batch record are parallel: {v}"
+            );
+            b
+        })
+        .collect()
+}
+
+/// Nanoseconds since the epoch (the clock every part of these tests shares).
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// POSTs a JSON body; (status, body).
+pub fn post_json(addr: &str, path: &str, body: &serde_json::Value) -> (u16, String) {
+    http_with(
+        addr,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
+/// Waits until the file stops growing for `quiet` (or `limit` passes).
+pub fn wait_quiet(path: &Path, quiet: Duration, limit: Duration) {
+    let t0 = Instant::now();
+    let mut last = (u64::MAX, Instant::now());
+    while t0.elapsed() < limit {
+        let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        if len != last.0 {
+            last = (len, Instant::now());
+        } else if last.1.elapsed() >= quiet {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
