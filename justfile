@@ -54,7 +54,7 @@ e2e: setup plugins web
 
 # benchmarks: criterion micro-benchmarks, then whole-process CPU/RSS/period error and cold start
 bench: build
-    cargo bench -p sonde --bench plugin_boundary --bench sample --bench export --bench live
+    cargo bench -p sonde --bench plugin_boundary --bench sample --bench export --bench live --bench agent
     bash scripts/bench-process.sh
 
 # formatting and lints

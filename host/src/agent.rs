@@ -88,9 +88,21 @@ struct Buf {
     timings: Vec<Row>,
 }
 
+impl Buf {
+    fn rows(&self) -> usize {
+        self.progress.len() + self.timings.len()
+    }
+}
+
 struct Inner {
     origin: Origin,
     buf: Mutex<Buf>,
+    /// Swapped with `buf` at each hand-over, so the hot path writes into memory
+    /// that is already allocated and touched (no regrowth, no page faults).
+    spare: Mutex<Buf>,
+    /// The hot path's one check each: enabled for this rank and not ended.
+    timings_open: AtomicBool,
+    progress_open: AtomicBool,
     capacity: usize,
     dropped: AtomicU64,
     batch_idx: AtomicU64,
@@ -98,13 +110,23 @@ struct Inner {
     profiling_enabled: bool,
 }
 
+impl Inner {
+    fn close(&self) {
+        self.timings_open.store(false, Relaxed);
+        self.progress_open.store(false, Relaxed);
+    }
+}
+
 impl Lane for Inner {
     fn drain(&self, report: &mut Report) {
-        let b = std::mem::take(&mut *self.buf.lock());
+        let mut b = self.spare.lock();
+        b.progress.clear();
+        b.timings.clear();
+        std::mem::swap(&mut *b, &mut *self.buf.lock());
         report.origin = self.origin.clone();
         report.progress = b
             .progress
-            .into_iter()
+            .drain(..)
             .map(|(time, value)| Progress {
                 name: "batch_idx".into(),
                 time,
@@ -113,7 +135,7 @@ impl Lane for Inner {
             .collect();
         report.timings = b
             .timings
-            .into_iter()
+            .drain(..)
             .map(|r| crate::ingest::Timing {
                 name: r.name.into_owned(),
                 start: r.start,
@@ -167,9 +189,14 @@ impl Builder {
     }
 
     fn agent(self, profiling_enabled: bool, hub: &Arc<IngestHub>, decisions: &DecisionBoard) -> ProfilerAgent {
+        let timings = profiling_enabled && matches!(self.origin.rank, 0 | -1);
+        let sysmetrics = profiling_enabled && matches!(self.origin.local_rank, 0 | -1);
         let inner = Arc::new(Inner {
             origin: self.origin,
             buf: Mutex::new(Buf::default()),
+            spare: Mutex::new(Buf::default()),
+            timings_open: AtomicBool::new(timings),
+            progress_open: AtomicBool::new(timings || sysmetrics),
             capacity: self.capacity,
             dropped: AtomicU64::new(0),
             batch_idx: AtomicU64::new(0),
@@ -194,6 +221,9 @@ impl Builder {
                 INACTIVE
             };
             inner.state.store(state, Relaxed);
+            if state == ENDED {
+                inner.close();
+            }
         }));
         ProfilerAgent {
             inner,
@@ -328,7 +358,7 @@ impl ProfilerAgent {
     /// The training loop calls this whenever the batch index advances.
     #[inline]
     pub fn update_batch_idx(&self, idx: u64) {
-        if !self.is_enabled() || self.has_ended() {
+        if !self.inner.progress_open.load(Relaxed) {
             return;
         }
         self.inner.batch_idx.store(idx, Relaxed);
@@ -338,7 +368,7 @@ impl ProfilerAgent {
     /// Records a finished timing, tied to the current batch index.
     #[inline]
     pub fn record_timing(&self, t: &Timing) {
-        if !self.timings_is_enabled() || self.has_ended() {
+        if !self.inner.timings_open.load(Relaxed) {
             return;
         }
         let step = self.inner.batch_idx.load(Relaxed) as i64;
@@ -355,7 +385,7 @@ impl ProfilerAgent {
     #[inline]
     fn push(&self, f: impl FnOnce(&mut Buf)) {
         let mut b = self.inner.buf.lock();
-        if b.progress.len() + b.timings.len() >= self.inner.capacity {
+        if b.rows() >= self.inner.capacity {
             drop(b);
             self.inner.dropped.fetch_add(1, Relaxed);
             return;
@@ -381,6 +411,7 @@ impl ProfilerAgent {
         if self.ended.swap(true, Relaxed) {
             return;
         }
+        self.inner.close();
         self.hub.flush();
         if let Some(e) = self.embedded.lock().take() {
             let _ = e.stop_tx.send(());

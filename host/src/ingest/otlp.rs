@@ -14,6 +14,7 @@
 //! | any other gauge / sum number point | a point (`points`), series = metric name + unit + attributes |
 //! | histograms, summaries | not used (counted as skipped; still forwarded) |
 //! | span | a timing: name, start, end; step = span attribute `sonde.batch_idx` / `batch_idx`, else -1 |
+//! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start |
 //! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
 //!
 //! With `ingest.forward = true` every request is also queued, unchanged, for
@@ -215,8 +216,19 @@ pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
                         end: s.end_time_unix_nano.max(s.start_time_unix_nano),
                         step,
                     });
+                    // Exact to the span's start, where a batch-index metric is
+                    // only as fine as the SDK's metric export interval.
+                    if step >= 0 {
+                        r.progress.push(Progress {
+                            name: "batch_idx".into(),
+                            time: s.start_time_unix_nano,
+                            value: step as u64,
+                        });
+                    }
                 }
             }
+            r.progress.sort_by_key(|p| p.time);
+            r.progress.dedup_by_key(|p| (p.time, p.value));
             r
         })
         .collect()
@@ -658,6 +670,12 @@ mod tests {
             }],
         };
         let r = &trace_reports(&req)[0];
+        let progress: Vec<(u64, u64)> = r.progress.iter().map(|p| (p.time, p.value)).collect();
+        assert_eq!(
+            progress,
+            vec![(100, 7)],
+            "the span's batch index is current from its start"
+        );
         assert_eq!(
             r.timings,
             vec![
