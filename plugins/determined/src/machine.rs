@@ -176,7 +176,10 @@ impl Machine {
     /// followed at once by an end).
     pub fn on_batch(&mut self, time: u64, batch: u64, limits: &Limits) -> Vec<Change> {
         let mut changes = Vec::new();
-        if !self.enabled() || self.is_ended() {
+        if !self.enabled() {
+            return changes;
+        }
+        if self.reorder(time, batch, limits) || self.is_ended() {
             return changes;
         }
         self.last_batch = Some(batch);
@@ -207,6 +210,43 @@ impl Machine {
             }
         }
         changes
+    }
+
+    /// A report that arrives after a later one but is earlier in time (two
+    /// sources, or an SDK's metric export racing its span export) moves the
+    /// window's edges to where they were in time: activation to the earliest
+    /// report at or past `begin_on_batch`, the end-after-batch end to the
+    /// earliest report past `end_after_batch`. Measurements wait `lag_ms`
+    /// before they are judged, so a report later by less than that is fully
+    /// honoured. Returns true when the report was such a correction.
+    fn reorder(&mut self, time: u64, batch: u64, limits: &Limits) -> bool {
+        let in_range = batch >= limits.begin_on_batch && limits.end_after_batch.is_none_or(|e| batch <= e);
+        match &mut self.phase {
+            // Only a first activation moves: a resumed period's start is its resumption.
+            Phase::Active { start, used_before: 0 } if time < *start && in_range => {
+                *start = time;
+                self.activated_at = Some(time);
+                true
+            }
+            Phase::Ended {
+                reason,
+                start: Some(start),
+                at: Some(at),
+                ..
+            } if time < *at => {
+                if *reason == EndReason::EndAfterBatch
+                    && limits.end_after_batch.is_some_and(|e| batch > e)
+                    && time >= *start
+                {
+                    *at = time;
+                } else if in_range && time < *start && self.activated_at == Some(*start) {
+                    *start = time;
+                    self.activated_at = Some(time);
+                }
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Ends an active period whose cap has passed by `now` (the cap timer, or
@@ -434,6 +474,24 @@ mod tests {
         );
         assert_eq!(m.activated_at, Some(5 * S));
         assert!(!m.counts(4 * S, 4 * S) && m.counts(5 * S, 5 * S));
+    }
+
+    #[test]
+    fn reports_arriving_out_of_order_set_the_window_by_their_own_times() {
+        // (reports in arrival order, the window they must give)
+        let table: [(&[(u64, u64)], Option<(u64, u64)>); 5] = [
+            (&[(11, 3), (10, 3)], Some((10, u64::MAX))),     // activation moves back
+            (&[(11, 4), (10, 2)], Some((11, u64::MAX))),     // below begin_on_batch: no move
+            (&[(10, 3), (20, 10), (18, 9)], Some((10, 18))), // the end moves back
+            (&[(10, 3), (20, 10), (25, 9)], Some((10, 20))), // later in time: no move
+            (&[(12, 3), (20, 10), (11, 3)], Some((11, 20))), // activation moves back after the end
+        ];
+        for (reports, want) in table {
+            let mut m = enabled();
+            run(&mut m, &limits(3, Some(8), None), reports);
+            let got = m.window().map(|(a, b)| (a / S, if b == u64::MAX { b } else { b / S }));
+            assert_eq!(got, want, "{reports:?}");
+        }
     }
 
     #[test]

@@ -667,10 +667,14 @@ impl Profiler {
                     continue;
                 }
                 let job = self.jobs.get_mut(name).expect("registered");
-                if !job.machine.enabled() || job.machine.is_ended() {
+                if !job.machine.enabled() {
                     continue;
                 }
                 let (time, batch_idx) = (c.time[i], c.value[i]);
+                // After the end only a report from before it (arriving late) matters.
+                if job.machine.window().is_some_and(|(_, end)| time >= end) && job.machine.is_ended() {
+                    continue;
+                }
                 job.timeline.record(time, batch_idx);
                 for change in job.machine.on_batch(time, batch_idx, &limits) {
                     job.apply(host, change, &self.settings, now);
