@@ -136,8 +136,9 @@ impl Host {
             api_addr = listener.local_addr().ok();
             let ready = Arc::new(AtomicBool::new(true));
             let sampler_for_api = sampler.clone();
+            let live_config = Arc::new(Mutex::new(cfg.clone()));
             let app = AppState {
-                config: Arc::new(Mutex::new(cfg.clone())),
+                config: live_config.clone(),
                 plugins: plugins.clone(),
                 pipeline: pipeline_handle.clone(),
                 sampler: Arc::new(move || {
@@ -152,7 +153,7 @@ impl Host {
             let ingest_api = ingest::json::router(
                 ingest::json::IngestState {
                     hub: hub.clone(),
-                    token: cfg.api.token.clone(),
+                    token: Arc::new(move || live_config.lock().api.token.clone()),
                 },
                 cfg.ingest.max_body_bytes,
             );

@@ -220,6 +220,7 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<ConfigError> {
     check("sampler", s != old.sampler);
     check("plugins", old.plugins != new.plugins);
     check("api.listen", old.api.listen != new.api.listen);
+    check("ingest", old.ingest != new.ingest);
     check("sinks.dir", old.sinks != new.sinks);
     check(
         "export.service_name",

@@ -318,8 +318,8 @@ impl Body {
 #[derive(Clone)]
 pub struct IngestState {
     pub hub: Arc<IngestHub>,
-    /// `api.token`: required on POST when set.
-    pub token: Option<String>,
+    /// The current `api.token` (it can change live): required on POST when set.
+    pub token: Arc<dyn Fn() -> Option<String> + Send + Sync>,
 }
 
 /// `POST /api/ingest` (and `GET /api/ingest` for the counters).
@@ -361,7 +361,7 @@ async fn ingest(
         counters.rejected.fetch_add(1, Relaxed);
         error(status, msg)
     };
-    if !authorized(&headers, st.token.as_deref()) {
+    if !authorized(&headers, (st.token)().as_deref()) {
         return reject(
             StatusCode::UNAUTHORIZED,
             "this request changes state: send Authorization: Bearer <api.token>".into(),
