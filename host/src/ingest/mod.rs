@@ -227,7 +227,12 @@ impl IngestHub {
 
     /// Adds one origin's rows to the next batch, all or nothing.
     pub fn submit(&self, report: &Report) -> Result<usize, Full> {
-        let n = report.rows();
+        self.submit_all(std::slice::from_ref(report))
+    }
+
+    /// Adds several origins' rows (one request of a source), all or nothing.
+    pub fn submit_all(&self, reports: &[Report]) -> Result<usize, Full> {
+        let n: usize = reports.iter().map(Report::rows).sum();
         if n == 0 {
             return Ok(0);
         }
@@ -238,7 +243,9 @@ impl IngestHub {
                 capacity: self.capacity,
             });
         }
-        p.add(report);
+        for r in reports.iter().filter(|r| r.rows() > 0) {
+            p.add(r);
+        }
         let early = p.rows >= EARLY_FLUSH_ROWS;
         drop(p);
         if early {
@@ -308,12 +315,20 @@ impl IngestHub {
                     }
                 }
             }
+            if self.idle() {
+                continue;
+            }
             let hub = self.clone();
             // Publishing clones batches per plugin: keep it off the async workers' hot path.
             let _ = tokio::task::spawn_blocking(move || hub.flush()).await;
         }
         let hub = self.clone();
         let _ = tokio::task::spawn_blocking(move || hub.flush()).await;
+    }
+
+    /// Nothing waits and no in-process agent is attached: a tick has no work.
+    fn idle(&self) -> bool {
+        self.pending.lock().rows == 0 && self.lanes.lock().is_empty()
     }
 
     pub fn stats(&self) -> IngestStats {
@@ -600,6 +615,22 @@ mod tests {
         assert_eq!(hub.flush(), 2);
         assert_eq!(seen.lock()[0].heartbeats.as_ref().unwrap().time, vec![1, 2]);
         assert_eq!(hub.submit(&r), Ok(2), "room again after the hand-over");
+    }
+
+    #[test]
+    fn several_reports_are_taken_together_or_not_at_all() {
+        let (publish, seen) = collecting();
+        let hub = IngestHub::new(3, publish);
+        let r = |job: &str| Report {
+            origin: origin(job, 0),
+            heartbeats: vec![1, 2],
+            ..Default::default()
+        };
+        assert!(hub.submit_all(&[r("a"), r("b")]).is_err(), "4 rows do not fit in 3");
+        assert_eq!(hub.flush(), 0, "nothing of the refused request was kept");
+        assert_eq!(hub.submit_all(&[r("a"), Report::default()]), Ok(2));
+        assert_eq!(hub.flush(), 2);
+        assert_eq!(seen.lock()[0].origins.len(), 1, "an empty report adds no origin");
     }
 
     #[test]

@@ -309,26 +309,14 @@ impl Receiver {
             c.rejected.fetch_add(1, Relaxed);
             return Err(Refusal::Unauthorized);
         }
-        // All or nothing: check room for the whole request before taking any of it.
-        let rows: usize = reports.iter().map(Report::rows).sum();
-        let st = self.hub.stats();
-        if st.waiting + rows > st.capacity {
-            c.refused_rows.fetch_add(rows as u64, Relaxed);
-            return Err(Refusal::Full(super::Full {
-                waiting: st.waiting,
-                capacity: st.capacity,
-            }));
-        }
-        for r in &reports {
-            match self.hub.submit(r) {
-                Ok(n) => {
-                    c.rows.fetch_add(n as u64, Relaxed);
-                }
-                Err(_) => {
-                    c.refused_rows.fetch_add(r.rows() as u64, Relaxed);
-                }
+        match self.hub.submit_all(&reports) {
+            Ok(n) => c.rows.fetch_add(n as u64, Relaxed),
+            Err(full) => {
+                let rows: usize = reports.iter().map(Report::rows).sum();
+                c.refused_rows.fetch_add(rows as u64, Relaxed);
+                return Err(Refusal::Full(full));
             }
-        }
+        };
         c.skipped_rows.fetch_add(skipped as u64, Relaxed);
         if let (Some(p), Some((signal, body, items))) = (&self.forward, forward) {
             p.forward(signal, body, items);
