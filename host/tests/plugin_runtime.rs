@@ -564,16 +564,6 @@ fn event_batches_and_live_settings_cross_the_boundary() {
             local_rank: 0,
             attributes: vec![],
         }],
-        names: vec![],
-        point_series: vec![],
-        progress: None,
-        timings: None,
-        requests: None,
-        actions: None,
-        mpi_samples: None,
-        heartbeats: None,
-        points: None,
-        node_events: vec![],
         custom: vec![CustomEvent {
             origin: 0,
             time: sonde::model::now_ns(),
@@ -584,6 +574,7 @@ fn event_batches_and_live_settings_cross_the_boundary() {
             }],
             body: String::new(),
         }],
+        ..Default::default()
     };
     e.manager.publish_events(&batch);
     assert!(
