@@ -42,7 +42,7 @@ test: setup plugins web
     log="$(mktemp)"; trap 'rm -f "$log"' EXIT; \
     cargo test --workspace 2>&1 | tee -a "$log"; \
     cargo test --manifest-path plugins/Cargo.toml --workspace 2>&1 | tee -a "$log"; \
-    browser=0; node web/tests/dashboard.mjs 2>&1 | tee -a "$log" || browser=1; \
+    browser=0; for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t" 2>&1 | tee -a "$log" || browser=1; done; \
     awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"; \
     exit $browser
 
@@ -50,7 +50,7 @@ test: setup plugins web
 e2e: setup plugins web
     cargo build -p sonde --bins
     cargo test -p sonde-e2e
-    node web/tests/dashboard.mjs
+    for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t"; done
 
 # benchmarks: criterion micro-benchmarks, then whole-process CPU/RSS/period error and cold start
 bench: build

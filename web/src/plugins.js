@@ -3,6 +3,7 @@
 // metric series (small live charts) and its decisions.
 import { call, get, el, fmtBytes } from './api.js';
 import { TimeChart } from './live.js';
+import { custom } from './panels/index.js';
 
 const panels = new Map(); // plugin name -> {box, charts: Map(metric -> TimeChart)}
 let feedRef = null;
@@ -66,11 +67,19 @@ async function updatePanels(names) {
     let p = panels.get(name);
     if (!p) {
       p = { box: el('details', { class: 'panel', open: '', 'data-panel': name }, el('summary', {}, name)), charts: new Map() };
+      p.custom = el('div', { class: 'custom-panel', 'data-custom-panel': name });
       p.body = el('div', { class: 'charts small' });
       p.decisions = el('div', { class: 'decisions' });
-      p.box.append(p.body, p.decisions);
+      p.box.append(p.custom, p.body, p.decisions);
       box.append(p.box);
       panels.set(name, p);
+    }
+    if (custom[name]) {
+      try {
+        await custom[name].render(p.custom, { name, get, call, el, feed: feedRef, TimeChart });
+      } catch (e) {
+        p.custom.replaceChildren(el('p', { class: 'error' }, `panel failed: ${e}`));
+      }
     }
     const series = feedRef.series((m) => m.plugin === name);
     const metrics = [...new Set(series.map((m) => m.name))];

@@ -1,88 +1,13 @@
-// Browser tests of the dashboard: playwright-core driving Debian's chromium
-// (/usr/bin/chromium; no browser download). Starts a real sonde (the debug
-// build, or $SONDE_BIN) with the sysmetrics and testbed plugins, then:
+// Browser tests of the dashboard itself (see harness.mjs for how they run):
 // opens the dashboard, sees live charts update, changes a config value and
 // sees it take effect, sees a refused change's error, uploads a plugin and
 // sees it appear, sees a quarantined plugin's reason, sees the timings empty
-// state. Screenshots go to target/screenshots/ (or $SCREENSHOTS).
-//
-// Prints one line per test and a cargo-style summary line
-// (`test result: ok. N passed; M failed; ...`) that `just test` adds to its
-// total; exits non-zero when any test failed.
+// state. Plugin panels have their own suites (panel-<plugin>.mjs).
 //
 //   node web/tests/dashboard.mjs            (after `cargo build -p sonde` and the plugins)
-import { chromium } from 'playwright-core';
-import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, existsSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-const repo = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
-const bin = process.env.SONDE_BIN || join(repo, 'target/debug/sonde');
-const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const shots = resolve(process.env.SCREENSHOTS || join(repo, 'target/screenshots'));
-const plugin = (rel) => join(repo, 'target/plugins', rel);
-
-for (const [what, p] of [['sonde', bin], ['chromium', chromiumPath], ['sysmetrics plugin', plugin('bundled/sysmetrics.wasm')], ['testbed plugin', plugin('testing/testbed.wasm')]]) {
-  if (!existsSync(p)) {
-    console.error(`${what} is missing at ${p} (the test recipe builds and installs it: ./dev test)`);
-    console.log('test result: FAILED. 0 passed; 1 failed; 0 ignored');
-    process.exit(1);
-  }
-}
-
-const freePort = () => new Promise((ok) => {
-  const s = createServer();
-  s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => ok(port)); });
-});
-
-// The environment minus SONDE_* (sonde reads those as config: SONDE_BIN would be a key `bin`) and OTLP export.
-function childEnv() {
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('SONDE_')));
-  delete env.OTEL_EXPORTER_OTLP_ENDPOINT;
-  return env;
-}
-
-async function startSonde() {
-  const dir = mkdtempSync(join(tmpdir(), 'sonde-browser-'));
-  for (const d of ['plugins', 'sinks', 'data']) mkdirSync(join(dir, d));
-  copyFileSync(plugin('bundled/sysmetrics.wasm'), join(dir, 'plugins/sysmetrics.wasm'));
-  copyFileSync(plugin('testing/testbed.wasm'), join(dir, 'plugins/echo.wasm'));
-  const cache = join(repo, 'target/test-plugin-cache');
-  mkdirSync(cache, { recursive: true });
-  symlinkSync(cache, join(dir, 'data/cache'));
-  const port = await freePort();
-  const out = [];
-  const child = spawn(bin, [
-    '--data-dir', join(dir, 'data'), '--plugins-dir', join(dir, 'plugins'), '--sinks-dir', join(dir, 'sinks'),
-    '--listen', `127.0.0.1:${port}`,
-    // a trapping plugin is quarantined after 2 traps, quickly
-    '--set', 'plugins.max_traps=2', '--set', 'plugins.backoff_initial_ms=20',
-  ], { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv() });
-  child.stdout.on('data', (d) => out.push(d));
-  child.stderr.on('data', (d) => out.push(d));
-  const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 600; i++) {
-    try { if ((await fetch(`${url}/api/ready`)).ok) return { child, url, dir, out }; } catch { /* not yet */ }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  child.kill();
-  throw new Error(`sonde did not become ready:\n${Buffer.concat(out)}`);
-}
-
-const until = async (what, f, ms = 20000) => {
-  const t0 = Date.now();
-  let last;
-  while (Date.now() - t0 < ms) {
-    try { last = await f(); if (last) return last; } catch (e) { last = e; }
-    await new Promise((r) => setTimeout(r, 150));
-  }
-  throw new Error(`timed out waiting for ${what} (last: ${last})`);
-};
-
-const status = async (url) => (await fetch(`${url}/api/status`)).json();
+import { copyFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { suite, until, status, plugin, shots } from './harness.mjs';
 
 const tests = [];
 const test = (name, f) => tests.push([name, f]);
@@ -188,41 +113,9 @@ test('timings per batch index are drawn from the plugin\'s rows', async ({ page 
   await page.unroute('**/api/plugins/determined/timings*');
 });
 
-async function main() {
-  mkdirSync(shots, { recursive: true });
-  const sonde = await startSonde();
-  const browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu'] });
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  const pageErrors = [];
-  page.on('pageerror', (e) => pageErrors.push(String(e)));
-  // Nothing may come from anywhere but sonde: the dashboard works offline.
-  const foreign = [];
-  page.on('request', (r) => { if (!r.url().startsWith(sonde.url)) foreign.push(r.url()); });
-  let passed = 0;
-  let failed = 0;
-  test('no script errors and no requests beyond sonde', async () => {
-    if (pageErrors.length) throw new Error(pageErrors.join('\n'));
-    if (foreign.length) throw new Error(`requests to ${foreign.join(', ')}`);
-  });
-  for (const [name, f] of tests) {
-    const t0 = Date.now();
-    try {
-      await f({ page, url: sonde.url, dir: sonde.dir });
-      passed++;
-      console.log(`test browser::${name} ... ok (${Date.now() - t0} ms)`);
-    } catch (e) {
-      failed++;
-      console.log(`test browser::${name} ... FAILED\n    ${String(e.stack || e).split('\n').join('\n    ')}`);
-      await page.screenshot({ path: join(shots, `failed-${tests.findIndex((t) => t[0] === name)}.png`), fullPage: true }).catch(() => {});
-    }
-  }
-  await browser.close();
-  sonde.child.kill('SIGTERM');
-  if (failed) console.log(`sonde output:\n${Buffer.concat(sonde.out).toString().slice(-4000)}`);
-  rmSync(sonde.dir, { recursive: true, force: true });
-  console.log(`screenshots in ${shots}`);
-  console.log(`\ntest result: ${failed ? 'FAILED' : 'ok'}. ${passed} passed; ${failed} failed; 0 ignored`);
-  process.exit(failed ? 1 : 0);
-}
-
-main().catch((e) => { console.error(e); console.log('test result: FAILED. 0 passed; 1 failed; 0 ignored'); process.exit(1); });
+await suite({
+  name: 'browser',
+  plugins: [['bundled/sysmetrics.wasm', 'sysmetrics'], ['testing/testbed.wasm', 'echo']],
+  // a trapping plugin is quarantined after 2 traps, quickly
+  args: ['--set', 'plugins.max_traps=2', '--set', 'plugins.backoff_initial_ms=20'],
+}, tests);
