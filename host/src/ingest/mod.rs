@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  otlp.rs   OTLP/gRPC + OTLP/HTTP receivers (any OpenTelemetry SDK); gateway forwarding
+//!  otlp_events.rs  OTLP heartbeats, node events, named progress (`sonde.progress`)
 //!  json.rs   POST /api/ingest: documented JSON batches
 //!  crate::agent  the in-process Rust API (no network hop): lanes drained here
 //!     │  Report (one origin's rows)            │ Lane (lock + push per call)
@@ -17,6 +18,7 @@
 
 pub mod json;
 pub mod otlp;
+pub mod otlp_events;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

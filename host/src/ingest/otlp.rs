@@ -16,6 +16,7 @@
 //! | span | a timing: name, start, end; step = span attribute `sonde.batch_idx` / `batch_idx`, else -1 |
 //! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start |
 //! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
+//! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event` | named progress, heartbeats, node events: see `otlp_events.rs` |
 //!
 //! With `ingest.forward = true` every request is also queued, unchanged, for
 //! the export endpoint (gateway mode) through the pipeline's bounded queue.
@@ -151,6 +152,7 @@ pub fn metrics_reports(req: &ExportMetricsServiceRequest) -> (Vec<Report>, usize
                     None => continue,
                 };
                 let batch = BATCH_METRICS.contains(&m.name.as_str());
+                let named_progress = m.name == super::otlp_events::PROGRESS_METRIC;
                 for p in points {
                     let value = match p.value {
                         Some(number_data_point::Value::AsDouble(d)) => d,
@@ -165,6 +167,13 @@ pub fn metrics_reports(req: &ExportMetricsServiceRequest) -> (Vec<Report>, usize
                     } else {
                         now_ns()
                     };
+                    if named_progress {
+                        match super::otlp_events::progress(&p.attributes, time, value) {
+                            Some(pr) => r.progress.push(pr),
+                            None => skipped += 1,
+                        }
+                        continue;
+                    }
                     if batch {
                         if value.is_finite() && value >= 0.0 {
                             r.progress.push(Progress {
@@ -256,6 +265,9 @@ pub fn log_reports(req: &ExportLogsServiceRequest) -> Vec<Report> {
                         .into_iter()
                         .find(|t| *t > 0)
                         .unwrap_or_else(now_ns);
+                    if super::otlp_events::take_log(&mut r, &name, time, l) {
+                        continue;
+                    }
                     r.custom.push(CustomEvent {
                         time,
                         name,
