@@ -95,7 +95,7 @@ pub fn take_log(r: &mut Report, name: &str, time: u64, l: &LogRecord) -> bool {
 /// attribute; `None` when it has no name or the value is not a count.
 pub fn progress(attributes: &[KeyValue], time: u64, value: f64) -> Option<Progress> {
     let name = text(get(attributes, PROGRESS_NAME))?;
-    (value.is_finite() && value >= 0.0).then(|| Progress {
+    (value.is_finite() && value >= 0.0).then_some(Progress {
         name,
         time,
         value: value as u64,
