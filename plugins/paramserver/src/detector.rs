@@ -69,18 +69,17 @@ impl Detector {
                 w.liveness = Liveness::Alive;
                 Some(detected_ns)
             }
-            Liveness::Left { at_ns } if time > at_ns => {
-                w.liveness = Liveness::Alive;
-                None
-            }
+            // Heartbeats of a process that left may trail its exit: only a
+            // reported (re)start brings it back (`revive`).
             _ => None,
         }
     }
 
-    /// The process is alive again without a heartbeat (it reported "restarted").
+    /// The process is alive again without a heartbeat (it reported "started"
+    /// or "restarted"), whether it had died or left.
     pub fn revive(&mut self, process: &str, time: u64) {
         if let Some(w) = self.procs.get_mut(process)
-            && matches!(w.liveness, Liveness::Dead { .. })
+            && w.liveness != Liveness::Alive
         {
             w.liveness = Liveness::Alive;
             w.last_heartbeat_ns = w.last_heartbeat_ns.max(time);
@@ -164,7 +163,10 @@ mod tests {
         let mut d = Detector::default();
         d.heartbeat("w", 0);
         d.leave("w", MS);
+        d.heartbeat("w", 2 * MS); // trailing its exit
         assert!(d.check(60_000 * MS, 1000 * MS).is_empty());
+        d.revive("w", 61_000 * MS);
+        assert_eq!(d.check(62_500 * MS, 1000 * MS).len(), 1, "watched again once restarted");
         d.heartbeat("x", 0);
         d.check(5000 * MS, 1000 * MS);
         d.revive("x", 5500 * MS);

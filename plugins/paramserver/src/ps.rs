@@ -299,6 +299,7 @@ impl Plugin {
                     ),
                 );
             }
+            "started" => j.detector.revive(&process, t),
             "restarted" => {
                 j.detector.revive(&process, t);
                 let fit = |i: &Incident| {
@@ -388,7 +389,7 @@ impl Plugin {
                 let j = self.jobs.get_mut(job).expect("job exists");
                 j.detector.leave(&process, t);
             }
-            "started" | "running" | "pending" => {}
+            "running" | "pending" => {}
             _ => self.counters.ignored_events += 1,
         }
     }

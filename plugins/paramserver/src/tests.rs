@@ -287,6 +287,7 @@ fn the_empty_data_node_is_an_event_and_leaves_the_barrier() {
         &batch(&[
             (0, W0, Ev::Hb),
             (0, w2, Ev::Hb),
+            (800, w2, Ev::Hb), // trails its no-data report
             (0, W0, Ev::Clock(0)),
             (0, W1, Ev::Clock(0)),
             (0, w2, Ev::Clock(0)),
