@@ -32,8 +32,9 @@ const CHECK_MS: u64 = 50;
 /// report latency on a busy two-core machine elsewhere.
 const TOLERANCE_S: f64 = 0.25;
 /// Phase 3 runs from the detection to the restarted worker's first report:
-/// RESTART_S plus the Python interpreter's start, allowed up to this.
-const INTERPRETER_START_S: f64 = 0.6;
+/// RESTART_S plus the Python interpreter's start, allowed up to this (476 ms
+/// was measured while the machine was compiling).
+const INTERPRETER_START_S: f64 = 1.0;
 
 fn sim(args: &[String], name: &'static str, log: &std::path::Path) -> Proc {
     let out = std::fs::File::create(log).unwrap();

@@ -1,0 +1,88 @@
+// Browser tests of the paramserver panel (see harness.mjs for how they run):
+// a job reports over the JSON ingest (a checkpoint, clocks of three workers,
+// heartbeats; worker 1 killed, detected by sonde, restarted, recovered, all
+// recovered); the Plugins view shows the incident's timeline and the seed's
+// phase table, and the clocks of all workers.
+//
+//   node web/tests/panel-paramserver.mjs    (after `cargo build -p sonde` and the plugins)
+import { join } from 'node:path';
+import { suite, until, shots } from './harness.mjs';
+
+const JOB = 'ps-panel';
+const ms = 1_000_000n;
+const now = () => BigInt(Date.now()) * ms;
+const sleep = (t) => new Promise((r) => setTimeout(r, t));
+
+async function ingest(url, role, index, rows) {
+  const r = await fetch(`${url}/api/ingest`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    // time_ns as JSON integers (BigInt is not JSON): written out by hand.
+    body: JSON.stringify({ origin: { job: JOB, role, index }, ...rows }, (_, v) => (typeof v === 'bigint' ? `__${v}__` : v))
+      .replace(/"__(\d+)__"/g, '$1'),
+  });
+  if (r.status !== 202) throw new Error(`ingest ${r.status}: ${await r.text()}`);
+}
+
+const incidents = async (url) => (await (await fetch(`${url}/api/plugins/paramserver/incidents?job=${JOB}`)).json()).incidents;
+
+await suite({
+  name: 'panel-paramserver',
+  plugins: [['bundled/paramserver.wasm', 'paramserver']],
+  args: ['--set', 'plugin.paramserver.settings={heartbeat_timeout_s=0.5, check_every_ms=50, consistency="ssp", staleness=1}'],
+}, [
+  ['the incident timeline and the phase table', async ({ page, url }) => {
+    const t = now();
+    await ingest(url, 'server', 0, {
+      node_events: [
+        { kind: 'checkpoint-begin', time_ns: t - 3000n * ms, attributes: { clock: 2 } },
+        { kind: 'checkpoint-end', time_ns: t - 2200n * ms },
+      ],
+    });
+    for (const [i, c] of [[0, 5], [1, 3], [2, 4]]) {
+      await ingest(url, 'worker', i, { progress: [{ name: 'clock', value: c, time_ns: t - 1000n * ms }] });
+    }
+    await ingest(url, 'worker', 1, { heartbeats: [{ time_ns: t - 200n * ms }], node_events: [{ kind: 'killed', time_ns: t - 100n * ms }] });
+    await until('the detection', async () => (await incidents(url))[0]?.stages[3].time_ns != null, 10000);
+    await ingest(url, 'worker', 1, { node_events: [{ kind: 'restarted', time_ns: now() }] });
+    await sleep(300);
+    await ingest(url, 'worker', 1, { node_events: [{ kind: 'recovered', time_ns: now() }] });
+    await sleep(100);
+    await ingest(url, 'server', 0, { node_events: [{ kind: 'all-recovered', time_ns: now() }] });
+    // It finishes cleanly, so its silence from now on is no second failure.
+    await ingest(url, 'worker', 1, { node_events: [{ kind: 'exited', time_ns: now() }] });
+    await until('the complete incident', async () => (await incidents(url))[0]?.complete === true, 10000);
+
+    await page.goto(url);
+    await page.click('#tabs button[data-view=plugins]');
+    const panel = page.locator('[data-custom-panel=paramserver]');
+    const rows = panel.locator('table.ps-phases tr[data-phase]');
+    await until('five phase rows', async () => (await rows.count()) === 5);
+    const header = await panel.locator('table.ps-phases tr').first().textContent();
+    if (header !== 'PhaseFromToTime CostPercentage') throw new Error(`header ${header}`);
+    const first = await rows.nth(0).textContent();
+    if (!/Start CheckPoint.*End CheckPoint800ms\d+%/.test(first)) throw new Error(`phase 1 row: ${first}`);
+    const second = await rows.nth(1).textContent();
+    if (!second.includes('Kill A Running Process') || !/ms\d+%$/.test(second)) throw new Error(`phase 2 row: ${second}`);
+    const segments = await panel.locator('.ps-timeline [data-phase]').count();
+    if (segments !== 5) throw new Error(`${segments} timeline segments`);
+    if (!(await panel.locator('.ps-incident h4').first().textContent()).includes('worker-1')) throw new Error('incident title');
+    await page.screenshot({ path: join(shots, 'paramserver-incident.png'), fullPage: true });
+  }],
+  ['the clocks of all workers', async ({ page, url }) => {
+    const panel = page.locator('[data-custom-panel=paramserver]');
+    const row = (w) => panel.locator(`.ps-clocks tr[data-worker="${w}"]`);
+    await until('three workers', async () => (await panel.locator('.ps-clocks tr[data-worker]').count()) === 3);
+    for (const [w, clock, stale] of [['worker-0', '5', '0'], ['worker-1', '3', '2'], ['worker-2', '4', '1']]) {
+      const r = row(w);
+      if (await r.getAttribute('data-clock') !== clock) throw new Error(`${w} clock ${await r.getAttribute('data-clock')}`);
+      if (await r.getAttribute('data-staleness') !== stale) throw new Error(`${w} staleness ${await r.getAttribute('data-staleness')}`);
+    }
+    // SSP(1): two clocks behind is a straggler.
+    await until('worker-1 named a straggler', async () => (await row('worker-1').locator('.ps-state').textContent()) === 'straggler');
+    // A new clock shows without a reload.
+    await ingest(url, 'worker', 1, { progress: [{ name: 'clock', value: 5, time_ns: now() }] });
+    await until('worker-1 at clock 5', async () => (await row('worker-1').getAttribute('data-clock')) === '5');
+    await page.screenshot({ path: join(shots, 'paramserver-clocks.png'), fullPage: true });
+  }],
+]);
