@@ -26,14 +26,19 @@ recovered and tells the server, which reports all-recovered --all-s later.
 A worker started with --no-data reports no-data, leaves, and exits 0.
 """
 
-import argparse
-import json
-import socket
-import socketserver
-import sys
-import threading
 import time
-import urllib.request
+
+# The process is up: a restarted worker's "restarted" carries this moment,
+# before the imports below (which a loaded machine can stretch).
+STARTED_NS = time.time_ns()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import socket  # noqa: E402
+import socketserver  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import urllib.request  # noqa: E402
 
 
 def now_ns():
@@ -216,8 +221,8 @@ class JsonReport:
             time.sleep(0.05)
         print(f"worker: ingest failed: {err}", file=sys.stderr, flush=True)
 
-    def node_event(self, kind, reason=""):
-        t = now_ns()
+    def node_event(self, kind, reason="", t=None):
+        t = t or now_ns()
         self.post(node_events=[{"kind": kind, "time_ns": t, "reason": reason}])
         print(f"worker {self.origin['index']}: {kind} at {t}", flush=True)
 
@@ -225,7 +230,7 @@ class JsonReport:
 def work(a):
     rep = JsonReport(a.sonde, a.job, a.index)
     if a.restarted:
-        rep.node_event("restarted", f"rolled back to clock {a.start_clock}")
+        rep.node_event("restarted", f"rolled back to clock {a.start_clock}", STARTED_NS)
 
     def beat():
         while True:
@@ -251,7 +256,8 @@ def work(a):
     clock = a.start_clock
     send(f"hello {a.index} {clock}")
     if a.restarted:
-        time.sleep(a.recover_s)  # loading the checkpoint
+        # Loading the checkpoint: --recover-s from the moment it reported restarted.
+        time.sleep(max(0.0, STARTED_NS / 1e9 + a.recover_s - time.time()))
         rep.node_event("recovered", f"checkpoint of clock {clock} loaded")
         send("recovered")
         f.readline()

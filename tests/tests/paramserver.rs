@@ -31,9 +31,10 @@ const CHECK_MS: u64 = 50;
 /// heartbeat interval and a check interval on phase 2, sleep overshoot and
 /// report latency on a busy two-core machine elsewhere.
 const TOLERANCE_S: f64 = 0.25;
-/// Phase 3 runs from the detection to the restarted worker's first report:
-/// RESTART_S plus the Python interpreter's start, allowed up to this (476 ms
-/// was measured while the machine was compiling).
+/// Phase 3 runs from the detection to the restarted worker's `restarted`
+/// report, which it stamps at its script's first line: RESTART_S plus the
+/// process spawn and interpreter start, allowed up to this (a loaded two-core
+/// machine stretched the start to 0.5 s with the imports included).
 const INTERPRETER_START_S: f64 = 1.0;
 
 fn sim(args: &[String], name: &'static str, log: &std::path::Path) -> Proc {
@@ -202,6 +203,7 @@ fn a_killed_worker_is_detected_and_its_recovery_matches_the_injected_timings() {
     );
     let restart_at = detected + (RESTART_S * 1e9) as u64;
     std::thread::sleep(Duration::from_nanos(restart_at.saturating_sub(now_ns())));
+    let spawned = now_ns();
     workers[1] = sim(
         &worker_args(
             1,
@@ -225,7 +227,11 @@ fn a_killed_worker_is_detected_and_its_recovery_matches_the_injected_timings() {
         "the incident did not complete: {inc}\n{}",
         logs(dir)
     );
-    println!("{}", inc["table_markdown"].as_str().unwrap());
+    println!(
+        "{}launcher: restart spawned {} ms after the detection",
+        inc["table_markdown"].as_str().unwrap(),
+        (spawned - detected) / 1_000_000
+    );
 
     // The phase table against the injected timings.
     let phases: Vec<f64> = inc["phases"]
