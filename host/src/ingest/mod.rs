@@ -17,6 +17,8 @@
 
 pub mod json;
 pub mod otlp;
+pub mod otlp_serving;
+pub mod serving;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -114,6 +116,9 @@ pub struct Report {
     pub heartbeats: Vec<u64>,
     pub node_events: Vec<NodeEvent>,
     pub custom: Vec<CustomEvent>,
+    /// Serving telemetry (see `serving.rs`).
+    pub requests: Vec<serving::ServedRequest>,
+    pub actions: Vec<serving::ServedAction>,
 }
 
 impl Report {
@@ -124,6 +129,8 @@ impl Report {
             + self.heartbeats.len()
             + self.node_events.len()
             + self.custom.len()
+            + self.requests.len()
+            + self.actions.len()
     }
 }
 
@@ -531,6 +538,7 @@ impl Pending {
                 body: e.body.clone(),
             });
         }
+        self.add_serving(o, &r.requests, &r.actions);
         self.rows += r.rows();
     }
 }
