@@ -55,5 +55,6 @@ echo "plugins:"
 install_component sysmetrics bundled
 install_component determined bundled
 install_component paramserver bundled
+install_component clockwork bundled
 install_component testbed testing
 install_component wrongworld testing

@@ -305,12 +305,18 @@ pub struct SinksConfig {
     /// create it, so a typo never scatters files); when it does not, or is not
     /// writable, sinks fail with that reason and no file is written.
     pub dir: PathBuf,
+    /// Per-plugin sink directories (`[sinks.plugins.<name>]`), instead of
+    /// `dir`: taken from an environment variable when it is set and not
+    /// blank, else from the entry's `dir`. Built in: `clockwork` follows
+    /// Clockwork's `CLOCKWORK_LOG_DIR`, default `/local` (see `crate::sinks`).
+    pub plugins: BTreeMap<String, crate::sinks::PluginSinkDir>,
 }
 
 impl Default for SinksConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from("sonde-data/sinks"),
+            plugins: BTreeMap::from([("clockwork".to_string(), crate::sinks::PluginSinkDir::clockwork())]),
         }
     }
 }

@@ -331,6 +331,18 @@ fn print_banner(
     );
     println!("  export     {export}");
     println!("  sinks      {}", cfg.sinks.dir.display());
+    // Per-plugin directories (Clockwork's CLOCKWORK_LOG_DIR): where each writes, or why it cannot.
+    for name in cfg.sinks.plugins.keys() {
+        let d = crate::sinks::resolve(&cfg.sinks, name, |k| std::env::var(k).ok());
+        match crate::sinks::probe(&d.path) {
+            Ok(()) => println!("  sinks      {name}: {} (from {})", d.path.display(), d.source),
+            Err(e) => println!(
+                "  sinks      {name}: {} (from {}): {e}; no {name} files will be written",
+                d.path.display(),
+                d.source
+            ),
+        }
+    }
     println!("  data       {}", cfg.host.data_dir.display());
     println!("  ready in {} ms; Ctrl-C stops", started.elapsed().as_millis());
 }

@@ -9,9 +9,26 @@
 //!   "points":   [{"metric": "samples_per_second", "unit": "{sample}/s", "value": 812.5}],
 //!   "events":   [{"name": "checkpoint.saved", "body": "step 12", "attributes": {"path": "/ckpt/12"}}],
 //!   "heartbeats": [{"time_ns": 1732300000000000000}],
-//!   "node_events": [{"kind": "failed", "exit_code": 137, "reason": "OOM killed"}]
+//!   "node_events": [{"kind": "failed", "exit_code": 137, "reason": "OOM killed"}],
+//!   "requests": [{"request_id": 68, "user_id": 0, "model_id": 30, "slo_factor": 0, "arrival_ns": 1598832443782277698,
+//!                 "departure_ns": 1598832443793706643, "deadline_ns": 1598832443882277698, "result": 0,
+//!                 "arrival_copies": 0, "departure_copies": 2, "action_id": 2}],
+//!   "actions":  [{"action_id": 2, "action_type": 2, "status": 0, "worker_id": 0, "gpu_id": 1, "model_id": 30,
+//!                 "batch_size": 1, "expected_exec_duration_ns": 5637000, "worker_exec_duration_ns": 5669663,
+//!                 "sent_ns": 1598832443782208983, "expected_exec_complete_ns": 1598832443788813152,
+//!                 "worker_exec_complete_ns": 1598832443789039629, "expected_gpu_clock_mhz": 1380,
+//!                 "gpu_clock_before_mhz": 1380, "gpu_clock_after_mhz": 1380, "copy_output_complete_ns": 0,
+//!                 "action_received_ns": 1598832443782379105, "result_sent_ns": 1598832443789049534,
+//!                 "result_received_ns": 1598832443789460587, "result_processed_ns": 1598832443789472683,
+//!                 "requests_queued": 2, "copies_loaded": 0, "requests_in_time": 1}]
 //! }
 //! ```
+//! `requests` / `actions` are serving telemetry (one row per finished request
+//! or action, controller clock; see `serving.rs`): in a request `request_id`,
+//! `model_id`, `arrival_ns` and `departure_ns` are required; in an action
+//! `action_id`, `action_type`, `model_id`, `sent_ns` and `result_received_ns`
+//! (the rest default to 0, `batch_size` to 1, `result_processed_ns` to
+//! `result_received_ns`).
 //! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
 //! fields are refused (a typo must not silently drop data). Answers: 202 with
 //! the row count; 400 malformed JSON or unknown field (with line and column);
@@ -32,6 +49,7 @@ use axum::routing::post;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::serving::{JsonAction, JsonRequest};
 use super::{CustomEvent, ForeignPoint, IngestHub, NodeEvent, Origin, Progress, Report, Timing};
 use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
 
@@ -57,6 +75,10 @@ pub struct Body {
     pub heartbeats: Vec<JsonHeartbeat>,
     #[serde(default)]
     pub node_events: Vec<JsonNodeEvent>,
+    #[serde(default)]
+    pub requests: Vec<JsonRequest>,
+    #[serde(default)]
+    pub actions: Vec<JsonAction>,
 }
 
 #[derive(Deserialize)]
@@ -215,6 +237,8 @@ impl Body {
             + self.events.len()
             + self.heartbeats.len()
             + self.node_events.len()
+            + self.requests.len()
+            + self.actions.len()
     }
 
     /// Validates every row and converts; the first invalid row names itself.
@@ -310,6 +334,12 @@ impl Body {
                 exit_code: e.exit_code,
                 reason: e.reason,
             });
+        }
+        for (i, q) in self.requests.into_iter().enumerate() {
+            r.requests.push(q.convert(i)?);
+        }
+        for (i, a) in self.actions.into_iter().enumerate() {
+            r.actions.push(a.convert(i)?);
         }
         Ok(r)
     }
@@ -467,6 +497,51 @@ mod tests {
             (
                 r#"{"points":[{"metric":"m","value":1,"kind":"histogram"}]}"#,
                 "unknown variant `histogram`",
+            ),
+        ] {
+            let err = parse(body).unwrap_err();
+            assert!(err.contains(want), "{body}: {err}");
+        }
+    }
+
+    #[test]
+    fn serving_rows_convert_and_bad_ones_name_row_and_field() {
+        let r = parse(
+            r#"{"requests":[{"request_id":68,"model_id":30,"arrival_ns":10,"departure_ns":20,"deadline_ns":110}],
+                "actions":[{"action_id":2,"action_type":2,"model_id":30,"sent_ns":5,"result_received_ns":30,"requests_in_time":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(r.rows(), 2);
+        assert_eq!((r.requests[0].request_id, r.requests[0].deadline), (68, 110));
+        assert_eq!((r.actions[0].batch_size, r.actions[0].result_processed), (1, 30));
+        for (body, want) in [
+            (
+                r#"{"requests":[{"request_id":1,"model_id":1,"arrival_ns":10,"departure_ns":20},{"request_id":2,"model_id":1,"arrival_ns":30,"departure_ns":20}]}"#,
+                "requests[1].departure_ns: is before arrival_ns",
+            ),
+            (
+                r#"{"requests":[{"request_id":1,"model_id":1,"arrival_ns":1,"departure_ns":2,"slo_factor":-1}]}"#,
+                "requests[0].slo_factor",
+            ),
+            (
+                r#"{"actions":[{"action_id":1,"action_type":2,"model_id":1,"sent_ns":9,"result_received_ns":3}]}"#,
+                "actions[0].result_received_ns: is before sent_ns",
+            ),
+            (
+                r#"{"actions":[{"action_id":1,"action_type":2,"model_id":1,"sent_ns":1,"result_received_ns":3,"batch_size":2,"requests_in_time":3}]}"#,
+                "actions[0].requests_in_time",
+            ),
+            (
+                r#"{"actions":[{"action_id":1,"action_type":2,"model_id":1,"sent_ns":1,"result_received_ns":3,"batch_size":0}]}"#,
+                "actions[0].batch_size: must be >= 1",
+            ),
+            (
+                r#"{"requests":[{"request_id":1,"model_id":1,"arrival_ns":1}]}"#,
+                "missing field `departure_ns`",
+            ),
+            (
+                r#"{"actions":[{"action_id":1,"action_type":300,"model_id":1,"sent_ns":1,"result_received_ns":1}]}"#,
+                "invalid value",
             ),
         ] {
             let err = parse(body).unwrap_err();

@@ -19,6 +19,8 @@
 pub mod json;
 pub mod otlp;
 pub mod otlp_events;
+pub mod otlp_serving;
+pub mod serving;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -116,6 +118,9 @@ pub struct Report {
     pub heartbeats: Vec<u64>,
     pub node_events: Vec<NodeEvent>,
     pub custom: Vec<CustomEvent>,
+    /// Serving telemetry (see `serving.rs`).
+    pub requests: Vec<serving::ServedRequest>,
+    pub actions: Vec<serving::ServedAction>,
 }
 
 impl Report {
@@ -126,6 +131,8 @@ impl Report {
             + self.heartbeats.len()
             + self.node_events.len()
             + self.custom.len()
+            + self.requests.len()
+            + self.actions.len()
     }
 }
 
@@ -533,6 +540,7 @@ impl Pending {
                 body: e.body.clone(),
             });
         }
+        self.add_serving(o, &r.requests, &r.actions);
         self.rows += r.rows();
     }
 }

@@ -17,6 +17,7 @@
 //! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start |
 //! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
 //! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event` | named progress, heartbeats, node events: see `otlp_events.rs` |
+//! | span or log record named `serving.request` / `serving.action` | a serving request / action row (attributes in `otlp_serving.rs`), not a timing or custom event |
 //!
 //! With `ingest.forward = true` every request is also queued, unchanged, for
 //! the export endpoint (gateway mode) through the pipeline's bounded queue.
@@ -215,6 +216,9 @@ pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
             };
             for ss in &rs.scope_spans {
                 for s in &ss.spans {
+                    if super::otlp_serving::span(&mut r, s) != super::otlp_serving::Taken::No {
+                        continue;
+                    }
                     let step = find(&s.attributes, &BATCH_ATTRIBUTES)
                         .and_then(as_int)
                         .filter(|i| *i >= 0)
@@ -254,6 +258,9 @@ pub fn log_reports(req: &ExportLogsServiceRequest) -> Vec<Report> {
             };
             for sl in &rl.scope_logs {
                 for l in &sl.log_records {
+                    if super::otlp_serving::log_record(&mut r, l) != super::otlp_serving::Taken::No {
+                        continue;
+                    }
                     let name = if !l.event_name.is_empty() {
                         l.event_name.clone()
                     } else {
@@ -381,7 +388,10 @@ impl TraceService for Receiver {
         let auth = grpc_auth(&req);
         let m = req.into_inner();
         let reports = trace_reports(&m);
-        let spans = reports.iter().map(|r| r.timings.len()).sum();
+        let spans = reports
+            .iter()
+            .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
+            .sum();
         let fwd = forward_body(self, Signal::Traces, &m, spans);
         self.take(auth.as_deref(), reports, 0, fwd).map_err(grpc_status)?;
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
@@ -515,7 +525,10 @@ async fn http_metrics(State(r): State<Receiver>, headers: HeaderMap, body: BodyR
 async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
     http_export::<ExportTraceServiceRequest, ExportTraceServiceResponse>(&r, &headers, body, Signal::Traces, |m| {
         let reports = trace_reports(m);
-        let spans = reports.iter().map(|r| r.timings.len()).sum();
+        let spans = reports
+            .iter()
+            .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
+            .sum();
         (reports, 0, spans)
     })
 }

@@ -37,7 +37,8 @@ pub struct Shared {
     pub pipeline: PipelineHandle,
     pub state: StateStore,
     pub decisions: DecisionBoard,
-    pub sink_dir: PathBuf,
+    /// `sinks.dir` and the per-plugin directories (`crate::sinks::resolve`).
+    pub sinks: crate::config::SinksConfig,
     pub plan: Arc<SamplePlan>,
 }
 
@@ -244,7 +245,7 @@ impl Actor {
             self.limits.memory,
             self.registry.take().unwrap_or_default(),
             self.shared.state.namespace(&self.name),
-            self.shared.sink_dir.clone(),
+            crate::sinks::resolve(&self.shared.sinks, &self.name, |k| std::env::var(k).ok()).path,
             self.metrics.clone(),
         );
         let mut store = Store::new(&self.shared.engine.engine, data);

@@ -86,7 +86,7 @@ impl PluginManager {
                 pipeline,
                 state,
                 decisions: DecisionBoard::default(),
-                sink_dir: cfg.sinks.dir.clone(),
+                sinks: cfg.sinks.clone(),
                 plan: Arc::new(SamplePlan::new(cfg.sampler.period_ms)),
             },
             dir,

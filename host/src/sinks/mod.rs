@@ -5,12 +5,100 @@
 //! The directory must already exist; sonde does not create it, so a typo in
 //! the config never scatters files, and a directory that is missing or not
 //! writable makes `open` fail with that reason and writes nothing.
+//!
+//! Which directory: `sinks.dir`, unless `sinks.plugins.<plugin>` names one
+//! for that plugin ([`PluginSinkDir`]): its environment variable when set and
+//! not blank, else its `dir`. The built-in entry gives the `clockwork` plugin
+//! Clockwork's own rules: `CLOCKWORK_LOG_DIR`, else `/local`; the directory
+//! must exist; where it does not or is not writable, no telemetry file is
+//! written (the plugin's `open-sink` fails with the reason, and the banner
+//! says so at start, next to the location).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+/// Where one plugin's sinks go instead of `sinks.dir`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginSinkDir {
+    /// Environment variable naming the directory; "" = none. Read at start.
+    pub env: String,
+    /// The directory when the variable is unset or blank.
+    pub dir: PathBuf,
+}
+
+impl Default for PluginSinkDir {
+    fn default() -> Self {
+        PluginSinkDir {
+            env: String::new(),
+            dir: PathBuf::from("sonde-data/sinks"),
+        }
+    }
+}
+
+impl PluginSinkDir {
+    /// Clockwork's controller: `$CLOCKWORK_LOG_DIR`, or `/local`.
+    pub fn clockwork() -> Self {
+        PluginSinkDir {
+            env: "CLOCKWORK_LOG_DIR".into(),
+            dir: PathBuf::from("/local"),
+        }
+    }
+}
+
+/// A plugin's sink directory and where that choice came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedDir {
+    pub path: PathBuf,
+    /// "sinks.dir", "CLOCKWORK_LOG_DIR", "sinks.plugins.clockwork.dir (CLOCKWORK_LOG_DIR unset)".
+    pub source: String,
+}
+
+/// The directory `plugin`'s sinks are written to; `env` reads a variable.
+pub fn resolve(cfg: &crate::config::SinksConfig, plugin: &str, env: impl Fn(&str) -> Option<String>) -> ResolvedDir {
+    let Some(p) = cfg.plugins.get(plugin) else {
+        return ResolvedDir {
+            path: cfg.dir.clone(),
+            source: "sinks.dir".into(),
+        };
+    };
+    if !p.env.is_empty()
+        && let Some(v) = env(&p.env).filter(|v| !v.trim().is_empty())
+    {
+        return ResolvedDir {
+            path: PathBuf::from(v.trim()),
+            source: p.env.clone(),
+        };
+    }
+    let unset = if p.env.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} unset)", p.env)
+    };
+    ResolvedDir {
+        path: p.dir.clone(),
+        source: format!("sinks.plugins.{plugin}.dir{unset}"),
+    }
+}
+
+/// Whether files can be written in `dir`: it must exist (never created) and
+/// take a file. The probe file is removed.
+pub fn probe(dir: &Path) -> Result<(), SinkError> {
+    if !dir.is_dir() {
+        return Err(SinkError::NoDir(dir.to_path_buf()));
+    }
+    let probe = dir.join(format!(".sonde-probe-{}", std::process::id()));
+    File::create(&probe).map_err(|e| SinkError::Io {
+        path: dir.to_path_buf(),
+        reason: format!("not writable: {e}"),
+    })?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SinkFormat {
@@ -303,6 +391,57 @@ mod tests {
             "main;g 5\n"
         );
         assert!(s.write_rows(&[]).is_err());
+    }
+
+    #[test]
+    fn clockwork_sinks_follow_clockwork_log_dir_then_local() {
+        let cfg = crate::config::SinksConfig::default();
+        let none = |_: &str| None;
+        let r = resolve(&cfg, "clockwork", none);
+        assert_eq!(r.path, PathBuf::from("/local"), "Clockwork's default");
+        assert!(r.source.contains("CLOCKWORK_LOG_DIR unset"), "{}", r.source);
+        let blank = |_: &str| Some("  ".to_string());
+        assert_eq!(
+            resolve(&cfg, "clockwork", blank).path,
+            PathBuf::from("/local"),
+            "blank is unset"
+        );
+        let set = |k: &str| (k == "CLOCKWORK_LOG_DIR").then(|| "/tmp/cw".to_string());
+        let r = resolve(&cfg, "clockwork", set);
+        assert_eq!(
+            (r.path, r.source.as_str()),
+            (PathBuf::from("/tmp/cw"), "CLOCKWORK_LOG_DIR")
+        );
+        let r = resolve(&cfg, "determined", set);
+        assert_eq!(
+            (r.path, r.source.as_str()),
+            (cfg.dir.clone(), "sinks.dir"),
+            "other plugins"
+        );
+    }
+
+    #[test]
+    fn a_missing_directory_or_a_file_in_its_place_fails_the_probe_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(probe(dir.path()), Ok(()));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the probe cleans up");
+        let missing = dir.path().join("missing");
+        assert_eq!(probe(&missing), Err(SinkError::NoDir(missing.clone())));
+        assert!(!missing.exists(), "never created");
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        assert!(probe(&file).is_err());
+        assert!(
+            Sink::open(
+                &missing,
+                "clockwork_request_log.tsv",
+                SinkFormat::Tsv,
+                SinkMode::Append,
+                vec!["t".into()]
+            )
+            .is_err()
+        );
+        assert!(!missing.exists());
     }
 
     #[test]

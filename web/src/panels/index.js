@@ -8,5 +8,6 @@
 // Add a plugin's panel as one line here: `import * as x from './x.js'` and an
 // entry in `custom`.
 import * as paramserver from './paramserver.js';
+import * as clockwork from './clockwork.js';
 
-export const custom = { paramserver };
+export const custom = { clockwork, paramserver };

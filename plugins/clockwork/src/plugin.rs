@@ -1,0 +1,254 @@
+//! Every hook's logic: events in → TSV rows, estimator updates, analysis;
+//! timer → metrics. The host is behind `host::Host`.
+
+use std::collections::BTreeMap;
+
+use sonde_plugin_sdk::MetricRegistry;
+use sonde_plugin_sdk::types::{
+    Attribute, Column, EventBatch, MetricDesc, MetricKind, PointBatch, Severity, SinkFormat, SinkMode, SinkSpec,
+};
+
+use crate::analysis::{Analysis, Metric};
+use crate::estimator::ModelEstimator;
+use crate::host::Host;
+use crate::rows::{Action, INFER, LOAD_WEIGHTS, Request, action_at, request_at};
+use crate::settings::Settings;
+use crate::tsv::{self, Col};
+
+/// A TSV log: its handle, or why it is not written.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LogFile {
+    pub name: &'static str,
+    #[serde(skip)]
+    pub handle: Option<u32>,
+    pub error: Option<String>,
+    pub rows: u64,
+}
+
+pub struct Clockwork {
+    pub settings: Settings,
+    pub analysis: Analysis,
+    pub estimators: BTreeMap<u64, ModelEstimator>,
+    pub request_log: LogFile,
+    pub action_log: LogFile,
+    metrics: MetricRegistry,
+    pub timer: u64,
+    pub requests_seen: u64,
+    pub actions_seen: u64,
+}
+
+fn cols(c: Vec<Col>) -> Vec<Column> {
+    c.into_iter()
+        .map(|c| match c {
+            Col::U(v) => Column::U64s(v),
+            Col::S(v) => Column::S64s(v),
+            Col::T(v) => Column::Strings(v),
+        })
+        .collect()
+}
+
+fn open(host: &mut dyn Host, name: &'static str, columns: &[&str]) -> LogFile {
+    let spec = SinkSpec {
+        name: name.into(),
+        format: SinkFormat::Tsv,
+        mode: SinkMode::Append,
+        columns: columns.iter().map(|c| c.to_string()).collect(),
+    };
+    match host.open_sink(&spec) {
+        Ok(h) => LogFile {
+            name,
+            handle: Some(h),
+            error: None,
+            rows: 0,
+        },
+        Err(e) => {
+            host.log(
+                Severity::Warn,
+                &format!("not writing {name}: {e}; the analysis goes on without the file"),
+            );
+            LogFile {
+                name,
+                handle: None,
+                error: Some(e),
+                rows: 0,
+            }
+        }
+    }
+}
+
+impl Clockwork {
+    pub fn start(host: &mut dyn Host, settings: Settings) -> Clockwork {
+        let (request_log, action_log) = if settings.tsv {
+            let r = open(host, tsv::REQUEST_LOG, &tsv::REQUEST_COLUMNS);
+            let a = open(host, tsv::ACTION_LOG, &tsv::ACTION_COLUMNS);
+            if r.handle.is_some() && a.handle.is_some() {
+                host.log(
+                    Severity::Info,
+                    &format!(
+                        "writing {} and {} in the clockwork sink directory (sonde's banner names it)",
+                        tsv::REQUEST_LOG,
+                        tsv::ACTION_LOG
+                    ),
+                );
+            }
+            (r, a)
+        } else {
+            let off = |name| LogFile {
+                name,
+                handle: None,
+                error: Some("off (settings.tsv = false)".into()),
+                rows: 0,
+            };
+            (off(tsv::REQUEST_LOG), off(tsv::ACTION_LOG))
+        };
+        let timer = host.set_timer(settings.emit_every_ms, true);
+        Clockwork {
+            analysis: Analysis::new(settings.window_ns(), settings.lag_ms * 1_000_000),
+            estimators: BTreeMap::new(),
+            request_log,
+            action_log,
+            metrics: MetricRegistry::new(),
+            timer,
+            requests_seen: 0,
+            actions_seen: 0,
+            settings,
+        }
+    }
+
+    /// New settings: the estimators are re-seeded from the new profiles.
+    pub fn configure(&mut self, settings: Settings) {
+        if settings.profiles != self.settings.profiles
+            || settings.max_batch_size != self.settings.max_batch_size
+            || settings.max_exec_time_ms != self.settings.max_exec_time_ms
+        {
+            self.estimators.clear();
+        }
+        self.settings = settings;
+    }
+
+    pub fn estimator(&mut self, model: u64) -> &mut ModelEstimator {
+        let profile = self.settings.profiles.get(&model).cloned().unwrap_or_default();
+        let limits = self.settings.limits();
+        self.estimators
+            .entry(model)
+            .or_insert_with(|| ModelEstimator::new(&profile, limits))
+    }
+
+    pub fn on_events(&mut self, host: &mut dyn Host, batch: &EventBatch) -> Result<(), String> {
+        let now = host.now();
+        let mut problems = Vec::new();
+        if let Some(c) = &batch.actions {
+            let actions: Vec<Action> = (0..c.action_id.len()).map(|i| action_at(c, i)).collect();
+            self.actions_seen += actions.len() as u64;
+            for a in &actions {
+                if a.status == 0 {
+                    match a.action_type {
+                        INFER => {
+                            self.estimator(a.model_id).add_measurement(
+                                a.batch_size,
+                                a.worker_exec_duration,
+                                a.gpu_clock_before,
+                                a.gpu_clock_after,
+                            );
+                        }
+                        LOAD_WEIGHTS => self
+                            .estimator(a.model_id)
+                            .add_weights_measurement(a.worker_exec_duration),
+                        _ => {}
+                    }
+                }
+                self.analysis.add_action(a);
+            }
+            if let Some(h) = self.action_log.handle {
+                let rows: Vec<_> = actions.iter().map(tsv::action_row).collect();
+                match host.write_rows(h, &cols(tsv::action_columns(&rows))) {
+                    Ok(()) => self.action_log.rows += rows.len() as u64,
+                    Err(e) => problems.push(format!("{}: {e}", tsv::ACTION_LOG)),
+                }
+            }
+        }
+        if let Some(c) = &batch.requests {
+            let requests: Vec<Request> = (0..c.request_id.len()).map(|i| request_at(c, i)).collect();
+            self.requests_seen += requests.len() as u64;
+            if let Some(h) = self.request_log.handle {
+                let rows: Vec<_> = requests.iter().map(tsv::request_row).collect();
+                match host.write_rows(h, &cols(tsv::request_columns(&rows))) {
+                    Ok(()) => self.request_log.rows += rows.len() as u64,
+                    Err(e) => problems.push(format!("{}: {e}", tsv::REQUEST_LOG)),
+                }
+            }
+            for r in requests {
+                self.analysis.add_request(now, r);
+            }
+        }
+        self.analysis.resolve(now, false);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    pub fn on_timer(&mut self, host: &mut dyn Host) -> Result<(), String> {
+        let now = host.now();
+        self.analysis.resolve(now, false);
+        let mut m = self.analysis.close(now, false);
+        m.extend(self.analysis.counters(now));
+        self.emit(host, &m)
+    }
+
+    pub fn stop(&mut self, host: &mut dyn Host) {
+        let now = host.now();
+        self.analysis.resolve(now, true);
+        let mut m = self.analysis.close(now, true);
+        m.extend(self.analysis.counters(now));
+        let _ = self.emit(host, &m);
+    }
+
+    fn emit(&mut self, host: &mut dyn Host, metrics: &[Metric]) -> Result<(), String> {
+        let mut batch = PointBatch::default();
+        for m in metrics {
+            let desc = MetricDesc::new(
+                m.name,
+                if m.counter {
+                    MetricKind::Counter
+                } else {
+                    MetricKind::Gauge
+                },
+                m.unit,
+                describe(m.name),
+            )
+            .with_attributes(m.attrs.iter().map(|(k, v)| Attribute::new(*k, v.as_str())).collect());
+            let h = self.metrics.declare_with(&desc, |d| host.declare_metric(d))?;
+            batch.series.push(h);
+            batch.time.push(m.time);
+            batch.value.push(m.value);
+        }
+        if !batch.series.is_empty() {
+            host.emit_points(&batch);
+        }
+        Ok(())
+    }
+}
+
+fn describe(name: &str) -> &'static str {
+    match name {
+        "clockwork.requests" => "Requests finished, per model",
+        "clockwork.slo.misses" => "Requests that missed their SLO, per model and cause",
+        "clockwork.goodput" => "Successful requests within their deadline per second, per window",
+        "clockwork.throughput" => "Successful requests per second, per window",
+        "clockwork.slo.attainment" => "Share of requests that met their SLO, per window",
+        "clockwork.slo.violation_rate" => "Share of requests that missed their SLO, per window",
+        "clockwork.coldstart.share" => "Share of successful requests that were cold starts, per window",
+        "clockwork.latency" => "Request latency quantiles, per window",
+        "clockwork.request.time" => "Mean request time per component (queueing, network, execution, controller)",
+        "clockwork.batch_size.mean" => "Request-weighted mean infer batch size (sum b^2 / sum b)",
+        "clockwork.gpu.utilization" => "Share of the window the GPU spent on infer actions",
+        "clockwork.gpu.goodput_utilization" => "Share of the window spent on infer work that met deadlines",
+        "clockwork.pcie.utilization" => "Share of the window spent loading weights",
+        "clockwork.prediction.error" => "Worker exec duration minus the predicted duration, quantiles",
+        "clockwork.completion.error" => "Worker completion minus the predicted completion, quantiles",
+        "clockwork.prediction.over_share" => "Share of actions whose duration was over-predicted",
+        _ => "clockwork",
+    }
+}
