@@ -7,7 +7,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("../web");
+    // Read at run time: a build-script binary reused from another checkout's
+    // target/ must still embed this checkout's dashboard.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let web = Path::new(&manifest_dir).join("../web");
     let dist = web.join("dist");
     println!("cargo:rerun-if-changed={}", dist.display());
     println!("cargo:rerun-if-changed={}", web.join("fallback.html").display());

@@ -39,9 +39,19 @@ pub struct PluginState {
     pub sink_dir: std::path::PathBuf,
     sinks: Vec<Sink>,
     pub metrics: Arc<PluginMetrics>,
+    /// Time the current call spent in durable host work, credited to its deadline.
+    pub io: HostIo,
 }
 
 impl PluginState {
+    /// Runs durable host work, counting its time for the call's deadline (see [`HostIo`]).
+    fn timed<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let t0 = Instant::now();
+        let r = f(self);
+        self.io.spent += t0.elapsed();
+        r
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: &str,
@@ -72,6 +82,7 @@ impl PluginState {
             sink_dir,
             sinks: Vec::new(),
             metrics,
+            io: HostIo::default(),
         }
     }
 }
@@ -110,6 +121,37 @@ impl ResourceLimiter for MemoryCap {
 }
 
 /// What a call emitted, drained after it returns.
+/// Most host time one call can have credited to its deadline: a plugin that
+/// commits state in a loop still ends.
+pub const HOST_IO_GRACE: Duration = Duration::from_secs(2);
+
+/// The deadline of a call measures the guest's own work. A state-store commit
+/// (a durable disk write) or a sink write can take longer than a whole call's
+/// budget on a slow disk, and that time is not the plugin running away, so it
+/// is credited: when the deadline strikes, it is extended by the host time not
+/// yet credited (up to [`HOST_IO_GRACE`] per call).
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct HostIo {
+    pub spent: Duration,
+    pub credited: Duration,
+}
+
+impl HostIo {
+    /// How much longer the call may run when its deadline strikes; `None`
+    /// interrupts it.
+    pub fn extension(&mut self) -> Option<Duration> {
+        let owed = self
+            .spent
+            .saturating_sub(self.credited)
+            .min(HOST_IO_GRACE.saturating_sub(self.credited));
+        if owed.is_zero() {
+            return None;
+        }
+        self.credited += owed;
+        Some(owed)
+    }
+}
+
 #[derive(Default)]
 pub struct Outbox {
     pub points: Vec<Point>,
@@ -379,7 +421,10 @@ impl host::Host for PluginState {
                 types::Column::Strings(v) => Column::Str(v),
             })
             .collect();
-        s.write_rows(&cols).map_err(|e| e.to_string())
+        let t0 = Instant::now();
+        let r = s.write_rows(&cols).map_err(|e| e.to_string());
+        self.io.spent += t0.elapsed();
+        r
     }
 
     fn write_bytes(&mut self, sink: u32, data: Vec<u8>) -> Result<(), String> {
@@ -387,54 +432,82 @@ impl host::Host for PluginState {
             .sinks
             .get_mut(sink as usize)
             .ok_or_else(|| format!("no sink with handle {sink}"))?;
-        s.write_bytes(&data).map_err(|e| e.to_string())
+        let t0 = Instant::now();
+        let r = s.write_bytes(&data).map_err(|e| e.to_string());
+        self.io.spent += t0.elapsed();
+        r
     }
 
     fn state_get(&mut self, key: String) -> Option<Vec<u8>> {
-        self.state.get(&key).unwrap_or_else(|e| {
-            tracing::warn!(plugin = %self.name, "state-get {key:?} failed: {e:#}");
-            None
+        self.timed(|me| {
+            me.state.get(&key).unwrap_or_else(|e| {
+                tracing::warn!(plugin = %me.name, "state-get {key:?} failed: {e:#}");
+                None
+            })
         })
     }
 
     fn state_put(&mut self, key: String, value: Vec<u8>) -> Result<(), String> {
-        self.state.put(&key, &value).map_err(|e| format!("{e:#}"))
+        self.timed(|me| me.state.put(&key, &value).map_err(|e| format!("{e:#}")))
     }
 
     fn state_delete(&mut self, key: String) {
-        if let Err(e) = self.state.delete(&key) {
-            tracing::warn!(plugin = %self.name, "state-delete {key:?} failed: {e:#}");
-        }
+        self.timed(|me| {
+            if let Err(e) = me.state.delete(&key) {
+                tracing::warn!(plugin = %me.name, "state-delete {key:?} failed: {e:#}");
+            }
+        })
     }
 
     fn state_keys(&mut self, prefix: String) -> Vec<String> {
-        self.state.keys(&prefix).unwrap_or_else(|e| {
-            tracing::warn!(plugin = %self.name, "state-keys failed: {e:#}");
-            Vec::new()
+        self.timed(|me| {
+            me.state.keys(&prefix).unwrap_or_else(|e| {
+                tracing::warn!(plugin = %me.name, "state-keys failed: {e:#}");
+                Vec::new()
+            })
         })
     }
 
     fn state_append(&mut self, stream: String, record: Vec<u8>) -> Result<u64, String> {
-        self.state.append(&stream, &record).map_err(|e| format!("{e:#}"))
+        self.timed(|me| me.state.append(&stream, &record).map_err(|e| format!("{e:#}")))
     }
 
     fn state_read(&mut self, stream: String, from: u64, max: u32) -> Vec<(u64, Vec<u8>)> {
-        self.state.read(&stream, from, max.min(10_000)).unwrap_or_else(|e| {
-            tracing::warn!(plugin = %self.name, "state-read failed: {e:#}");
-            Vec::new()
+        self.timed(|me| {
+            me.state.read(&stream, from, max.min(10_000)).unwrap_or_else(|e| {
+                tracing::warn!(plugin = %me.name, "state-read failed: {e:#}");
+                Vec::new()
+            })
         })
     }
 
     fn state_trim(&mut self, stream: String, before: u64) {
-        if let Err(e) = self.state.trim(&stream, before) {
-            tracing::warn!(plugin = %self.name, "state-trim failed: {e:#}");
-        }
+        self.timed(|me| {
+            if let Err(e) = me.state.trim(&stream, before) {
+                tracing::warn!(plugin = %me.name, "state-trim failed: {e:#}");
+            }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_io_extends_a_deadline_once_per_time_spent_and_within_the_grace() {
+        let ms = Duration::from_millis;
+        let mut io = HostIo::default();
+        assert_eq!(io.extension(), None, "no host work: the deadline interrupts");
+        io.spent = ms(165);
+        assert_eq!(io.extension(), Some(ms(165)));
+        assert_eq!(io.extension(), None, "the same time is credited once");
+        io.spent += ms(10);
+        assert_eq!(io.extension(), Some(ms(10)));
+        io.spent = ms(60_000);
+        assert_eq!(io.extension(), Some(HOST_IO_GRACE - ms(175)), "capped by the grace");
+        assert_eq!(io.extension(), None);
+    }
 
     fn desc(name: &str, kind: types::MetricKind, attr: Option<(&str, &str)>) -> types::MetricDesc {
         types::MetricDesc {

@@ -250,7 +250,13 @@ impl Actor {
         );
         let mut store = Store::new(&self.shared.engine.engine, data);
         store.limiter(|s| &mut s.memory);
-        store.epoch_deadline_trap();
+        // At the deadline: extend by host time spent in durable writes, else trap.
+        store.epoch_deadline_callback(|mut cx| {
+            Ok(match cx.data_mut().io.extension() {
+                Some(more) => wasmtime::UpdateDeadline::Continue(PluginEngine::deadline_ticks(more)),
+                None => wasmtime::UpdateDeadline::Interrupt,
+            })
+        });
         store.set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
         let plugin = {
             let _g = self.shared.engine.enter_call();
@@ -330,6 +336,7 @@ impl Actor {
         };
         live.store
             .set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
+        live.store.data_mut().io = Default::default();
         let t0 = Instant::now();
         let result = {
             let _g = self.shared.engine.enter_call();
