@@ -7,4 +7,6 @@
 //
 // Add a plugin's panel as one line here: `import * as x from './x.js'` and an
 // entry in `custom`.
-export const custom = {};
+import * as dlrover from './dlrover.js';
+
+export const custom = { dlrover };
