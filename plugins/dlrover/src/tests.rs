@@ -310,13 +310,14 @@ fn brain_strategy_is_chosen_in_the_settings() {
 }
 
 /// A PS job on the loop: typed nodes with given resources, samples per node
-/// through gateway points, global steps; the worker plan after 60 s stable.
-#[test]
-fn the_loop_makes_a_worker_plan_from_runtime_statistics() {
+/// through the host and gateway points, global steps; 12 intervals of 15 s.
+fn run_loop(strategy: &str) -> (Fake, Master) {
     let mut h = Fake::at(T0);
-    let s = r#"{"node": "ps-0", "stats_interval_s": 15, "clamp": {"enabled": false}, "plan_interval_s": 0,
-               "nodes": {"ps-0": {"type": "ps", "cpu": 4, "memory": 4096}}}"#;
-    let mut m = Master::start(&mut h, settings(s), 0);
+    let s = format!(
+        r#"{{"node": "ps-0", "strategy": "{strategy}", "stats_interval_s": 15, "clamp": {{"enabled": false}},
+            "plan_interval_s": 0, "nodes": {{"ps-0": {{"type": "ps", "cpu": 4, "memory": 4096}}}}}}"#
+    );
+    let mut m = Master::start(&mut h, settings(&s), 0);
     let names = ["ps-0", "worker-0", "worker-1", "worker-2"];
     for w in &names[1..] {
         m.on_events(
@@ -367,6 +368,12 @@ fn the_loop_makes_a_worker_plan_from_runtime_statistics() {
         m.on_events(&mut h, steps("worker-0", &[(step, now)]));
         tick(&mut m, &mut h, 15.0);
     }
+    (h, m)
+}
+
+#[test]
+fn the_loop_makes_a_worker_plan_from_runtime_statistics() {
+    let (mut h, mut m) = run_loop("local");
     let plans = get(&mut m, &mut h, "/plans");
     let latest = &plans["current"]["latest"];
     assert_eq!(latest["kind"], "worker", "{plans}");
@@ -390,6 +397,46 @@ fn the_loop_makes_a_worker_plan_from_runtime_statistics() {
     );
     // Emitted as a metric too.
     assert!(h.points.iter().any(|(n, _, v)| n == "sonde.training.speed" && *v > 0.0));
+}
+
+#[test]
+fn d4_d5_the_brain_strategy_plans_from_the_persisted_records_at_every_stage() {
+    // Upstream the runtime records never reached the Brain (D5) and the
+    // master's running stages were refused by it (D4): no plan. Here the same
+    // loop with the Brain strategy plans from this plugin's records.
+    let (mut h, mut m) = run_loop("brain");
+    let latest = get(&mut m, &mut h, "/plans")["current"]["latest"].clone();
+    assert_eq!(
+        (latest["strategy"].as_str(), latest["kind"].as_str()),
+        (Some("brain"), Some("worker")),
+        "{latest}"
+    );
+    // PS util 0.25 < 0.8: ceil(0.8 / 0.25 x 3) = 10 workers; CPU ceil(1 + 1); memory 2048 x 1.2.
+    assert_eq!(
+        latest["plan"]["groups"]["worker"],
+        json!({"count": 10, "cpu": 2.0, "memory_mib": 2458.0})
+    );
+    // The running stage (PS_RUNNING) plans too: a hot PS.
+    m.scaler.stage = crate::scaler::Stage::PsRunning;
+    m.scaler.last_plan_ns = 0;
+    m.scaler.target_workers = None;
+    for r in m.stats.iter_mut() {
+        for n in r.nodes.iter_mut().filter(|n| n.name == "ps-0") {
+            n.used.cpu = 3.8;
+        }
+    }
+    let now = h.now;
+    m.plan_loop(&mut h, now);
+    let latest = get(&mut m, &mut h, "/plans")["current"]["latest"].clone();
+    assert_eq!(
+        (latest["kind"].as_str(), latest["stage"].as_str()),
+        (Some("running"), Some("ps_running")),
+        "{latest}"
+    );
+    assert!(
+        latest["plan"]["nodes"]["ps-0"]["cpu"].as_f64().unwrap() > 4.0,
+        "{latest}"
+    );
 }
 
 fn register(m: &mut Master, h: &mut Fake, name: &str, size: u64, batch: u64, epochs: u32) {
