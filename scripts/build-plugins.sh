@@ -56,5 +56,6 @@ install_component sysmetrics bundled
 install_component determined bundled
 install_component paramserver bundled
 install_component clockwork bundled
+install_component dlrover bundled
 install_component testbed testing
 install_component wrongworld testing

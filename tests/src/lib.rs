@@ -159,6 +159,11 @@ impl Sonde {
     /// Starts sonde with the given plugins (source path, name) and extra flags
     /// (`{port}` in a flag becomes the API's port, e.g. `api.listen=0.0.0.0:{port}`).
     pub fn start(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str]) -> Sonde {
+        Sonde::start_on(dir, plugins, args, free_port())
+    }
+
+    /// The same on a given API port (to restart a sonde where its clients expect it).
+    pub fn start_on(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str], port: u16) -> Sonde {
         let pdir = dir.join("plugins");
         std::fs::create_dir_all(&pdir).unwrap();
         std::fs::create_dir_all(dir.join("sinks")).unwrap();
@@ -171,10 +176,14 @@ impl Sonde {
         let cache = repo().join("target/test-plugin-cache");
         std::fs::create_dir_all(&cache).unwrap();
         let _ = std::os::unix::fs::symlink(&cache, data.join("cache"));
-        let port = free_port();
         let api = format!("127.0.0.1:{port}");
         let out = dir.join("sonde.out");
-        let f = std::fs::File::create(&out).unwrap();
+        // Appended: a restarted sonde's output follows the first one's.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&out)
+            .unwrap();
         // The OTLP receivers default to the well-known ports 4317/4318, which
         // tests running in parallel would fight over: off unless asked for.
         let mut receivers: Vec<&str> = Vec::new();

@@ -9,5 +9,6 @@
 // entry in `custom`.
 import * as paramserver from './paramserver.js';
 import * as clockwork from './clockwork.js';
+import * as dlrover from './dlrover.js';
 
-export const custom = { clockwork, paramserver };
+export const custom = { clockwork, dlrover, paramserver };
