@@ -88,7 +88,10 @@ fn operations() -> Vec<Op> {
             "/api/ingest",
             "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events (see host/src/ingest/json.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
         )
-        .body("application/json", "{origin, progress[], timings[], points[], events[], heartbeats[], node_events[]}")
+        .body(
+            "application/json",
+            "{origin, progress[], timings[], points[], events[], heartbeats[], node_events[], mpi_samples[]}",
+        )
         .responses(&[
             (202, "accepted: {\"accepted\": rows}"),
             (400, "malformed JSON or an unknown field (with line and column)"),

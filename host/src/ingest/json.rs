@@ -9,10 +9,11 @@
 //!   "points":   [{"metric": "samples_per_second", "unit": "{sample}/s", "value": 812.5}],
 //!   "events":   [{"name": "checkpoint.saved", "body": "step 12", "attributes": {"path": "/ckpt/12"}}],
 //!   "heartbeats": [{"time_ns": 1732300000000000000}],
-//!   "node_events": [{"kind": "failed", "exit_code": 137, "reason": "OOM killed"}]
+//!   "node_events": [{"kind": "failed", "exit_code": 137, "reason": "OOM killed"}],
+//!   "mpi_samples": [{"thread": 0, "state": "stall", "function": "MPI_Barrier", "callsite": "app+0x4f2", "count": 12, "period_ns": 1000000}]
 //! }
 //! ```
-//! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
+//! (`mpi_samples` rows are described in `ingest/mpi.rs`.) Every list is optional; `time_ns` defaults to the time of receipt. Unknown
 //! fields are refused (a typo must not silently drop data). Answers: 202 with
 //! the row count; 400 malformed JSON or unknown field (with line and column);
 //! 413 body over `ingest.max_body_bytes`; 415 not JSON; 422 invalid values
@@ -57,6 +58,8 @@ pub struct Body {
     pub heartbeats: Vec<JsonHeartbeat>,
     #[serde(default)]
     pub node_events: Vec<JsonNodeEvent>,
+    #[serde(default)]
+    pub mpi_samples: Vec<super::mpi::JsonMpiSample>,
 }
 
 #[derive(Deserialize)]
@@ -168,7 +171,7 @@ pub struct Invalid {
     pub reason: String,
 }
 
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Invalid {
+pub(super) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Invalid {
     Invalid {
         field: field.into(),
         reason: reason.into(),
@@ -215,6 +218,7 @@ impl Body {
             + self.events.len()
             + self.heartbeats.len()
             + self.node_events.len()
+            + self.mpi_samples.len()
     }
 
     /// Validates every row and converts; the first invalid row names itself.
@@ -310,6 +314,9 @@ impl Body {
                 exit_code: e.exit_code,
                 reason: e.reason,
             });
+        }
+        for (i, s) in self.mpi_samples.into_iter().enumerate() {
+            r.mpi_samples.push(s.into_sample(i, now)?);
         }
         Ok(r)
     }

@@ -16,6 +16,7 @@
 //! answers 429 / RESOURCE_EXHAUSTED and counts it), it never grows.
 
 pub mod json;
+pub mod mpi;
 pub mod otlp;
 
 use std::collections::HashMap;
@@ -104,6 +105,20 @@ pub struct CustomEvent {
     pub attributes: Attributes,
 }
 
+/// A bin of MPI state samples from the probe (`ingest/mpi.rs`): `count`
+/// ticks of `period_ns` in (thread, state, function, callsite) at `time`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MpiSample {
+    pub thread: u32,
+    pub time: u64,
+    /// 0 not in MPI, 1 MPI work, 2 MPI stall.
+    pub state: u8,
+    pub function: String,
+    pub callsite: String,
+    pub count: u32,
+    pub period_ns: u64,
+}
+
 /// Everything one source hands in at once, from one origin.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Report {
@@ -114,6 +129,7 @@ pub struct Report {
     pub heartbeats: Vec<u64>,
     pub node_events: Vec<NodeEvent>,
     pub custom: Vec<CustomEvent>,
+    pub mpi_samples: Vec<MpiSample>,
 }
 
 impl Report {
@@ -124,6 +140,7 @@ impl Report {
             + self.heartbeats.len()
             + self.node_events.len()
             + self.custom.len()
+            + self.mpi_samples.len()
     }
 }
 
@@ -531,6 +548,7 @@ impl Pending {
                 body: e.body.clone(),
             });
         }
+        self.add_mpi(o, &r.mpi_samples);
         self.rows += r.rows();
     }
 }
