@@ -54,5 +54,6 @@ install_component() { # <crate> <folder under target/plugins>
 echo "plugins:"
 install_component sysmetrics bundled
 install_component determined bundled
+install_component mpi bundled
 install_component testbed testing
 install_component wrongworld testing
