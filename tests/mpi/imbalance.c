@@ -1,0 +1,49 @@
+/* A deliberately imbalanced MPI job for the mpi plugin's end-to-end test:
+ * in each step rank r burns (r+1) units of its own CPU time, then all ranks
+ * meet in MPI_Allreduce and MPI_Barrier. Rank 0 finishes its work first and
+ * waits longest, so its MPI stall share must be the largest, then rank 1, ...
+ *
+ *   imbalance [steps] [unit_ms]      (defaults 20 and 20; steps 0 = forever)
+ *
+ * CPU time (not wall time) measures the work, so the shares keep their order
+ * when more ranks than cores share the machine (mpirun --oversubscribe).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static volatile double sink;
+
+static void work(double seconds) {
+    double end = cpu_s() + seconds;
+    double x = 1.0;
+    while (cpu_s() < end)
+        for (int i = 0; i < 2000; i++) x = x * 1.0000001 + 1e-9;
+    sink = x;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    long steps = argc > 1 ? atol(argv[1]) : 20;
+    double unit = (argc > 2 ? atof(argv[2]) : 20) / 1000.0;
+    double t0 = MPI_Wtime();
+    for (long s = 0; steps == 0 || s < steps; s++) {
+        work((rank + 1) * unit);
+        double v = rank, sum = 0;
+        MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    if (rank == 0) printf("imbalance: %d ranks, %ld steps, %.3f s\n", size, steps, MPI_Wtime() - t0);
+    MPI_Finalize();
+    return 0;
+}
