@@ -7,4 +7,6 @@
 //
 // Add a plugin's panel as one line here: `import * as x from './x.js'` and an
 // entry in `custom`.
-export const custom = {};
+import * as mpi from './mpi.js';
+
+export const custom = { mpi };
