@@ -351,3 +351,40 @@ fn a_job_killed_midway_leaves_sonde_healthy_and_the_partial_profile_usable() {
         &sonde, job
     )) == from_route));
 }
+
+#[test]
+fn time_selective_sampling_covers_only_its_window() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start(tmp.path(), &rotel);
+    let job = "window-e2e";
+    let t0 = std::time::Instant::now();
+    let out = mpirun(
+        &sonde,
+        job,
+        &[
+            ("MPI_SONDE_HZ", "1000"),
+            ("MPI_SONDE_START_S", "0.3"),
+            ("MPI_SONDE_STOP_S", "0.8"),
+        ],
+        10,
+        30,
+    )
+    .output()
+    .expect("running mpirun");
+    let ran = t0.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ran > 1.5, "the job must outlast the window (ran {ran:.2} s)");
+    let p = settled_profile(&sonde, job, 4);
+    for r in p["ranks"].as_array().unwrap() {
+        let total =
+            r["not_in_mpi_s"].as_f64().unwrap() + r["work_s"].as_f64().unwrap() + r["stall_s"].as_f64().unwrap();
+        // 0.5 s of window; the window opens and closes on the probe's 20 ms checks.
+        assert!(
+            (0.4..=0.6).contains(&total),
+            "rank {} sampled {total} s of a 0.5 s window",
+            r["rank"]
+        );
+    }
+}
