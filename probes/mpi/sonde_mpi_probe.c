@@ -120,9 +120,8 @@ static struct {
 } cfg;
 
 static int world_rank = -1, world_size = 0;
-static _Atomic int sampling;     /* the handler counts only while set */
+static _Atomic int sampling;     /* the handler counts only while set (MPI_Pcontrol, MPI_Finalize) */
 static _Atomic int pcontrol_on = 1;
-static struct timespec t_init;
 static _Atomic uint64_t dropped_ticks;   /* bin table full */
 static _Atomic uint64_t dropped_posts, dropped_rows, sent_rows, sent_posts;
 static pthread_t flusher;
@@ -130,15 +129,15 @@ static _Atomic int flusher_stop;
 static int flusher_started;
 static pthread_key_t thr_key;
 
-static double now_mono(void) {
+static uint64_t mono_ns(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+    clock_gettime(CLOCK_MONOTONIC, &t); /* async-signal-safe (POSIX), a vDSO call on Linux */
+    return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
 }
 
-static double since_init(void) {
-    return now_mono() - ((double)t_init.tv_sec + (double)t_init.tv_nsec / 1e9);
-}
+/* The time-selective window on the monotonic clock; 0 / UINT64_MAX when open-ended. */
+static uint64_t window_start_ns, window_stop_ns = UINT64_MAX;
+static uint64_t tick_ns; /* the timer's period */
 
 static const char *env(const char *k) {
     const char *v = getenv(k);
@@ -169,6 +168,7 @@ static void read_config(void) {
     cfg.hz = (v = env("MPI_SONDE_HZ")) ? atoi(v) : 100;
     if (cfg.hz < 1) cfg.hz = 1;
     if (cfg.hz > 10000) cfg.hz = 10000;
+    tick_ns = 1000000000ULL / (uint64_t)cfg.hz;
     cfg.flush_ms = (v = env("MPI_SONDE_FLUSH_MS")) ? atol(v) : 500;
     if (cfg.flush_ms < 10) cfg.flush_ms = 10;
     cfg.start_s = (v = env("MPI_SONDE_START_S")) ? atof(v) : 0;
@@ -208,6 +208,17 @@ static inline uint64_t bin_key(int state, int func, uint64_t site) {
     return (site & ((1ULL << 47) - 1)) | ((uint64_t)func << 48) | ((uint64_t)state << 58) | (1ULL << 62);
 }
 
+/* Of the n ticks this delivery stands for, at now, now - p, ..., now - (n-1)p,
+ * how many fall in [window_start_ns, window_stop_ns). A delivery delayed past
+ * an edge of the window (a busy machine) still counts only the ticks inside. */
+static uint64_t ticks_in_window(uint64_t now, uint64_t n) {
+    if (now < window_start_ns) return 0;
+    uint64_t kmax = (now - window_start_ns) / tick_ns;
+    if (kmax > n - 1) kmax = n - 1;
+    uint64_t kmin = now < window_stop_ns ? 0 : (now - window_stop_ns) / tick_ns + 1;
+    return kmax >= kmin ? kmax - kmin + 1 : 0;
+}
+
 static void on_tick(int sig, siginfo_t *si, void *uc) {
     (void)sig, (void)si, (void)uc;
     int saved = errno;
@@ -216,6 +227,11 @@ static void on_tick(int sig, siginfo_t *si, void *uc) {
         /* Ticks the kernel merged while the signal was pending count too. */
         int over = timer_getoverrun(t->timer);
         uint64_t n = 1 + (over > 0 ? (uint64_t)over : 0);
+        if (window_start_ns || window_stop_ns != UINT64_MAX) n = ticks_in_window(mono_ns(), n);
+        if (!n) {
+            errno = saved;
+            return;
+        }
         int state = t->state;
         atomic_signal_fence(memory_order_acquire);
         uint64_t key = state == ST_OUT ? bin_key(ST_OUT, 0, 0) : bin_key(state, t->func, t->site);
@@ -265,7 +281,7 @@ static void register_thread(void) {
         return;
     }
     atomic_store(&t->live, 1);
-    long ns = 1000000000L / cfg.hz;
+    long ns = (long)tick_ns;
     struct itimerspec its = {{ns / 1000000000L, ns % 1000000000L}, {ns / 1000000000L, ns % 1000000000L}};
     timer_settime(t->timer, 0, &its, NULL);
     pthread_setspecific(thr_key, t);
@@ -451,7 +467,7 @@ static void flush_once(void) {
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     uint64_t now_ns = (uint64_t)wall.tv_sec * 1000000000ULL + (uint64_t)wall.tv_nsec;
-    uint64_t period_ns = 1000000000ULL / (uint64_t)cfg.hz;
+    uint64_t period_ns = tick_ns;
     body.n = 0;
     char node[128] = "";
     gethostname(node, sizeof node - 1);
@@ -501,13 +517,6 @@ static void flush_once(void) {
     }
 }
 
-/* Opens and closes the sampling window (time-selective) and flushes. */
-static void update_window(void) {
-    double t = since_init();
-    int on = atomic_load(&pcontrol_on) && t >= cfg.start_s && (cfg.stop_s < 0 || t < cfg.stop_s);
-    atomic_store(&sampling, on);
-}
-
 static void *flusher_main(void *arg) {
     (void)arg;
     /* Ticks are aimed at MPI threads; this one never takes the signal. */
@@ -520,7 +529,6 @@ static void *flusher_main(void *arg) {
         for (long waited = 0; waited < cfg.flush_ms && !atomic_load(&flusher_stop); waited += 20) {
             struct timespec step = {0, 20000000L};
             nanosleep(&step, NULL);
-            update_window();
         }
         flush_once();
     }
@@ -528,8 +536,10 @@ static void *flusher_main(void *arg) {
 }
 
 static void start_probe(void) {
-    clock_gettime(CLOCK_MONOTONIC, &t_init);
+    uint64_t t_init = mono_ns();
     read_config();
+    if (cfg.start_s > 0) window_start_ns = t_init + (uint64_t)(cfg.start_s * 1e9);
+    if (cfg.stop_s >= 0) window_stop_ns = t_init + (uint64_t)(cfg.stop_s * 1e9);
     PMPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
     if (env("MPI_SONDE_DISABLE") || !rank_selected(env("MPI_SONDE_RANKS"), world_rank)) return;
@@ -541,7 +551,7 @@ static void start_probe(void) {
     if (sigaction(cfg.sig, &sa, NULL) != 0) return;
     pthread_key_create(&thr_key, thr_exit);
     cfg.enabled = 1;
-    update_window();
+    atomic_store(&sampling, atomic_load(&pcontrol_on));
     register_thread(); /* the thread that called MPI_Init, from now on */
     if (pthread_create(&flusher, NULL, flusher_main, NULL) == 0) flusher_started = 1;
     if (cfg.verbose)
@@ -598,7 +608,7 @@ int MPI_Finalize(void) {
 /* mpiP's convention: 0 pauses sampling, any other level resumes it. */
 int MPI_Pcontrol(const int level, ...) {
     atomic_store(&pcontrol_on, level != 0);
-    if (cfg.enabled) update_window();
+    if (cfg.enabled) atomic_store(&sampling, level != 0);
     return PMPI_Pcontrol(level);
 }
 

@@ -3,7 +3,10 @@
  * meet in MPI_Allreduce and MPI_Barrier. Rank 0 finishes its work first and
  * waits longest, so its MPI stall share must be the largest, then rank 1, ...
  *
- *   imbalance [steps] [unit_ms]      (defaults 20 and 20; steps 0 = forever)
+ *   imbalance [steps] [unit_ms] [pause_after]
+ *
+ * steps defaults to 20 (0 = forever), unit_ms to 20; with pause_after, the
+ * program calls MPI_Pcontrol(0) after that many steps (a profiler pauses).
  *
  * CPU time (not wall time) measures the work, so the shares keep their order
  * when more ranks than cores share the machine (mpirun --oversubscribe).
@@ -36,8 +39,10 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     long steps = argc > 1 ? atol(argv[1]) : 20;
     double unit = (argc > 2 ? atof(argv[2]) : 20) / 1000.0;
+    long pause_after = argc > 3 ? atol(argv[3]) : -1;
     double t0 = MPI_Wtime();
     for (long s = 0; steps == 0 || s < steps; s++) {
+        if (s == pause_after) MPI_Pcontrol(0);
         work((rank + 1) * unit);
         double v = rank, sum = 0;
         MPI_Allreduce(&v, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
