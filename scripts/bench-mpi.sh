@@ -33,7 +33,7 @@ env -u SONDE_BIN "$sonde" --data-dir "$work/data" --plugins-dir "$work/plugins" 
 sonde_pid=$!
 for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/api/ready" >/dev/null && break; sleep 0.1; done
 
-mpirun_() { mpirun --allow-run-as-root --oversubscribe "$@"; }
+mpirun_() { mpirun --allow-run-as-root --oversubscribe --bind-to none -x IMBALANCE_WORK=fixed "$@"; }
 
 echo "sonde MPI probe overhead: $(nproc) cores, $(mpirun --version | head -1), $runs runs each, medians"
 echo "host: $(uname -srm); sonde: ${sonde#"$root"/}"
@@ -69,7 +69,7 @@ for what in comm_rank allreduce; do
 done
 echo
 np="${NP:-2}"
-echo "2. sampling cost: the imbalanced job, $np ranks, 20 steps, rank r computes (r+1) x 20 ms CPU per step"
+echo "2. sampling cost: the imbalanced job, $np ranks, 20 steps, rank r computes (r+1) x ~20 ms of fixed arithmetic per step"
 for m in $modes; do : >"$work/loop.$m"; : >"$work/wall.$m"; done
 for _ in $(seq "$runs"); do
     for m in $modes; do

@@ -8,27 +8,39 @@
  * steps defaults to 20 (0 = forever), unit_ms to 20; with pause_after, the
  * program calls MPI_Pcontrol(0) after that many steps (a profiler pauses).
  *
- * CPU time (not wall time) measures the work, so the shares keep their order
- * when more ranks than cores share the machine (mpirun --oversubscribe).
+ * A unit is busy computation for unit_ms of wall-clock time. (Not CPU time:
+ * with more ranks than cores (mpirun --oversubscribe), ranks waiting in MPI
+ * poll and take CPU from the ones computing, so a CPU-time unit would last
+ * longer on some ranks than others, depending on the scheduler.)
+ * With IMBALANCE_WORK=fixed a unit is instead a fixed amount of arithmetic
+ * (1e5 dependent multiply-adds per unit_ms): the job's time then includes
+ * any overhead, which is what scripts/bench-mpi.sh measures.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
-static double cpu_s(void) {
+static double wall_s(void) {
     struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 static volatile double sink;
 
+static int fixed_work;
+
 static void work(double seconds) {
-    double end = cpu_s() + seconds;
     double x = 1.0;
-    while (cpu_s() < end)
-        for (int i = 0; i < 2000; i++) x = x * 1.0000001 + 1e-9;
+    if (fixed_work) {
+        for (long i = (long)(seconds * 1e8); i > 0; i--) x = x * 1.0000001 + 1e-9;
+    } else {
+        double end = wall_s() + seconds;
+        while (wall_s() < end)
+            for (int i = 0; i < 2000; i++) x = x * 1.0000001 + 1e-9;
+    }
     sink = x;
 }
 
@@ -40,6 +52,7 @@ int main(int argc, char **argv) {
     long steps = argc > 1 ? atol(argv[1]) : 20;
     double unit = (argc > 2 ? atof(argv[2]) : 20) / 1000.0;
     long pause_after = argc > 3 ? atol(argv[3]) : -1;
+    fixed_work = getenv("IMBALANCE_WORK") && !strcmp(getenv("IMBALANCE_WORK"), "fixed");
     double t0 = MPI_Wtime();
     for (long s = 0; steps == 0 || s < steps; s++) {
         if (s == pause_after) MPI_Pcontrol(0);
