@@ -10,11 +10,12 @@ otel := "opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.
 default:
     @just --list
 
-# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests)
+# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests)
 setup:
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
+    command -v mpicc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
 
 # the dashboard: npm packages pinned by web/package-lock.json (installed again only when it changes), bundled into web/dist/
 web:
@@ -24,6 +25,10 @@ web:
 # build the plugins (wasm32-wasip2 components) into target/plugins/
 plugins:
     bash scripts/build-plugins.sh
+
+# build the MPI probe (LD_PRELOAD library) and the MPI test programs with mpicc into target/probes/, target/mpi/
+mpi-probe:
+    bash scripts/build-mpi-probe.sh
 
 # build the sonde binary (release, with the dashboard embedded) and the plugins
 build: plugins web
@@ -37,7 +42,7 @@ run *ARGS: build
     exec target/release/sonde --data-dir sonde-data --plugins-dir sonde-data/plugins --sinks-dir sonde-data/sinks {{ARGS}}
 
 # the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium
-test: setup plugins web
+test: setup plugins mpi-probe web
     cargo build -p sonde --bins
     log="$(mktemp)"; trap 'rm -f "$log"' EXIT; \
     cargo test --workspace 2>&1 | tee -a "$log"; \
@@ -47,7 +52,7 @@ test: setup plugins web
     exit $browser
 
 # only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
-e2e: setup plugins web
+e2e: setup plugins mpi-probe web
     cargo build -p sonde --bins
     cargo test -p sonde-e2e
     for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t"; done
@@ -56,6 +61,10 @@ e2e: setup plugins web
 bench: build
     cargo bench -p sonde --bench plugin_boundary --bench sample --bench export --bench live --bench agent
     bash scripts/bench-process.sh
+
+# the MPI probe's overhead on a real Open MPI job: cost per wrapped call, job wall time at 100 Hz and 1 kHz vs without the probe
+bench-mpi: mpi-probe
+    bash scripts/bench-mpi.sh
 
 # formatting and lints
 lint:

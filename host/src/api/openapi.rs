@@ -86,9 +86,12 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/ingest",
-            "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events, serving requests and actions (see host/src/ingest/json.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
+            "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events, serving requests and actions, MPI state samples (see host/src/ingest/json.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
         )
-        .body("application/json", "{origin, progress[], timings[], points[], events[], heartbeats[], node_events[], requests[], actions[]}")
+        .body(
+            "application/json",
+            "{origin, progress[], timings[], points[], events[], heartbeats[], node_events[], requests[], actions[], mpi_samples[]}",
+        )
         .responses(&[
             (202, "accepted: {\"accepted\": rows}"),
             (400, "malformed JSON or an unknown field (with line and column)"),

@@ -20,7 +20,8 @@
 //!                 "gpu_clock_before_mhz": 1380, "gpu_clock_after_mhz": 1380, "copy_output_complete_ns": 0,
 //!                 "action_received_ns": 1598832443782379105, "result_sent_ns": 1598832443789049534,
 //!                 "result_received_ns": 1598832443789460587, "result_processed_ns": 1598832443789472683,
-//!                 "requests_queued": 2, "copies_loaded": 0, "requests_in_time": 1}]
+//!                 "requests_queued": 2, "copies_loaded": 0, "requests_in_time": 1}],
+//!   "mpi_samples": [{"thread": 0, "state": "stall", "function": "MPI_Barrier", "callsite": "app+0x4f2", "count": 12, "period_ns": 1000000}]
 //! }
 //! ```
 //! `requests` / `actions` are serving telemetry (one row per finished request
@@ -29,6 +30,7 @@
 //! `action_id`, `action_type`, `model_id`, `sent_ns` and `result_received_ns`
 //! (the rest default to 0, `batch_size` to 1, `result_processed_ns` to
 //! `result_received_ns`).
+//! `mpi_samples` rows (from the MPI probe) are described in `ingest/mpi.rs`.
 //! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
 //! fields are refused (a typo must not silently drop data). Answers: 202 with
 //! the row count; 400 malformed JSON or unknown field (with line and column);
@@ -79,6 +81,7 @@ pub struct Body {
     pub requests: Vec<JsonRequest>,
     #[serde(default)]
     pub actions: Vec<JsonAction>,
+    pub mpi_samples: Vec<super::mpi::JsonMpiSample>,
 }
 
 #[derive(Deserialize)]
@@ -190,7 +193,7 @@ pub struct Invalid {
     pub reason: String,
 }
 
-fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Invalid {
+pub(super) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Invalid {
     Invalid {
         field: field.into(),
         reason: reason.into(),
@@ -239,6 +242,7 @@ impl Body {
             + self.node_events.len()
             + self.requests.len()
             + self.actions.len()
+            + self.mpi_samples.len()
     }
 
     /// Validates every row and converts; the first invalid row names itself.
@@ -340,6 +344,9 @@ impl Body {
         }
         for (i, a) in self.actions.into_iter().enumerate() {
             r.actions.push(a.convert(i)?);
+        }
+        for (i, s) in self.mpi_samples.into_iter().enumerate() {
+            r.mpi_samples.push(s.into_sample(i, now)?);
         }
         Ok(r)
     }

@@ -17,6 +17,7 @@
 //! answers 429 / RESOURCE_EXHAUSTED and counts it), it never grows.
 
 pub mod json;
+pub mod mpi;
 pub mod otlp;
 pub mod otlp_events;
 pub mod otlp_serving;
@@ -108,6 +109,20 @@ pub struct CustomEvent {
     pub attributes: Attributes,
 }
 
+/// A bin of MPI state samples from the probe (`ingest/mpi.rs`): `count`
+/// ticks of `period_ns` in (thread, state, function, callsite) at `time`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MpiSample {
+    pub thread: u32,
+    pub time: u64,
+    /// 0 not in MPI, 1 MPI work, 2 MPI stall.
+    pub state: u8,
+    pub function: String,
+    pub callsite: String,
+    pub count: u32,
+    pub period_ns: u64,
+}
+
 /// Everything one source hands in at once, from one origin.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Report {
@@ -121,6 +136,7 @@ pub struct Report {
     /// Serving telemetry (see `serving.rs`).
     pub requests: Vec<serving::ServedRequest>,
     pub actions: Vec<serving::ServedAction>,
+    pub mpi_samples: Vec<MpiSample>,
 }
 
 impl Report {
@@ -133,6 +149,7 @@ impl Report {
             + self.custom.len()
             + self.requests.len()
             + self.actions.len()
+            + self.mpi_samples.len()
     }
 }
 
@@ -541,6 +558,7 @@ impl Pending {
             });
         }
         self.add_serving(o, &r.requests, &r.actions);
+        self.add_mpi(o, &r.mpi_samples);
         self.rows += r.rows();
     }
 }

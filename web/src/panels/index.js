@@ -10,5 +10,6 @@
 import * as paramserver from './paramserver.js';
 import * as clockwork from './clockwork.js';
 import * as dlrover from './dlrover.js';
+import * as mpi from './mpi.js';
 
-export const custom = { clockwork, dlrover, paramserver };
+export const custom = { clockwork, dlrover, mpi, paramserver };

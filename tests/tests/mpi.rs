@@ -1,0 +1,409 @@
+//! The mpi plugin end to end with real Open MPI: `mpirun --oversubscribe -np 4`
+//! runs tests/mpi/imbalance.c (rank r computes r+1 units, then all meet in
+//! MPI_Allreduce and MPI_Barrier) with the probe (probes/mpi/) preloaded; the
+//! probe streams MPI state samples to a real sonde running the mpi plugin,
+//! which exports metrics to a real collector (rotel) and writes the profile as
+//! folded stacks. Checked: stall shares ordered rank 0 > 1 > 2 > 3 in the
+//! plugin's route, the folded file and the metrics at rotel; rank-selective
+//! sampling includes only the chosen ranks; a job killed mid-way leaves sonde
+//! healthy and the partial profile usable.
+//!
+//! Needs Open MPI (`mpicc`, `mpirun`): `just setup` installs Debian's
+//! openmpi-bin and libopenmpi-dev. The probe and the program are built here by
+//! scripts/build-mpi-probe.sh (idempotent), as the test recipe does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+use sonde_e2e::*;
+
+/// Four ranks on a small machine: one MPI job at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The probe and the test program, built if needed; fails clearly without Open MPI.
+fn mpi_parts() -> (PathBuf, PathBuf) {
+    assert!(
+        have("mpicc") && have("mpirun"),
+        "Open MPI is not installed (mpicc/mpirun missing): run `just setup`, or \
+         `apt-get install -y --no-install-recommends openmpi-bin libopenmpi-dev`"
+    );
+    let out = Command::new("bash")
+        .arg(repo().join("scripts/build-mpi-probe.sh"))
+        .output()
+        .expect("running scripts/build-mpi-probe.sh");
+    assert!(
+        out.status.success(),
+        "building the MPI probe failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        repo().join("target/probes/libsonde_mpi.so"),
+        repo().join("target/mpi/imbalance"),
+    )
+}
+
+fn start(dir: &Path, rotel: &Rotel) -> Sonde {
+    let endpoint = format!("http://127.0.0.1:{}", rotel.grpc);
+    Sonde::start(
+        dir,
+        &[
+            (plugin_file("bundled/mpi.wasm"), "mpi"),
+            (plugin_file("bundled/sysmetrics.wasm"), "sysmetrics"),
+        ],
+        &[
+            "--export-endpoint",
+            &endpoint,
+            "--set",
+            "export.interval_ms=200",
+            "--set",
+            "plugin.mpi.settings={emit_every_ms=200, write_every_ms=200}",
+        ],
+    )
+}
+
+/// `mpirun -np 4 --oversubscribe` of the imbalanced program with the probe preloaded.
+fn mpirun(sonde: &Sonde, job: &str, env: &[(&str, &str)], steps: u32, unit_ms: u32) -> Command {
+    mpirun_args(sonde, job, env, &[steps.to_string(), unit_ms.to_string()])
+}
+
+/// The same with the program's arguments as given (`steps unit_ms [pause_after]`).
+fn mpirun_args(sonde: &Sonde, job: &str, env: &[(&str, &str)], args: &[String]) -> Command {
+    let (probe, program) = mpi_parts();
+    let mut c = Command::new("mpirun");
+    // No binding: 4 ranks pinned two per core would wait on each other's
+    // time slices; unbound, the scheduler spreads them over whatever is free.
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-np",
+        "4",
+    ])
+    .arg("-x")
+    .arg(format!("LD_PRELOAD={}", probe.display()))
+    .arg("-x")
+    .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
+    .arg("-x")
+    .arg(format!("MPI_SONDE_JOB={job}"))
+    .args(["-x", "MPI_SONDE_FLUSH_MS=200"]);
+    for (k, v) in env {
+        c.arg("-x").arg(format!("{k}={v}"));
+    }
+    c.arg(&program)
+        .args(args)
+        // The MPI job must never see sonde's own config variables.
+        .env_remove("SONDE_BIN")
+        .stdin(Stdio::null());
+    c
+}
+
+fn profile(sonde: &Sonde, job: &str) -> Option<Value> {
+    let (code, body) = sonde.get(&format!("/api/plugins/mpi/profile?job={job}"));
+    (code == 200).then(|| serde_json::from_str(&body).unwrap())
+}
+
+/// The profile once it has `ranks` ranks and stopped changing (the last batches arrived).
+fn settled_profile(sonde: &Sonde, job: &str, ranks: usize) -> Value {
+    let mut last_rows = u64::MAX;
+    let mut got = None;
+    let ok = wait_for(Duration::from_secs(15), || {
+        let Some(p) = profile(sonde, job) else { return false };
+        let rows = p["rows"].as_u64().unwrap();
+        let stable = p["ranks"].as_array().unwrap().len() == ranks && rows == last_rows;
+        last_rows = rows;
+        got = Some(p);
+        if !stable {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        stable
+    });
+    assert!(ok, "no settled profile of {job} with {ranks} ranks: {got:?}");
+    got.unwrap()
+}
+
+fn stall_shares(p: &Value) -> BTreeMap<i64, f64> {
+    p["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["rank"].as_i64().unwrap(), r["stall_share"].as_f64().unwrap()))
+        .collect()
+}
+
+/// Folded lines: (frames, weight). Panics on a line a folded-stack reader would refuse.
+fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
+        .map(|l| {
+            let (stack, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("no weight: {l:?}"));
+            let n = n.parse().unwrap_or_else(|_| panic!("weight is not an integer: {l:?}"));
+            (stack.split(';').map(String::from).collect(), n)
+        })
+        .collect()
+}
+
+fn folded_file(sonde: &Sonde, job: &str) -> String {
+    let path = sonde.dir.join("sinks").join(format!("mpi-{job}.folded"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn an_imbalanced_job_stalls_most_on_the_rank_with_least_work() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start(tmp.path(), &rotel);
+    let job = "imbalance-e2e";
+    // Units of 200 ms: adjacent ranks differ by 200 ms of stall per step, well
+    // above the scheduling delays of 4 ranks sharing 2 busy cores (a rank late
+    // off the CPU at its deadline, a peer not yet scheduled in a collective:
+    // up to ~100 ms per step measured at load average 8).
+    let out = mpirun(&sonde, job, &[("MPI_SONDE_HZ", "1000")], 4, 200)
+        .output()
+        .expect("running mpirun");
+    assert!(
+        out.status.success(),
+        "mpirun failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = settled_profile(&sonde, job, 4);
+    let shares = stall_shares(&p);
+    println!("stall shares {shares:?}; imbalance {}", p["imbalance"]);
+    assert!(
+        shares[&0] > shares[&1] && shares[&1] > shares[&2] && shares[&2] > shares[&3],
+        "stall shares must fall with the work per rank: {shares:?}"
+    );
+    assert_eq!(p["imbalance"]["ranks_by_stall"], serde_json::json!([0, 1, 2, 3]));
+    assert!(
+        p["imbalance"]["load_balance"].as_f64().unwrap() < 0.9,
+        "{}",
+        p["imbalance"]
+    );
+    // Every rank ran ~3.2 s; at 1 kHz that is well over 1500 samples each.
+    for r in p["ranks"].as_array().unwrap() {
+        let total =
+            r["not_in_mpi_s"].as_f64().unwrap() + r["work_s"].as_f64().unwrap() + r["stall_s"].as_f64().unwrap();
+        assert!(total > 1.5, "rank {} sampled only {total} s", r["rank"]);
+    }
+    // The stall is in the two collectives, at their call sites in the program.
+    let sites = p["callsites"].as_array().unwrap();
+    for f in ["MPI_Allreduce", "MPI_Barrier"] {
+        let s = sites
+            .iter()
+            .find(|s| s["function"] == f)
+            .unwrap_or_else(|| panic!("no {f} call site: {sites:?}"));
+        assert!(s["callsite"].as_str().unwrap().contains("imbalance"), "{s}");
+    }
+    let allreduce = sites.iter().find(|s| s["function"] == "MPI_Allreduce").unwrap();
+    assert_eq!(allreduce["max_stall_rank"], 0, "{allreduce}");
+
+    // The folded file (written through the file sink) says the same.
+    assert!(wait_for(Duration::from_secs(5), || {
+        let f = folded_file(&sonde, job);
+        let total: u64 = parse_folded(&f).iter().map(|(_, n)| n).sum();
+        (total as f64
+            - p["not_in_mpi_s"].as_f64().unwrap() * 1e6
+            - p["work_s"].as_f64().unwrap() * 1e6
+            - p["stall_s"].as_f64().unwrap() * 1e6)
+            .abs()
+            < 100.0
+    }));
+    let lines = parse_folded(&folded_file(&sonde, job));
+    let per_rank = |rank: i64, state: &str| -> u64 {
+        lines
+            .iter()
+            .filter(|(f, _)| f[0] == format!("rank {rank}") && f[2] == state)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let share = |r: i64| {
+        let s = per_rank(r, "stall") as f64;
+        s / (s + per_rank(r, "work") as f64 + per_rank(r, "not_in_mpi") as f64)
+    };
+    assert!(share(0) > share(1) && share(1) > share(2) && share(2) > share(3));
+    assert!(
+        lines.iter().all(|(f, _)| f.len() == 3 || f.len() == 5),
+        "rank;thread;state[;function;callsite]"
+    );
+
+    // And so do the metrics at the collector.
+    let mut last: BTreeMap<String, f64> = BTreeMap::new();
+    let arrived = wait_for(Duration::from_secs(10), || {
+        for pt in parse_rotel_points(&rotel.received()) {
+            if pt.name == "mpi.stall.share" && pt.has(&format!("sonde.job=Str({job})")) {
+                let rank = pt.attrs.iter().find(|a| a.starts_with("mpi.rank=")).unwrap().clone();
+                last.insert(rank, pt.value);
+            }
+        }
+        last.len() == 4 && (0..4).all(|r| (last[&format!("mpi.rank=Int({r})")] - shares[&r]).abs() < 1e-9)
+    });
+    assert!(arrived, "mpi.stall.share at rotel {last:?}, route {shares:?}");
+    let log = rotel.received();
+    for m in [
+        "mpi.state.time",
+        "mpi.function.time",
+        "mpi.stall.imbalance",
+        "mpi.load_balance",
+    ] {
+        assert!(log.contains(&format!("Name: {m}")), "{m} did not reach the collector");
+    }
+}
+
+#[test]
+fn rank_selective_sampling_includes_only_the_chosen_ranks() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start(tmp.path(), &rotel);
+    let job = "selective-e2e";
+    let out = mpirun(&sonde, job, &[("MPI_SONDE_RANKS", "0,3")], 5, 20)
+        .output()
+        .expect("running mpirun");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = settled_profile(&sonde, job, 2);
+    let ranks: Vec<i64> = stall_shares(&p).into_keys().collect();
+    assert_eq!(ranks, vec![0, 3]);
+    assert!(wait_for(Duration::from_secs(5), || sonde
+        .dir
+        .join("sinks/mpi-selective-e2e.folded")
+        .exists()));
+    let lines = parse_folded(&folded_file(&sonde, job));
+    assert!(!lines.is_empty());
+    assert!(
+        lines.iter().all(|(f, _)| f[0] == "rank 0" || f[0] == "rank 3"),
+        "only ranks 0 and 3 in {lines:?}"
+    );
+    let shares = stall_shares(&p);
+    assert!(shares[&0] > shares[&3], "{shares:?}");
+}
+
+/// Processes whose environment carries MPI_SONDE_JOB=`job` (this test's ranks only).
+fn ranks_of(job: &str) -> Vec<u32> {
+    let needle = format!("MPI_SONDE_JOB={job}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_killed_midway_leaves_sonde_healthy_and_the_partial_profile_usable() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start(tmp.path(), &rotel);
+    let job = "killed-e2e";
+    // steps 0: runs until killed
+    let mut run = mpirun(&sonde, job, &[("MPI_SONDE_HZ", "1000")], 0, 10)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting mpirun");
+    let streaming = wait_for(Duration::from_secs(20), || {
+        profile(&sonde, job)
+            .is_some_and(|p| p["ranks"].as_array().unwrap().len() == 4 && p["rows"].as_u64().unwrap() > 20)
+    });
+    let ranks = ranks_of(job);
+    // Killed mid-way, without MPI_Finalize: what the ranks held since their last flush is lost.
+    let _ = Command::new("kill").args(["-9", &run.id().to_string()]).status();
+    for pid in &ranks {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    let _ = run.wait();
+    assert!(
+        streaming,
+        "samples never arrived from all 4 ranks: {:?}",
+        profile(&sonde, job)
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || ranks_of(job).is_empty()),
+        "ranks still alive"
+    );
+
+    // sonde is healthy and goes on sampling.
+    let ticks = |s: &Sonde| s.json("/api/status")["sampler"]["period"]["ticks"].as_u64().unwrap();
+    let t0 = ticks(&sonde);
+    assert_eq!(sonde.get("/api/ready").0, 200);
+    assert!(
+        wait_for(Duration::from_secs(5), || ticks(&sonde) > t0 + 5),
+        "sampling stopped"
+    );
+    let plugins = sonde.json("/api/plugins");
+    let mpi = plugins["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mpi")
+        .unwrap();
+    assert_eq!(mpi["state"], "running", "{mpi}");
+
+    // The partial profile answers and parses, and the folded file is a whole file.
+    let p = settled_profile(&sonde, job, 4);
+    assert!(
+        p["stall_s"].as_f64().unwrap() + p["not_in_mpi_s"].as_f64().unwrap() > 0.1,
+        "{p}"
+    );
+    let (code, text) = sonde.get(&format!("/api/plugins/mpi/folded?job={job}"));
+    assert_eq!(code, 200);
+    let from_route = parse_folded(&text);
+    assert!(!from_route.is_empty());
+    assert!(wait_for(Duration::from_secs(5), || parse_folded(&folded_file(
+        &sonde, job
+    )) == from_route));
+}
+
+#[test]
+fn time_selective_sampling_covers_only_its_window_or_until_mpi_pcontrol_pauses_it() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start(tmp.path(), &rotel);
+    let job = "window-e2e";
+    let t0 = std::time::Instant::now();
+    let out = mpirun(
+        &sonde,
+        job,
+        &[
+            ("MPI_SONDE_HZ", "1000"),
+            ("MPI_SONDE_START_S", "0.3"),
+            ("MPI_SONDE_STOP_S", "0.8"),
+        ],
+        10,
+        30,
+    )
+    .output()
+    .expect("running mpirun");
+    let ran = t0.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ran > 1.5, "the job must outlast the window (ran {ran:.2} s)");
+    let p = settled_profile(&sonde, job, 4);
+    for r in p["ranks"].as_array().unwrap() {
+        let total =
+            r["not_in_mpi_s"].as_f64().unwrap() + r["work_s"].as_f64().unwrap() + r["stall_s"].as_f64().unwrap();
+        // 0.5 s of window, checked at every tick (a tick late by a busy machine still counts).
+        println!("window: rank {} sampled {total:.3} s", r["rank"]);
+        assert!(
+            (0.47..=0.53).contains(&total),
+            "rank {} sampled {total} s of a 0.5 s window",
+            r["rank"]
+        );
+    }
+}
