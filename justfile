@@ -57,6 +57,12 @@ bench: build
     cargo bench -p sonde --bench plugin_boundary --bench sample --bench export --bench live --bench agent
     bash scripts/bench-process.sh
 
+# peers side by side in one run: sonde, collectd (Interval 0.1), prometheus-node-exporter scraped at 10 Hz, a psutil sampler; CPU per sample, RSS, ratios
+bench-peers *ARGS: build
+    command -v collectd >/dev/null && command -v prometheus-node-exporter >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends collectd-core prometheus-node-exporter; }
+    python3 -c "import psutil" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check psutil
+    python3 scripts/bench_peers.py {{ARGS}}
+
 # formatting and lints
 lint:
     cargo fmt --all --check
