@@ -63,6 +63,11 @@ bench-peers *ARGS: build
     python3 -c "import psutil" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check psutil
     python3 scripts/bench_peers.py {{ARGS}}
 
+# OTLP pipeline throughput, sonde (receive -> pass-through plugin -> export) against rotel (receive -> blackhole), same Rust load generator
+bench-otlp *ARGS: build
+    cargo build --release -p otlp-loadgen
+    python3 scripts/bench_otlp.py {{ARGS}}
+
 # formatting and lints
 lint:
     cargo fmt --all --check
