@@ -66,6 +66,32 @@ bench: build
 bench-mpi: mpi-probe
     bash scripts/bench-mpi.sh
 
+# peers side by side in one run: sonde, collectd (Interval 0.1), prometheus-node-exporter scraped at 10 Hz, a psutil sampler; CPU per sample, RSS, ratios
+bench-peers *ARGS: build
+    command -v collectd >/dev/null && command -v prometheus-node-exporter >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends collectd-core prometheus-node-exporter; }
+    python3 -c "import psutil" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check psutil
+    python3 scripts/bench_peers.py {{ARGS}}
+
+# OTLP pipeline throughput, sonde (receive -> pass-through plugin -> export) against rotel (receive -> blackhole), same Rust load generator
+bench-otlp *ARGS: build
+    cargo build --release -p otlp-loadgen
+    python3 scripts/bench_otlp.py {{ARGS}}
+
+# many nodes: 8 agents directly to rotel, then through one sonde gateway killed for 60 s; every point counted end to end
+many-nodes *ARGS: build
+    python3 scripts/many_nodes.py {{ARGS}}
+
+# fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload) for SECONDS each; needs the nightly toolchain
+fuzz SECONDS="30":
+    rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+    cd fuzz && cargo +nightly fuzz build --sanitizer none
+    cd fuzz && for t in otlp_in ingest_json config plugin_upload; do \
+      mkdir -p "target/corpus/$t" && cargo +nightly fuzz run --sanitizer none "$t" "target/corpus/$t" "corpus/$t" -- -max_total_time={{SECONDS}} -rss_limit_mb=4096 2>&1 | grep -E '^(#[0-9]+ +DONE|INFO: -max_total_time|==[0-9]+== ERROR|SUMMARY|thread .* panicked|Done [0-9]+ runs)' || true; \
+      test ! -e "artifacts/$t" || ! ls "artifacts/$t" | grep -q . || { echo "fuzz target $t found a crash: fuzz/artifacts/$t"; exit 1; }; \
+      echo "fuzz $t: {{SECONDS}} s, no crash"; \
+    done
+
 # formatting and lints
 lint:
     cargo fmt --all --check

@@ -209,7 +209,8 @@ pub struct ExportConfig {
     pub service_name: String,
     /// Extra resource attributes.
     pub resource: BTreeMap<String, String>,
-    /// How often the host's own metrics (plugin calls, drops, ...) are exported.
+    /// How often the host's own metrics (plugin calls, drops, ...) are exported;
+    /// 0 = never (a gateway that should forward only what it receives).
     pub self_metrics_interval_ms: u64,
 }
 
@@ -436,12 +437,14 @@ impl Config {
         range("export.queue_capacity", self.export.queue_capacity as u64, 1, 1_000_000);
         range("export.retry_initial_ms", self.export.retry_initial_ms, 1, 600_000);
         range("export.retry_max_ms", self.export.retry_max_ms, 1, 3_600_000);
-        range(
-            "export.self_metrics_interval_ms",
-            self.export.self_metrics_interval_ms,
-            100,
-            3_600_000,
-        );
+        if self.export.self_metrics_interval_ms != 0 {
+            range(
+                "export.self_metrics_interval_ms",
+                self.export.self_metrics_interval_ms,
+                100,
+                3_600_000,
+            );
+        }
         range("host.shutdown_timeout_ms", self.host.shutdown_timeout_ms, 1, 600_000);
         range(
             "ingest.max_body_bytes",
@@ -811,6 +814,13 @@ mod tests {
         let err = Config::from_toml_str("[sampler]\nperiod_ms = 1\n[plugins]\ncall_timeout_ms = 0\n").unwrap_err();
         let keys: Vec<_> = err.0.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, vec!["sampler.period_ms", "plugins.call_timeout_ms"]);
+    }
+
+    #[test]
+    fn self_metrics_are_off_at_zero_and_otherwise_in_range() {
+        assert!(Config::from_toml_str("[export]\nself_metrics_interval_ms = 0\n").is_ok());
+        let err = Config::from_toml_str("[export]\nself_metrics_interval_ms = 50\n").unwrap_err();
+        assert_eq!(err.0[0].key, "export.self_metrics_interval_ms");
     }
 
     #[test]

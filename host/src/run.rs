@@ -167,12 +167,15 @@ impl Host {
             }));
         }
 
-        let selfm = tokio::spawn(self_metrics_loop(
-            plugins.clone(),
-            pipeline_handle.clone(),
-            sampler.clone(),
-            Duration::from_millis(cfg.export.self_metrics_interval_ms),
-        ));
+        let selfm = match cfg.export.self_metrics_interval_ms {
+            0 => tokio::spawn(async {}),
+            ms => tokio::spawn(self_metrics_loop(
+                plugins.clone(),
+                pipeline_handle.clone(),
+                sampler.clone(),
+                Duration::from_millis(ms),
+            )),
+        };
         Ok(Host {
             cfg,
             plugins,

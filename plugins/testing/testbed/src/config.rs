@@ -13,9 +13,11 @@ pub enum Mode {
     Membomb,
     Trap,
     Failstart,
+    /// Re-emits every received point (OTLP in -> plugin -> OTLP out), for the pipeline benchmark.
+    Passthrough,
 }
 
-const MODES: [Mode; 7] = [
+const MODES: [Mode; 8] = [
     Mode::Noop,
     Mode::Sum,
     Mode::Echo,
@@ -23,6 +25,7 @@ const MODES: [Mode; 7] = [
     Mode::Membomb,
     Mode::Trap,
     Mode::Failstart,
+    Mode::Passthrough,
 ];
 
 impl Mode {
@@ -35,6 +38,7 @@ impl Mode {
             Mode::Membomb => "membomb",
             Mode::Trap => "trap",
             Mode::Failstart => "failstart",
+            Mode::Passthrough => "passthrough",
         }
     }
 
@@ -60,7 +64,7 @@ impl Mode {
     /// Samples each mode asks for in its manifest (`None` for noop).
     pub fn sample_request(self, settings: &Settings) -> Option<SampleRequest> {
         let default_deliver = match self {
-            Mode::Noop | Mode::Failstart => return None,
+            Mode::Noop | Mode::Failstart | Mode::Passthrough => return None,
             Mode::Echo => 200,
             _ => 100,
         };
@@ -89,6 +93,7 @@ impl Mode {
                 EventKind::NodeEvents,
                 EventKind::Custom,
             ],
+            Mode::Passthrough => vec![EventKind::Points],
             _ => Vec::new(),
         }
     }
@@ -239,6 +244,9 @@ mod tests {
         assert_eq!((echo.period_ms, echo.deliver_every_ms), (100, 200));
         assert!(echo.metrics.is_empty());
         assert_eq!(Mode::Echo.event_kinds().len(), 9);
+        // passthrough takes points only and asks for no samples.
+        assert_eq!(Mode::Passthrough.sample_request(&d), None);
+        assert_eq!(Mode::Passthrough.event_kinds(), vec![EventKind::Points]);
         for m in [Mode::Sum, Mode::Spin, Mode::Membomb, Mode::Trap] {
             let r = m.sample_request(&d).unwrap();
             assert_eq!((r.period_ms, r.deliver_every_ms), (100, 100), "{m:?}");

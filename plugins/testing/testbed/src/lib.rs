@@ -9,6 +9,8 @@
 //! - membomb: allocates 1 MiB chunks forever in on-samples (memory cap).
 //! - trap: panics in every hook but start (trap containment, quarantine).
 //! - failstart: start refuses (start failures).
+//! - passthrough: re-emits every received point as its own metric series
+//!   (the OTLP pipeline benchmark: receive -> plugin -> export).
 //!
 //! `config` and `routes` are plain Rust with native tests; this file is the
 //! glue that calls the host.
@@ -19,11 +21,12 @@ pub mod routes;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use sonde_plugin_sdk::types::SeriesKind;
 use sonde_plugin_sdk::types::{
     Column, Decision, EventBatch, HttpRequest, HttpResponse, LogRecord, Manifest, MetricDesc, MetricKind, PointBatch,
     SampleBatch, Severity, SinkFormat, SinkMode, SinkSpec, StartInfo, Timestamp,
 };
-use sonde_plugin_sdk::{Guest, InstanceCell, SampleView, host};
+use sonde_plugin_sdk::{Guest, InstanceCell, MetricRegistry, PointBuffer, SampleView, host};
 
 use crate::config::{Mode, Settings, resolve_mode};
 use crate::routes::{Route, count_events, parse_count, records_json, route};
@@ -51,6 +54,9 @@ struct Testbed {
     /// Echo's sink, or why it could not be opened (reported by on-samples).
     sink: Option<Result<u32, String>>,
     timer: Option<u64>,
+    /// Passthrough's declared series (by name and attributes) and its output.
+    registry: MetricRegistry,
+    points: PointBuffer,
 }
 
 fn gauge(name: &str, unit: &str, description: &str) -> Result<u32, String> {
@@ -113,6 +119,8 @@ impl Testbed {
             sum_metric: None,
             sink: None,
             timer: None,
+            registry: MetricRegistry::new(),
+            points: PointBuffer::new(),
         };
         match mode {
             Mode::Sum => {
@@ -205,6 +213,9 @@ impl Testbed {
     }
 
     fn on_events(&mut self, batch: &EventBatch) -> Result<(), String> {
+        if self.mode == Mode::Passthrough {
+            return self.pass_points(batch);
+        }
         if self.mode != Mode::Echo {
             return Ok(());
         }
@@ -227,6 +238,29 @@ impl Testbed {
         if !records.is_empty() {
             host::emit_logs(&records);
         }
+        Ok(())
+    }
+
+    /// Every received point out again under its own metric name, unit and attributes.
+    fn pass_points(&mut self, batch: &EventBatch) -> Result<(), String> {
+        let Some(points) = &batch.points else { return Ok(()) };
+        let mut handles = Vec::with_capacity(batch.point_series.len());
+        for s in &batch.point_series {
+            let kind = match s.kind {
+                SeriesKind::Gauge => MetricKind::Gauge,
+                SeriesKind::Counter => MetricKind::Counter,
+            };
+            let desc =
+                MetricDesc::new(s.metric.clone(), kind, s.unit.clone(), "").with_attributes(s.attributes.clone());
+            handles.push(self.registry.declare(&desc)?);
+        }
+        for ((&series, &time), &value) in points.series.iter().zip(&points.time).zip(&points.value) {
+            let handle = *handles
+                .get(series as usize)
+                .ok_or("a point names a series the batch lacks")?;
+            self.points.push(handle, time, value);
+        }
+        self.points.flush();
         Ok(())
     }
 

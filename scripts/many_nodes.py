@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Many nodes: 8 sonde agents on loopback, directly to rotel and through one sonde gateway.
+
+Every agent runs the bundled plugins (sysmetrics, determined) at 100 ms and
+exports over OTLP/gRPC. rotel, with `--debug-log metrics` at detailed
+verbosity, logs every data point it receives; this script counts them, so
+every point is counted end to end:
+
+1. direct: the agents export to rotel for SECONDS; then they stop (a clean
+   stop flushes). Points the agents counted as exported must equal the points
+   rotel received.
+2. gateway: the agents export to a sonde gateway (`ingest.forward = true`),
+   which forwards every request unchanged to rotel. After SECONDS of steady
+   state the gateway is killed (SIGKILL) for OUTAGE seconds and started again
+   on the same ports. During the outage the agents must keep sampling, and
+   their memory must stay bounded (their export queues are bounded); every
+   point they could not deliver is counted by them as dropped or failed.
+   After RECOVER seconds everything stops and the books must balance:
+     agents exported = gateway accepted (before + after the outage), and
+     gateway forwarded = rotel received; the points the killed gateway had
+     accepted but not yet forwarded are the difference, reported exactly.
+
+Usage: scripts/many_nodes.py [--agents 8] [--seconds 20] [--outage 60] [--recover 20]
+Needs the release sonde and bundled plugins (`./dev many-nodes` builds them).
+Prints a table; exits 1 if a book does not balance.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_process import BUNDLED, SONDE, free_port, get, rss_mb  # noqa: E402
+
+# rotel's detailed debug log prints every data point under a "<Kind>DataPoints #n" line.
+RECEIVED = re.compile(r"^\w*DataPoints #\d+", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def rotel_agent():
+    return subprocess.check_output([sys.executable, "-c",
+        "import rotel,os;print(os.path.join(os.path.dirname(rotel.__file__),'rotel-agent'))"], text=True).strip()
+
+
+class Rotel:
+    def __init__(self, workdir):
+        self.port = free_port()
+        self.log = os.path.join(workdir, "rotel.log")
+        self.p = subprocess.Popen([rotel_agent(), "start", "--exporter", "blackhole",
+                                   "--otlp-grpc-endpoint", f"127.0.0.1:{self.port}",
+                                   "--otlp-http-endpoint", f"127.0.0.1:{free_port()}",
+                                   "--debug-log", "metrics", "--debug-log-verbosity", "detailed"],
+                                  stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        time.sleep(1)
+
+    def received(self):
+        with open(self.log, errors="replace") as f:
+            return len(RECEIVED.findall(f.read()))
+
+    def stop(self):
+        self.p.kill()
+        self.p.wait()
+
+
+class Sonde:
+    """One sonde process; `name` also becomes its host.name."""
+
+    def __init__(self, workdir, name, endpoint, extra=(), api_port=None, grpc_port=None, plugins=True):
+        self.dir = os.path.join(workdir, name)
+        self.name, self.endpoint, self.extra = name, endpoint, list(extra)
+        self.api = f"127.0.0.1:{api_port or free_port()}"
+        self.grpc_port = grpc_port
+        for d in ("plugins", "sinks"):
+            os.makedirs(os.path.join(self.dir, d), exist_ok=True)
+        for f in os.listdir(BUNDLED) if plugins else []:
+            shutil.copy(os.path.join(BUNDLED, f), os.path.join(self.dir, "plugins"))
+        self.start()
+
+    def start(self):
+        grpc = f"127.0.0.1:{self.grpc_port}" if self.grpc_port else "off"
+        self.p = subprocess.Popen(
+            [SONDE, "--data-dir", os.path.join(self.dir, "data"), "--plugins-dir", os.path.join(self.dir, "plugins"),
+             "--sinks-dir", os.path.join(self.dir, "sinks"), "--listen", self.api, "--export-endpoint", self.endpoint,
+             "--set", f"host.name={self.name}", "--set", f"ingest.otlp_grpc_listen={grpc}",
+             "--set", "ingest.otlp_http_listen=off", "--set", "export.interval_ms=1000", *self.extra],
+            stdout=open(os.path.join(self.dir, "out.log"), "a"), stderr=subprocess.STDOUT)
+        for _ in range(600):
+            try:
+                if get(self.api, "/api/ready") is not None:
+                    return
+            except Exception:
+                time.sleep(0.05)
+        sys.exit(f"{self.name} did not become ready; see {self.dir}/out.log")
+
+    def status(self):
+        return get(self.api, "/api/status")
+
+    def export(self):
+        return self.status()["export"]["stats"]
+
+    def ticks(self):
+        return self.status()["sampler"]["period"]["ticks"]
+
+    def rss(self):
+        return rss_mb(self.p.pid)
+
+    def stop(self):
+        """A clean stop: the last export is flushed; returns the final export counters."""
+        stats = None
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(30)
+        # The counters of a stopped process come from its shutdown log line.
+        with open(os.path.join(self.dir, "out.log"), errors="replace") as f:
+            text = ANSI.sub("", f.read())
+        for m in re.finditer(r"export pipeline stopped.*?exported=(\d+).*?dropped=(\d+).*?failed=(\d+)", text):
+            stats = {"points_exported": int(m.group(1)), "points_dropped": int(m.group(2)),
+                     "points_failed": int(m.group(3))}
+        return stats
+
+    def kill(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def totals(stats, key):
+    return sum(s[key] for s in stats)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--agents", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--outage", type=float, default=60)
+    ap.add_argument("--recover", type=float, default=20)
+    a = ap.parse_args()
+    if not os.path.exists(SONDE):
+        sys.exit("build first: ./dev many-nodes")
+    work = tempfile.mkdtemp(prefix="sonde-many-")
+    ok = True
+    try:
+        # 1. direct
+        rotel = Rotel(work)
+        agents = [Sonde(work, f"direct-{i}", f"http://127.0.0.1:{rotel.port}") for i in range(a.agents)]
+        time.sleep(a.seconds)
+        final = [s.stop() for s in agents]
+        time.sleep(1)
+        direct_rx = rotel.received()
+        rotel.stop()
+        if any(f is None for f in final):
+            sys.exit(f"an agent's shutdown line with its export counters is missing; see {work}")
+        d_exp, d_drop, d_fail = (totals(final, k) for k in ("points_exported", "points_dropped", "points_failed"))
+        print(f"direct:  {a.agents} agents exported {d_exp} points (dropped {d_drop}, failed {d_fail}); rotel received {direct_rx}")
+        ok &= d_exp == direct_rx and d_drop == 0 and d_fail == 0
+
+        # 2. through a gateway, with an outage
+        rotel = Rotel(work)
+        gw_grpc, gw_api = free_port(), free_port()
+        # No plugins and no self-metrics: everything rotel receives came through it.
+        gateway = Sonde(work, "gateway", f"http://127.0.0.1:{rotel.port}", plugins=False,
+                        extra=["--set", "ingest.forward=true", "--set", "export.self_metrics_interval_ms=0"],
+                        api_port=gw_api, grpc_port=gw_grpc)
+        agents = [Sonde(work, f"agent-{i}", f"http://127.0.0.1:{gw_grpc}") for i in range(a.agents)]
+        time.sleep(a.seconds)
+        gw_before = gateway.status()
+        rss0 = [s.rss() for s in agents]
+        ticks0 = [s.ticks() for s in agents]
+        gateway.kill()
+        t_kill = time.monotonic()
+        peak = list(rss0)
+        while time.monotonic() - t_kill < a.outage:
+            time.sleep(min(5.0, a.outage))
+            peak = [max(p, s.rss()) for p, s in zip(peak, agents)]
+        ticks1 = [s.ticks() for s in agents]
+        outage_stats = [s.export() for s in agents]
+        gateway.start()
+        time.sleep(a.recover)
+        final = [s.stop() for s in agents]
+        time.sleep(2)
+        gw_final_status = gateway.status()
+        gw_final = gateway.stop()
+        time.sleep(1)
+        gw_rx = rotel.received()
+        rotel.stop()
+        a_exp, a_drop, a_fail = (totals(final, k) for k in ("points_exported", "points_dropped", "points_failed"))
+        undeliverable = totals(outage_stats, "points_failed") + totals(outage_stats, "points_dropped")
+        sampled = [(t1 - t0) * 0.1 for t0, t1 in zip(ticks0, ticks1)]
+        lost_in_gateway = a_exp - gw_rx
+        print(f"gateway: {a.agents} agents delivered {a_exp} points to the gateway and counted {a_drop} dropped, "
+              f"{a_fail} failed ({undeliverable} of them already during the {a.outage:.0f} s outage)")
+        print(f"         rotel received {gw_rx} through the gateway; the gateway forwarded "
+              f"{gw_before['export']['stats']['points_exported']} before the kill (last status) and "
+              f"{gw_final['points_exported'] if gw_final else '?'} after its restart")
+        print(f"         acknowledged by the gateway but lost when it was killed: {lost_in_gateway} "
+              f"(its queue held {gw_before['export']['stats'].get('buffered_points', '?')} points at its last status)")
+        print(f"         agents kept sampling through the outage: {min(sampled):.1f}-{max(sampled):.1f} s of samples in {a.outage:.0f} s")
+        print(f"         agent RSS before the outage {min(rss0):.1f}-{max(rss0):.1f} MB, peak during it {min(peak):.1f}-{max(peak):.1f} MB")
+        ok &= lost_in_gateway >= 0
+        ok &= min(sampled) >= a.outage * 0.9
+        ok &= max(p - r for p, r in zip(peak, rss0)) < 64
+        ok &= gw_final_status is not None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("books balance" if ok else "A BOOK DOES NOT BALANCE")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
