@@ -81,6 +81,7 @@ pub struct Body {
     pub requests: Vec<JsonRequest>,
     #[serde(default)]
     pub actions: Vec<JsonAction>,
+    #[serde(default)]
     pub mpi_samples: Vec<super::mpi::JsonMpiSample>,
 }
 
