@@ -81,6 +81,10 @@ bench-otlp *ARGS: build
 many-nodes *ARGS: build
     python3 scripts/many_nodes.py {{ARGS}}
 
+# soak: 30 minutes with every bundled plugin, 10 Hz sampling, 10 000 ingest rows/s, hostile plugins dropped in at minute 20; RSS, fds, threads, period, losses
+soak *ARGS: build
+    python3 scripts/soak.py {{ARGS}}
+
 # fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload) for SECONDS each; needs the nightly toolchain
 fuzz SECONDS="30":
     rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
