@@ -40,7 +40,17 @@ pub struct Shared {
     /// `sinks.dir` and the per-plugin directories (`crate::sinks::resolve`).
     pub sinks: crate::config::SinksConfig,
     pub plan: Arc<SamplePlan>,
+    /// The host's tokio runtime, entered around guest calls. Without an
+    /// ambient runtime, wasmtime-wasi's synchronous bindings (a plugin writing
+    /// to stderr, e.g. a panic message) start a private multi-threaded runtime
+    /// of their own on first use, whose threads and fds never go away.
+    pub rt: Option<tokio::runtime::Handle>,
 }
+
+/// How much nicer than the host's other threads a plugin thread runs, so a
+/// plugin that spins or thrashes loses the CPU to ingest, export and the
+/// sampler (which asks for real-time priority, or nice -5, for itself).
+pub const PLUGIN_NICE: i32 = 10;
 
 /// Work for a plugin's thread.
 pub enum Work {
@@ -162,7 +172,12 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     let thread = std::thread::Builder::new()
         .name(format!("plugin-{}", prep.name))
         .stack_size(4 << 20)
-        .spawn(move || actor.run(rx))
+        .spawn(move || {
+            lower_priority(&actor.name);
+            let rt = actor.shared.rt.clone();
+            let _rt = rt.as_ref().map(|h| h.enter());
+            actor.run(rx)
+        })
         .map_err(|e| format!("spawning thread: {e}"))?;
     Ok(PluginHandle {
         name: prep.name,
@@ -238,6 +253,9 @@ enum CallFailure {
 impl Actor {
     /// Creates a store and instance and calls `start`. Err holds the reason.
     fn instantiate(&mut self) -> Result<(), String> {
+        // The first start runs on the loader's thread, which may be outside the runtime.
+        let rt = self.shared.rt.clone();
+        let _rt = rt.as_ref().map(|h| h.enter());
         let wasi = wasi_ctx(&self.name, &self.cfg.grants, self.last_stderr.clone()).map_err(|e| format!("{e:#}"))?;
         let data = PluginState::new(
             &self.name,
@@ -598,6 +616,27 @@ impl Actor {
             st.state = RunState::Stopped;
         }
     }
+}
+
+/// Raises the calling thread's nice value by [`PLUGIN_NICE`] (Linux: nice is
+/// per thread). Raising it needs no privilege; a refusal is only logged.
+fn lower_priority(plugin: &str) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain syscalls on the calling thread.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        // Relative to the thread that spawned it (so `nice sonde` keeps the gap); 19 is the floor.
+        let nice = (libc::getpriority(libc::PRIO_PROCESS, tid) + PLUGIN_NICE).min(19);
+        if libc::setpriority(libc::PRIO_PROCESS, tid, nice) != 0 {
+            tracing::debug!(
+                plugin,
+                "cannot lower the plugin thread's priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = plugin;
 }
 
 /// A readable reason from a wasmtime error: the trap kind or the root cause,
