@@ -47,11 +47,6 @@ pub struct Shared {
     pub rt: Option<tokio::runtime::Handle>,
 }
 
-/// How much nicer than the host's other threads a plugin thread runs, so a
-/// plugin that spins or thrashes loses the CPU to ingest, export and the
-/// sampler (which asks for real-time priority, or nice -5, for itself).
-pub const PLUGIN_NICE: i32 = 10;
-
 /// Work for a plugin's thread.
 pub enum Work {
     /// A complete sample batch: ticks are collected on the sampler's thread
@@ -173,7 +168,9 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         .name(format!("plugin-{}", prep.name))
         .stack_size(4 << 20)
         .spawn(move || {
-            lower_priority(&actor.name);
+            // Not niced: call deadlines are wall-clock, so a niced plugin on a busy
+            // node misses them and traps (seen in a soak). The sampler protects
+            // itself with real-time priority instead (sample::driver).
             let rt = actor.shared.rt.clone();
             let _rt = rt.as_ref().map(|h| h.enter());
             actor.run(rx)
@@ -616,27 +613,6 @@ impl Actor {
             st.state = RunState::Stopped;
         }
     }
-}
-
-/// Raises the calling thread's nice value by [`PLUGIN_NICE`] (Linux: nice is
-/// per thread). Raising it needs no privilege; a refusal is only logged.
-fn lower_priority(plugin: &str) {
-    #[cfg(target_os = "linux")]
-    // SAFETY: plain syscalls on the calling thread.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        // Relative to the thread that spawned it (so `nice sonde` keeps the gap); 19 is the floor.
-        let nice = (libc::getpriority(libc::PRIO_PROCESS, tid) + PLUGIN_NICE).min(19);
-        if libc::setpriority(libc::PRIO_PROCESS, tid, nice) != 0 {
-            tracing::debug!(
-                plugin,
-                "cannot lower the plugin thread's priority: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = plugin;
 }
 
 /// A readable reason from a wasmtime error: the trap kind or the root cause,

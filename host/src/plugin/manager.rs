@@ -274,6 +274,8 @@ impl PluginManager {
         let entry = self.plugins.write().remove(name);
         if let Some(h) = entry.and_then(|e| e.handle) {
             h.shutdown(self.stop_wait(&self.cfg.read().0));
+            // The plugin's instances and their thread's heap arena are freed now.
+            release_freed_memory();
         }
         self.pending.lock().remove(name);
     }
