@@ -40,6 +40,11 @@ pub struct Shared {
     /// `sinks.dir` and the per-plugin directories (`crate::sinks::resolve`).
     pub sinks: crate::config::SinksConfig,
     pub plan: Arc<SamplePlan>,
+    /// The host's tokio runtime, entered around guest calls. Without an
+    /// ambient runtime, wasmtime-wasi's synchronous bindings (a plugin writing
+    /// to stderr, e.g. a panic message) start a private multi-threaded runtime
+    /// of their own on first use, whose threads and fds never go away.
+    pub rt: Option<tokio::runtime::Handle>,
 }
 
 /// Work for a plugin's thread.
@@ -162,7 +167,14 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     let thread = std::thread::Builder::new()
         .name(format!("plugin-{}", prep.name))
         .stack_size(4 << 20)
-        .spawn(move || actor.run(rx))
+        .spawn(move || {
+            // Not niced: call deadlines are wall-clock, so a niced plugin on a busy
+            // node misses them and traps (seen in a soak). The sampler protects
+            // itself with real-time priority instead (sample::driver).
+            let rt = actor.shared.rt.clone();
+            let _rt = rt.as_ref().map(|h| h.enter());
+            actor.run(rx)
+        })
         .map_err(|e| format!("spawning thread: {e}"))?;
     Ok(PluginHandle {
         name: prep.name,
@@ -238,6 +250,9 @@ enum CallFailure {
 impl Actor {
     /// Creates a store and instance and calls `start`. Err holds the reason.
     fn instantiate(&mut self) -> Result<(), String> {
+        // The first start runs on the loader's thread, which may be outside the runtime.
+        let rt = self.shared.rt.clone();
+        let _rt = rt.as_ref().map(|h| h.enter());
         let wasi = wasi_ctx(&self.name, &self.cfg.grants, self.last_stderr.clone()).map_err(|e| format!("{e:#}"))?;
         let data = PluginState::new(
             &self.name,

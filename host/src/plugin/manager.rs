@@ -88,6 +88,7 @@ impl PluginManager {
                 decisions: DecisionBoard::default(),
                 sinks: cfg.sinks.clone(),
                 plan: Arc::new(SamplePlan::new(cfg.sampler.period_ms)),
+                rt: tokio::runtime::Handle::try_current().ok(),
             },
             dir,
             cfg: RwLock::new((cfg.plugins.clone(), cfg.plugin.clone())),
@@ -273,6 +274,8 @@ impl PluginManager {
         let entry = self.plugins.write().remove(name);
         if let Some(h) = entry.and_then(|e| e.handle) {
             h.shutdown(self.stop_wait(&self.cfg.read().0));
+            // The plugin's instances and their thread's heap arena are freed now.
+            release_freed_memory();
         }
         self.pending.lock().remove(name);
     }
@@ -309,7 +312,10 @@ impl PluginManager {
     /// plugin that wants samples collects the shared tick; when its batch is
     /// complete the batch is queued (a full queue drops it, counted).
     pub fn on_tick(&self, tick: &Tick, series: &[SeriesInfo]) {
-        let plugins = self.plugins.read();
+        // Recursive read: never queue behind a waiting writer (a scan about to
+        // insert) while the ingest hub holds a read lock; only a writer that
+        // holds the lock, for a map insert or remove, can delay this thread.
+        let plugins = self.plugins.read_recursive();
         let mut any = false;
         for e in plugins.values() {
             any |= e
