@@ -54,6 +54,7 @@ enum Value<'a> {
     Fixed64(u64),
     Bytes(&'a [u8]),
     Fixed32,
+    Group,
 }
 
 /// The fields of one message, in order; `pos` is where the next one starts.
@@ -93,6 +94,34 @@ impl<'a> Fields<'a> {
         Ok(b.try_into().expect("slice of N bytes"))
     }
 
+    /// Skips to the end of the group `tag` started (nested groups included).
+    fn skip_group(&mut self, tag: u64) -> Result<(), WireError> {
+        let mut open = vec![tag];
+        while let Some(&inner) = open.last() {
+            if self.pos >= self.buf.len() {
+                return Err(WireError("group without its end"));
+            }
+            let key = self.varint()?;
+            match key & 7 {
+                0 => drop(self.varint()?),
+                1 => drop(self.fixed::<8>()?),
+                2 => {
+                    let len = usize::try_from(self.varint()?).map_err(|_| WireError("length too large"))?;
+                    self.pos = self
+                        .pos
+                        .checked_add(len)
+                        .filter(|e| *e <= self.buf.len())
+                        .ok_or(WireError("length runs past the end of the message"))?;
+                }
+                3 if open.len() < 100 => open.push(key >> 3),
+                4 if key >> 3 == inner => drop(open.pop()),
+                5 => drop(self.fixed::<4>()?),
+                _ => return Err(WireError("malformed group")),
+            }
+        }
+        Ok(())
+    }
+
     /// The next field's number and value, or None at the end.
     fn next(&mut self) -> Result<Option<(u32, Value<'a>)>, WireError> {
         if self.pos >= self.buf.len() {
@@ -121,7 +150,13 @@ impl<'a> Fields<'a> {
                 self.fixed::<4>()?;
                 Value::Fixed32
             }
-            // Groups (3, 4) are deprecated and not in OTLP; 6 and 7 do not exist.
+            // Groups are deprecated and not in OTLP, but an unknown field may be
+            // one: skipped whole, as prost does.
+            3 => {
+                self.skip_group(tag)?;
+                Value::Group
+            }
+            4 => return Err(WireError("end of a group that was not started")),
             _ => return Err(WireError("unsupported wire type")),
         };
         Ok(Some((tag as u32, value)))
@@ -525,10 +560,10 @@ mod tests {
             let _ = metrics_reports(&good[..cut]);
         }
         assert!(metrics_reports(&good[..good.len() - 1]).is_err());
-        assert_eq!(
-            metrics_reports(&[0x0b]).unwrap_err(),
-            WireError("unsupported wire type")
-        );
+        assert_eq!(metrics_reports(&[0x0b]).unwrap_err().0, "group without its end");
+        assert_eq!(metrics_reports(&[0x0e]).unwrap_err().0, "unsupported wire type");
+        // An unknown field that is a group (field 9: start, a varint inside, end) is skipped.
+        assert!(metrics_reports(&[0x4b, 0x08, 0x01, 0x4c]).unwrap().reports.is_empty());
         assert_eq!(
             metrics_reports(&[0x0a, 0x05, 0x01]).unwrap_err().0,
             "length runs past the end of the message"
@@ -545,5 +580,84 @@ mod tests {
         let bad_name = [0x0a, 7, 0x12, 5, 0x12, 3, 0x0a, 1, 0xff].to_vec();
         assert_eq!(metrics_reports(&bad_name).unwrap_err().0, "string field is not UTF-8");
         assert!(metrics_reports(&[]).unwrap().reports.is_empty());
+    }
+
+    /// Each point as (metric, unit, counter?, attributes, value), times aside
+    /// (a point without one gets the time it was read).
+    fn resolved(reports: &[Report]) -> Vec<String> {
+        reports
+            .iter()
+            .flat_map(|r| {
+                r.points.iter().map(move |p| {
+                    let s = &r.series[p.series as usize];
+                    format!(
+                        "{}|{}|{:?}|{:?}|{:?}|{:?}",
+                        s.metric,
+                        s.unit,
+                        s.kind,
+                        s.attributes,
+                        p.value.to_bits(),
+                        r.origin
+                    )
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn whatever_prost_accepts_the_reader_accepts_with_the_same_points() {
+        // Mutations of valid requests (a small deterministic fuzz; `fuzz/` runs the long one).
+        let seed = request(vec![
+            gauge(
+                "m",
+                vec![point(1, 1.0, vec![kv("k", "v")]), point(0, 2.0, vec![kv("k", "w")])],
+            ),
+            Metric {
+                name: "c".into(),
+                data: Some(metric::Data::Sum(Sum {
+                    data_points: vec![point(3, 3.0, vec![kv("a", "b"), kv("c", "d")])],
+                    aggregation_temporality: 2,
+                    is_monotonic: true,
+                })),
+                ..Default::default()
+            },
+        ]);
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let (mut both, mut reader_only) = (0, 0);
+        for _ in 0..20_000 {
+            let mut b = seed.clone();
+            for _ in 0..1 + next() % 3 {
+                let i = (next() % b.len() as u64) as usize;
+                match next() % 3 {
+                    0 => b[i] = next() as u8,
+                    1 => b.insert(i, next() as u8),
+                    _ => drop(b.remove(i)),
+                }
+                if b.is_empty() {
+                    b.push(0);
+                }
+            }
+            let wire = metrics_reports(&b);
+            let Ok(req) = ExportMetricsServiceRequest::decode(&b[..]) else {
+                reader_only += wire.is_ok() as u32;
+                continue;
+            };
+            both += 1;
+            let d = wire.unwrap_or_else(|e| panic!("prost decoded {b:02x?} but the reader said {e}"));
+            let (again, skipped) = crate::ingest::otlp::metrics_reports(&req);
+            assert_eq!(resolved(&d.reports), resolved(&again), "{b:02x?}");
+            assert_eq!(d.skipped, skipped, "{b:02x?}");
+            assert_eq!(d.points, crate::export::otlp::metric_point_count(&req), "{b:02x?}");
+        }
+        assert!(
+            both > 1000,
+            "enough mutations stayed valid to compare ({both}; reader only {reader_only})"
+        );
     }
 }
