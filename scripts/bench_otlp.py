@@ -97,7 +97,10 @@ def round_sonde(a, sink_port, cache):
         p = subprocess.Popen([SONDE, "--data-dir", data, "--plugins-dir", plugins, "--sinks-dir", os.path.join(data, "sinks"),
                               "--listen", api, "--export-endpoint", f"http://127.0.0.1:{sink_port}",
                               "--set", f"ingest.otlp_grpc_listen=127.0.0.1:{port}", "--set", "ingest.otlp_http_listen=off",
-                              "--set", "export.interval_ms=1000"],
+                              "--set", "export.interval_ms=1000",
+                              # 4x the default queue (256 requests of 8 192 points): room for ~3 s
+                              # of this load while the one request in flight waits for a core.
+                              "--set", "export.queue_capacity=256"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(600):

@@ -299,6 +299,7 @@ fn metric<'a>(buf: &'a [u8], r: &mut Report, out: &mut Decoded, seen: &mut SeenS
     let named_progress = name == super::otlp_events::PROGRESS_METRIC;
     let mut now = None;
     seen.clear();
+    r.points.reserve(points.len());
     for p in points {
         let Some(point) = number_point(p)? else {
             out.skipped += 1;
