@@ -15,9 +15,11 @@
 //!   buckets once, then only the buckets from the last one sent onwards.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Weak};
 
 use parking_lot::RwLock;
+use rustc_hash::FxHasher;
 use serde::Serialize;
 
 use crate::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, now_ns};
@@ -78,7 +80,8 @@ struct Store {
     index: HashMap<SeriesKey, u32>,
     /// The same lookup by the series' `Arc` address. The `Weak` keeps the
     /// allocation (not the series) alive, so an address is never reused while cached.
-    by_ptr: HashMap<usize, (Weak<MetricSeries>, Option<u32>)>,
+    /// Looked up once per point, so FxHash rather than SipHash.
+    by_ptr: HashMap<usize, (Weak<MetricSeries>, Option<u32>), BuildHasherDefault<FxHasher>>,
     refused_series: u64,
     out_of_order: u64,
 }

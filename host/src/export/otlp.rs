@@ -13,7 +13,7 @@
 //! name both as the `event_name` field and the `event.name` attribute.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -27,6 +27,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint};
+use rustc_hash::FxHasher;
 
 use crate::model::{AttrValue, LogBatch, LogRecord, MetricBatch, MetricKind, MetricSeries, Point, Scope, Severity};
 
@@ -172,27 +173,6 @@ pub fn encode_metric_parts(resource: Resource, parts: &[(&Scope, &[Point])]) -> 
 
 // ------------------------------------------------------------ direct encoding
 
-/// FxHash (rustc's): keys here are (scope index, series pointer), hashed once per point.
-#[derive(Default)]
-struct FxHasher(u64);
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(*b as u64);
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, x: usize) {
-        self.write_u64(x as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 /// Per-series state of the direct encoder.
 struct SeriesSlot {
     metric: usize,
@@ -246,6 +226,7 @@ pub fn encode_metric_parts_to_bytes(resource: &Resource, parts: &[(&Scope, &[Poi
     let mut metrics: Vec<MetricBytes<'_>> = Vec::new();
     let mut slots: Vec<SeriesSlot> = Vec::new();
     let mut by_key: HashMap<(usize, &str, &str, MetricKind), usize> = HashMap::new();
+    // FxHash: keys are (scope index, series pointer), hashed once per point.
     let mut by_series: HashMap<(usize, usize), usize, BuildHasherDefault<FxHasher>> = HashMap::default();
     let mut last: Option<((usize, usize), usize)> = None;
 

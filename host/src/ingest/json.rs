@@ -52,7 +52,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::serving::{JsonAction, JsonRequest};
-use super::{CustomEvent, ForeignPoint, IngestHub, NodeEvent, Origin, Progress, Report, Timing};
+use super::{CustomEvent, ForeignPoint, ForeignSeries, IngestHub, NodeEvent, Origin, Progress, Report, Timing};
 use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
 
 /// Rows one request may carry.
@@ -308,7 +308,8 @@ impl Body {
             if !p.value.is_finite() {
                 return Err(invalid(format!("points[{i}].value"), "must be a finite number"));
             }
-            r.points.push(ForeignPoint {
+            // One series per point; the hub interns equal ones.
+            r.series.push(ForeignSeries {
                 attributes: attributes(&format!("points[{i}]"), p.attributes)?,
                 metric: p.metric,
                 unit: p.unit,
@@ -316,6 +317,9 @@ impl Body {
                     JsonKind::Gauge => SeriesKind::Gauge,
                     JsonKind::Counter => SeriesKind::Counter,
                 },
+            });
+            r.points.push(ForeignPoint {
+                series: r.series.len() as u32 - 1,
                 time: p.time_ns.unwrap_or(now),
                 value: p.value,
             });
@@ -473,7 +477,10 @@ mod tests {
         );
         assert_eq!(r.timings[0].step, 3);
         assert_eq!(r.timings[1].step, -1);
-        assert_eq!(r.points[0].attributes, vec![("gpu".to_string(), AttrValue::Int(1))]);
+        assert_eq!(
+            r.series[r.points[0].series as usize].attributes,
+            vec![("gpu".to_string(), AttrValue::Int(1))]
+        );
         assert_eq!(r.heartbeats, vec![99]);
         assert_eq!(r.node_events[0].exit_code, Some(137));
         assert_eq!(r.rows(), 7);

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //!  otlp.rs   OTLP/gRPC + OTLP/HTTP receivers (any OpenTelemetry SDK); gateway forwarding
+//!  otlp_wire.rs  reads OTLP metrics requests in place (the receiver's hot path)
 //!  otlp_events.rs  OTLP heartbeats, node events, named progress (`sonde.progress`)
 //!  json.rs   POST /api/ingest: documented JSON batches
 //!  crate::agent  the in-process Rust API (no network hop): lanes drained here
@@ -21,14 +22,17 @@ pub mod mpi;
 pub mod otlp;
 pub mod otlp_events;
 pub mod otlp_serving;
+pub mod otlp_wire;
 pub mod serving;
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rustc_hash::FxHasher;
 use serde::Serialize;
 
 use crate::model::{AttrValue, Attributes, SeriesKind};
@@ -81,13 +85,55 @@ pub struct Timing {
     pub step: i64,
 }
 
-/// A metric point from elsewhere (an SDK's metric, another sonde's export).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ForeignPoint {
+/// A series of points from elsewhere (an SDK's metric, another sonde's export).
+#[derive(Clone, Debug)]
+pub struct ForeignSeries {
     pub metric: String,
     pub unit: String,
     pub kind: SeriesKind,
     pub attributes: Attributes,
+}
+
+// Equal and hashed by content, float attributes by their bits, so that the hub
+// can intern series (a NaN attribute is still the same series as itself).
+impl PartialEq for ForeignSeries {
+    fn eq(&self, o: &Self) -> bool {
+        self.metric == o.metric
+            && self.unit == o.unit
+            && self.kind == o.kind
+            && self.attributes.len() == o.attributes.len()
+            && self.attributes.iter().zip(&o.attributes).all(|((ka, va), (kb, vb))| {
+                ka == kb
+                    && match (va, vb) {
+                        (AttrValue::Float(a), AttrValue::Float(b)) => a.to_bits() == b.to_bits(),
+                        _ => va == vb,
+                    }
+            })
+    }
+}
+impl Eq for ForeignSeries {}
+
+impl std::hash::Hash for ForeignSeries {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.metric.hash(h);
+        self.unit.hash(h);
+        (self.kind == SeriesKind::Counter).hash(h);
+        for (k, v) in &self.attributes {
+            k.hash(h);
+            match v {
+                AttrValue::Str(s) => s.hash(h),
+                AttrValue::Int(i) => i.hash(h),
+                AttrValue::Float(f) => f.to_bits().hash(h),
+                AttrValue::Bool(b) => b.hash(h),
+            }
+        }
+    }
+}
+
+/// A point of one of the report's `series` (an index into it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForeignPoint {
+    pub series: u32,
     pub time: u64,
     pub value: f64,
 }
@@ -129,6 +175,8 @@ pub struct Report {
     pub origin: Origin,
     pub progress: Vec<Progress>,
     pub timings: Vec<Timing>,
+    /// The series `points` refer to.
+    pub series: Vec<ForeignSeries>,
     pub points: Vec<ForeignPoint>,
     pub heartbeats: Vec<u64>,
     pub node_events: Vec<NodeEvent>,
@@ -377,7 +425,7 @@ struct Pending {
     batch: types::EventBatch,
     origins: HashMap<Origin, u32>,
     names: HashMap<String, u32>,
-    series: HashMap<String, u32>,
+    series: HashMap<ForeignSeries, u32, BuildHasherDefault<FxHasher>>,
     rows: usize,
 }
 
@@ -457,29 +505,22 @@ impl Pending {
         i
     }
 
-    fn series(&mut self, p: &ForeignPoint) -> u32 {
-        let mut key = format!("{}\u{1f}{}\u{1f}{:?}", p.metric, p.unit, p.kind);
-        for (k, v) in &p.attributes {
-            key.push('\u{1f}');
-            key.push_str(k);
-            key.push('=');
-            key.push_str(&format!("{v:?}"));
-        }
-        if let Some(&i) = self.series.get(&key) {
+    fn series(&mut self, s: &ForeignSeries) -> u32 {
+        if let Some(&i) = self.series.get(s) {
             return i;
         }
         let i = self.batch.point_series.len() as u32;
         self.batch.point_series.push(types::SeriesInfo {
             id: i,
-            metric: p.metric.clone(),
-            unit: p.unit.clone(),
-            kind: match p.kind {
+            metric: s.metric.clone(),
+            unit: s.unit.clone(),
+            kind: match s.kind {
                 SeriesKind::Gauge => types::SeriesKind::Gauge,
                 SeriesKind::Counter => types::SeriesKind::Counter,
             },
-            attributes: wit_attributes(&p.attributes),
+            attributes: wit_attributes(&s.attributes),
         });
-        self.series.insert(key, i);
+        self.series.insert(s.clone(), i);
         i
     }
 
@@ -515,8 +556,10 @@ impl Pending {
             c.end.push(t.end);
             c.step.push(t.step);
         }
+        // Each of the report's series is looked up once, not once per point.
+        let ids: Vec<u32> = r.series.iter().map(|s| self.series(s)).collect();
         for p in &r.points {
-            let s = self.series(p);
+            let Some(&s) = ids.get(p.series as usize) else { continue };
             let c = self.batch.points.get_or_insert_with(|| types::PointColumns {
                 origin: Vec::new(),
                 series: Vec::new(),
@@ -665,17 +708,18 @@ mod tests {
     fn point_series_are_interned_by_metric_unit_kind_and_attributes() {
         let (publish, seen) = collecting();
         let hub = IngestHub::new(100, publish);
-        let pt = |metric: &str, a: i64, v: f64| ForeignPoint {
+        let series = |metric: &str, a: i64| ForeignSeries {
             metric: metric.into(),
             unit: "1".into(),
             kind: SeriesKind::Gauge,
             attributes: vec![("gpu".into(), AttrValue::Int(a))],
-            time: 1,
-            value: v,
         };
+        let pt = |series: u32, value: f64| ForeignPoint { series, time: 1, value };
+        // The same series twice in one report (as the JSON ingest sends them) is one series.
         let r = Report {
             origin: origin("j", 0),
-            points: vec![pt("util", 0, 0.5), pt("util", 1, 0.7), pt("util", 0, 0.6)],
+            series: vec![series("util", 0), series("util", 1), series("util", 0)],
+            points: vec![pt(0, 0.5), pt(1, 0.7), pt(2, 0.6)],
             ..Default::default()
         };
         hub.submit(&r).unwrap();

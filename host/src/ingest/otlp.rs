@@ -19,6 +19,10 @@
 //! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event` | named progress, heartbeats, node events: see `otlp_events.rs` |
 //! | span or log record named `serving.request` / `serving.action` | a serving request / action row (attributes in `otlp_serving.rs`), not a timing or custom event |
 //!
+//! Metrics requests, the bulk of what arrives, are read in place from their
+//! bytes by `otlp_wire.rs` (no prost tree, nothing allocated per point); traces
+//! and logs are decoded with prost.
+//!
 //! With `ingest.forward = true` every request is also queued, unchanged, for
 //! the export endpoint (gateway mode) through the pipeline's bounded queue.
 //! Receivers bound beyond loopback require `authorization: Bearer <api.token>`.
@@ -34,19 +38,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
 use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
 use prost::Message;
 
-use super::{CustomEvent, ForeignPoint, IngestHub, Origin, Progress, Report, Timing};
+use super::{CustomEvent, IngestHub, Origin, Progress, Report, Timing};
 use crate::export::client::Signal;
-use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
+use crate::model::{AttrValue, Attributes, now_ns};
 use crate::pipeline::PipelineHandle;
 
 /// Metric names that carry the batch index (progress, not a point).
@@ -65,7 +65,7 @@ fn any_to_attr(v: &AnyValue) -> Option<AttrValue> {
     })
 }
 
-fn attrs(kvs: &[KeyValue]) -> Attributes {
+pub(super) fn attrs(kvs: &[KeyValue]) -> Attributes {
     kvs.iter()
         .filter_map(|kv| Some((kv.key.clone(), any_to_attr(kv.value.as_ref()?)?)))
         .collect()
@@ -116,93 +116,12 @@ pub fn origin(resource: &[KeyValue]) -> Origin {
     }
 }
 
-/// Converts a metrics request: one report per resource. Returns (reports, skipped points).
+/// Converts a metrics request: one report per resource. Returns (reports,
+/// skipped points). The receivers read requests in place (`otlp_wire`); this
+/// is the same mapping for a request already decoded.
 pub fn metrics_reports(req: &ExportMetricsServiceRequest) -> (Vec<Report>, usize) {
-    let mut out = Vec::new();
-    let mut skipped = 0;
-    for rm in &req.resource_metrics {
-        let mut r = Report {
-            origin: origin(rm.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
-            ..Default::default()
-        };
-        for sm in &rm.scope_metrics {
-            for m in &sm.metrics {
-                let (points, kind) = match &m.data {
-                    Some(metric::Data::Gauge(g)) => (&g.data_points, SeriesKind::Gauge),
-                    Some(metric::Data::Sum(s)) => (
-                        &s.data_points,
-                        // A delta or non-monotonic sum is not a cumulative counter.
-                        if s.is_monotonic && s.aggregation_temporality == 2 {
-                            SeriesKind::Counter
-                        } else {
-                            SeriesKind::Gauge
-                        },
-                    ),
-                    Some(metric::Data::Histogram(h)) => {
-                        skipped += h.data_points.len();
-                        continue;
-                    }
-                    Some(metric::Data::ExponentialHistogram(h)) => {
-                        skipped += h.data_points.len();
-                        continue;
-                    }
-                    Some(metric::Data::Summary(s)) => {
-                        skipped += s.data_points.len();
-                        continue;
-                    }
-                    None => continue,
-                };
-                let batch = BATCH_METRICS.contains(&m.name.as_str());
-                let named_progress = m.name == super::otlp_events::PROGRESS_METRIC;
-                for p in points {
-                    let value = match p.value {
-                        Some(number_data_point::Value::AsDouble(d)) => d,
-                        Some(number_data_point::Value::AsInt(i)) => i as f64,
-                        None => {
-                            skipped += 1;
-                            continue;
-                        }
-                    };
-                    let time = if p.time_unix_nano > 0 {
-                        p.time_unix_nano
-                    } else {
-                        now_ns()
-                    };
-                    if named_progress {
-                        match super::otlp_events::progress(&p.attributes, time, value) {
-                            Some(pr) => r.progress.push(pr),
-                            None => skipped += 1,
-                        }
-                        continue;
-                    }
-                    if batch {
-                        if value.is_finite() && value >= 0.0 {
-                            r.progress.push(Progress {
-                                name: "batch_idx".into(),
-                                time,
-                                value: value as u64,
-                            });
-                        } else {
-                            skipped += 1;
-                        }
-                        continue;
-                    }
-                    r.points.push(ForeignPoint {
-                        metric: m.name.clone(),
-                        unit: m.unit.clone(),
-                        kind,
-                        attributes: attrs(&p.attributes),
-                        time,
-                        value,
-                    });
-                }
-            }
-        }
-        // Batch-index updates in time order, as a training loop made them.
-        r.progress.sort_by_key(|p| p.time);
-        out.push(r);
-    }
-    (out, skipped)
+    let d = super::otlp_wire::metrics_reports(&req.encode_to_vec()).expect("prost encodes valid protobuf");
+    (d.reports, d.skipped)
 }
 
 /// Converts a traces request: every span becomes a timing.
@@ -364,18 +283,118 @@ fn forward_body<M: Message>(r: &Receiver, signal: Signal, m: &M, items: usize) -
         .map(|_| (signal, Bytes::from(m.encode_to_vec()), items))
 }
 
-#[tonic::async_trait]
-impl MetricsService for Receiver {
-    async fn export(
+impl Receiver {
+    fn invalid(&self, e: impl std::fmt::Display) -> Rejected {
+        self.hub.otlp.requests.fetch_add(1, Relaxed);
+        self.hub.otlp.rejected.fetch_add(1, Relaxed);
+        Rejected::Invalid(format!("not a valid OTLP protobuf request: {e}"))
+    }
+
+    /// A metrics request as received (gRPC or HTTP): read in place, taken,
+    /// and forwarded as the same bytes.
+    fn take_metrics(&self, auth: Option<&str>, body: Bytes) -> Result<(), Rejected> {
+        let d = super::otlp_wire::metrics_reports(&body).map_err(|e| self.invalid(e))?;
+        let fwd = self.forward.as_ref().map(|_| (Signal::Metrics, body, d.points));
+        self.take(auth, d.reports, d.skipped, fwd).map_err(Rejected::Refused)
+    }
+
+    /// A traces or logs request received over HTTP: decoded with prost,
+    /// converted, taken, and forwarded as the same bytes.
+    fn take_decoded<M: Message + Default>(
         &self,
-        req: tonic::Request<ExportMetricsServiceRequest>,
-    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        auth: Option<&str>,
+        body: Bytes,
+        signal: Signal,
+        convert: impl FnOnce(&M) -> (Vec<Report>, usize),
+    ) -> Result<(), Rejected> {
+        let m = M::decode(body.clone()).map_err(|e| self.invalid(e))?;
+        let (reports, items) = convert(&m);
+        let fwd = self.forward.as_ref().map(|_| (signal, body, items));
+        self.take(auth, reports, 0, fwd).map_err(Rejected::Refused)
+    }
+}
+
+/// Why a request was not taken: it is not OTLP, or it was refused.
+enum Rejected {
+    Invalid(String),
+    Refused(Refusal),
+}
+
+/// gRPC metrics export with the body kept as bytes (tonic's generated service
+/// would decode it into a prost tree first).
+#[derive(Clone)]
+struct RawMetricsExport {
+    receiver: Receiver,
+    max_body: usize,
+}
+
+impl tonic::server::UnaryService<Bytes> for RawMetricsExport {
+    type Response = ExportMetricsServiceResponse;
+    type Future = std::future::Ready<Result<tonic::Response<Self::Response>, tonic::Status>>;
+
+    fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
         let auth = grpc_auth(&req);
-        let m = req.into_inner();
-        let (reports, skipped) = metrics_reports(&m);
-        let fwd = forward_body(self, Signal::Metrics, &m, crate::export::otlp::metric_point_count(&m));
-        self.take(auth.as_deref(), reports, skipped, fwd).map_err(grpc_status)?;
-        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+        let res = match self.receiver.take_metrics(auth.as_deref(), req.into_inner()) {
+            Ok(()) => Ok(tonic::Response::new(ExportMetricsServiceResponse::default())),
+            Err(Rejected::Invalid(msg)) => Err(tonic::Status::invalid_argument(msg)),
+            Err(Rejected::Refused(r)) => Err(grpc_status(r)),
+        };
+        std::future::ready(res)
+    }
+}
+
+impl tonic::codegen::Service<tonic::codegen::http::Request<axum::body::Body>> for RawMetricsExport {
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = tonic::codegen::BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: tonic::codegen::http::Request<axum::body::Body>) -> Self::Future {
+        let svc = self.clone();
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(RawRequestCodec).max_decoding_message_size(svc.max_body);
+            Ok(grpc.unary(svc, req).await)
+        })
+    }
+}
+
+/// Server side of a unary call: the request stays bytes, the response is prost.
+#[derive(Clone, Copy, Default)]
+struct RawRequestCodec;
+struct BytesDecoder;
+struct ResponseEncoder;
+
+impl tonic::codec::Codec for RawRequestCodec {
+    type Encode = ExportMetricsServiceResponse;
+    type Decode = Bytes;
+    type Encoder = ResponseEncoder;
+    type Decoder = BytesDecoder;
+    fn encoder(&mut self) -> ResponseEncoder {
+        ResponseEncoder
+    }
+    fn decoder(&mut self) -> BytesDecoder {
+        BytesDecoder
+    }
+}
+
+impl tonic::codec::Decoder for BytesDecoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
+        use bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+impl tonic::codec::Encoder for ResponseEncoder {
+    type Item = ExportMetricsServiceResponse;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Self::Item, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        item.encode(dst)
+            .map_err(|e| tonic::Status::internal(format!("encoding the response: {e}")))
     }
 }
 
@@ -418,7 +437,10 @@ pub fn grpc_router(r: Receiver, max_body: usize) -> axum::Router {
     axum::Router::new()
         .route_service(
             "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
-            MetricsServiceServer::new(r.clone()).max_decoding_message_size(max_body),
+            RawMetricsExport {
+                receiver: r.clone(),
+                max_body,
+            },
         )
         .route_service(
             "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
@@ -446,13 +468,12 @@ fn http_error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
 
 type BodyResult = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
-/// Checks the content type and body, decodes, converts, takes; answers the OTLP way.
-fn http_export<Req: Message + Default, Resp: Message + Default>(
+/// Checks the content type and body, hands it to `take`; answers the OTLP way.
+fn http_export<Resp: Message + Default>(
     r: &Receiver,
     headers: &HeaderMap,
     body: BodyResult,
-    signal: Signal,
-    convert: impl FnOnce(&Req) -> (Vec<Report>, usize, usize),
+    take: impl FnOnce(Option<&str>, Bytes) -> Result<(), Rejected>,
 ) -> Response {
     let bad = |status: StatusCode, msg: String| {
         r.hub.otlp.requests.fetch_add(1, Relaxed);
@@ -485,28 +506,19 @@ fn http_export<Req: Message + Default, Resp: Message + Default>(
             "compressed bodies are not supported: send uncompressed protobuf".into(),
         );
     }
-    let req = match Req::decode(body.clone()) {
-        Ok(m) => m,
-        Err(e) => {
-            return bad(
-                StatusCode::BAD_REQUEST,
-                format!("not a valid OTLP protobuf request: {e}"),
-            );
-        }
-    };
-    let (reports, skipped, items) = convert(&req);
     let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    // The received bytes are forwarded as they are: no re-encoding.
-    let fwd = r.forward.as_ref().map(|_| (signal, body, items));
-    match r.take(auth, reports, skipped, fwd) {
+    match take(auth, body) {
         Ok(()) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/x-protobuf")],
             Resp::default().encode_to_vec(),
         )
             .into_response(),
-        Err(Refusal::Unauthorized) => http_error(StatusCode::UNAUTHORIZED, "send Authorization: Bearer <api.token>"),
-        Err(Refusal::Full(f)) => {
+        Err(Rejected::Invalid(msg)) => http_error(StatusCode::BAD_REQUEST, msg),
+        Err(Rejected::Refused(Refusal::Unauthorized)) => {
+            http_error(StatusCode::UNAUTHORIZED, "send Authorization: Bearer <api.token>")
+        }
+        Err(Rejected::Refused(Refusal::Full(f))) => {
             let mut resp = http_error(StatusCode::TOO_MANY_REQUESTS, f);
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
@@ -516,26 +528,27 @@ fn http_export<Req: Message + Default, Resp: Message + Default>(
 }
 
 async fn http_metrics(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportMetricsServiceRequest, ExportMetricsServiceResponse>(&r, &headers, body, Signal::Metrics, |m| {
-        let (reports, skipped) = metrics_reports(m);
-        (reports, skipped, crate::export::otlp::metric_point_count(m))
-    })
+    http_export::<ExportMetricsServiceResponse>(&r, &headers, body, |auth, body| r.take_metrics(auth, body))
 }
 
 async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportTraceServiceRequest, ExportTraceServiceResponse>(&r, &headers, body, Signal::Traces, |m| {
-        let reports = trace_reports(m);
-        let spans = reports
-            .iter()
-            .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
-            .sum();
-        (reports, 0, spans)
+    http_export::<ExportTraceServiceResponse>(&r, &headers, body, |auth, body| {
+        r.take_decoded(auth, body, Signal::Traces, |m: &ExportTraceServiceRequest| {
+            let reports = trace_reports(m);
+            let spans = reports
+                .iter()
+                .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
+                .sum();
+            (reports, spans)
+        })
     })
 }
 
 async fn http_logs(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportLogsServiceRequest, ExportLogsServiceResponse>(&r, &headers, body, Signal::Logs, |m| {
-        (log_reports(m), 0, crate::export::otlp::log_record_count(m))
+    http_export::<ExportLogsServiceResponse>(&r, &headers, body, |auth, body| {
+        r.take_decoded(auth, body, Signal::Logs, |m: &ExportLogsServiceRequest| {
+            (log_reports(m), crate::export::otlp::log_record_count(m))
+        })
     })
 }
 
@@ -590,7 +603,9 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry_proto::tonic::metrics::v1::{Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+    };
     use opentelemetry_proto::tonic::resource::v1::Resource;
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 
@@ -654,7 +669,7 @@ mod tests {
         let idx: Vec<(u64, u64)> = r.progress.iter().map(|p| (p.time, p.value)).collect();
         assert_eq!(idx, vec![(10, 3), (20, 4)], "in time order");
         assert_eq!(r.points.len(), 1);
-        assert_eq!(r.points[0].metric, "samples_per_second");
+        assert_eq!(r.series[r.points[0].series as usize].metric, "samples_per_second");
     }
 
     #[test]
@@ -715,5 +730,103 @@ mod tests {
         assert_eq!((o.rank, o.local_rank), (-1, -1));
         let o = origin(&[kv("sonde.rank", any_value::Value::IntValue(-3))]);
         assert_eq!(o.rank, -1, "negative ranks are unknown");
+    }
+
+    fn receiver() -> Receiver {
+        Receiver {
+            hub: IngestHub::new(10_000, Arc::new(|_: &crate::plugin::bindings::types::EventBatch| 1)),
+            forward: None,
+            require_token: None,
+        }
+    }
+
+    fn metrics_request() -> ExportMetricsServiceRequest {
+        ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: resource(),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![gauge("util", &[(1, 0.5), (2, 0.6), (3, 0.7)])],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    async fn call(
+        router: axum::Router,
+        req: axum::http::Request<axum::body::Body>,
+    ) -> axum::http::Response<axum::body::Body> {
+        use tonic::codegen::Service;
+        let mut router = router;
+        router.call(req).await.expect("routers are infallible")
+    }
+
+    fn grpc_frame(body: &[u8]) -> axum::body::Body {
+        let mut framed = vec![0u8];
+        framed.extend((body.len() as u32).to_be_bytes());
+        framed.extend_from_slice(body);
+        axum::body::Body::from(framed)
+    }
+
+    /// The gRPC status of a unary answer: in the headers (trailers-only) or the trailers.
+    async fn grpc_status_of(resp: axum::http::Response<axum::body::Body>) -> String {
+        use http_body_util::BodyExt;
+        if let Some(s) = resp.headers().get("grpc-status") {
+            return s.to_str().unwrap().to_string();
+        }
+        let collected = resp.into_body().collect().await.unwrap();
+        let trailers = collected.trailers().expect("a grpc-status trailer").clone();
+        trailers["grpc-status"].to_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn grpc_metrics_are_read_in_place_and_garbage_is_invalid_argument() {
+        let r = receiver();
+        let router = grpc_router(r.clone(), 1 << 20);
+        let post = |body: axum::body::Body| {
+            axum::http::Request::post("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export")
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .body(body)
+                .unwrap()
+        };
+        let ok = call(router.clone(), post(grpc_frame(&metrics_request().encode_to_vec()))).await;
+        assert_eq!(grpc_status_of(ok).await, "0");
+        assert_eq!(r.hub.stats().waiting, 3, "three points taken");
+        let bad = call(router, post(grpc_frame(&[0x0a, 0x7f, 0x01]))).await;
+        assert_eq!(grpc_status_of(bad).await, "3", "INVALID_ARGUMENT");
+        let st = r.hub.stats();
+        assert_eq!((st.otlp.requests, st.otlp.rejected, st.waiting), (2, 1, 3));
+    }
+
+    #[tokio::test]
+    async fn http_metrics_answer_the_otlp_way_for_good_and_bad_bodies() {
+        let r = receiver();
+        let router = http_router(r.clone(), 1 << 20);
+        let post = |ctype: &str, body: Vec<u8>| {
+            axum::http::Request::post("/v1/metrics")
+                .header("content-type", ctype)
+                .body(axum::body::Body::from(body))
+                .unwrap()
+        };
+        let ok = call(
+            router.clone(),
+            post("application/x-protobuf", metrics_request().encode_to_vec()),
+        )
+        .await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(r.hub.stats().waiting, 3);
+        let bad = call(router.clone(), post("application/x-protobuf", vec![0x0a, 0x7f, 0x01])).await;
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        let json = call(router.clone(), post("application/json", b"{}".to_vec())).await;
+        assert_eq!(json.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let logs = axum::http::Request::post("/v1/logs")
+            .header("content-type", "application/x-protobuf")
+            .body(axum::body::Body::from(vec![0xff]))
+            .unwrap();
+        assert_eq!(call(router, logs).await.status(), StatusCode::BAD_REQUEST);
+        let st = r.hub.stats();
+        assert_eq!((st.otlp.requests, st.otlp.rejected, st.waiting), (4, 3, 3));
     }
 }

@@ -9,6 +9,11 @@
 //! CPU on the wire rather than on building messages.
 //!
 //!   otlp-loadgen --endpoint http://127.0.0.1:4317 --seconds 10 --points 1000 --series 100 --concurrency 4
+//!
+//! `otlp-loadgen --sink 127.0.0.1:4417` is the other end instead: a blackhole
+//! receiver for an exporter under test (see `sink.rs`).
+
+mod sink;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,7 +37,7 @@ struct Args {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "otlp-loadgen: {problem}\nusage: otlp-loadgen --endpoint URL [--seconds 10] [--points 1000] [--series 100] [--concurrency 4]"
+        "otlp-loadgen: {problem}\nusage: otlp-loadgen --endpoint URL [--seconds 10] [--points 1000] [--series 100] [--concurrency 4]\n       otlp-loadgen --sink ADDR"
     );
     std::process::exit(2)
 }
@@ -145,6 +150,14 @@ struct Counts {
 
 #[tokio::main]
 async fn main() {
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some("--sink") {
+        let addr = argv.next().unwrap_or_default();
+        let addr = addr
+            .parse()
+            .unwrap_or_else(|_| usage(&format!("--sink needs an address such as 127.0.0.1:4417, not {addr:?}")));
+        return sink::run(addr).await;
+    }
     let a = parse_args();
     let counts = Arc::new(Counts::default());
     let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
