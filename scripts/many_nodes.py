@@ -315,7 +315,10 @@ def main():
                   f"{gw_final['points_exported'] if gw_final else '?'} after its restart (and counted "
                   f"{gw_final['points_dropped'] if gw_final else '?'} dropped, "
                   f"{gw_final['points_failed'] if gw_final else '?'} failed after it)")
-            print(f"         acknowledged by the gateway but lost when it was killed: {lost_in_gateway} "
+            gw_dropped = gw_final["points_dropped"] if gw_final else 0
+            print(f"         acknowledged by the gateway but not delivered: {lost_in_gateway} = {gw_dropped} dropped by the "
+                  f"restarted gateway (its in-memory queue full when the agents' backlogs arrived) + "
+                  f"{lost_in_gateway - gw_dropped} lost when it was killed "
                   f"(its queue held {gw_before['export']['stats'].get('buffered_points', '?')} points at its last status)")
             print(f"         agents kept sampling through the outage: {min(sampled):.1f}-{max(sampled):.1f} s of samples in {a.outage:.0f} s")
             print(f"         agent RSS before the outage {min(rss0):.1f}-{max(rss0):.1f} MB, peak during it {min(peak):.1f}-{max(peak):.1f} MB")

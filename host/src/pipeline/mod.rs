@@ -84,7 +84,8 @@ pub struct ExportStats {
     /// switched off while they waited (without the spool).
     pub points_dropped: u64,
     /// Points given up on: retries exhausted, a non-retryable error, rejected by
-    /// the collector (partial success), or still unsent at shutdown's deadline.
+    /// the collector (partial success), or still unsent at shutdown's deadline
+    /// (with the spool on, what is unsent stays spooled for the next start).
     pub points_failed: u64,
     pub logs_in: u64,
     pub logs_exported: u64,
