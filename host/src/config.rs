@@ -212,6 +212,23 @@ pub struct ExportConfig {
     /// How often the host's own metrics (plugin calls, drops, ...) are exported;
     /// 0 = never (a gateway that should forward only what it receives).
     pub self_metrics_interval_ms: u64,
+    /// Disk spool for the send queue, in bytes; 0 = off (the queue is in memory).
+    /// On: every encoded or forwarded request is written and synced to disk
+    /// before it counts as queued, removed only once the collector answered,
+    /// and replayed after a restart; retryable failures are retried until
+    /// delivered, and once the spool is full new requests are dropped and counted.
+    pub spool_max_bytes: u64,
+    /// Where the spool lives (default: `<host.data_dir>/spool`).
+    pub spool_dir: Option<PathBuf>,
+}
+
+impl ExportConfig {
+    /// This config with `spool_dir` resolved against the data directory.
+    pub fn with_spool_dir(&self, data_dir: &Path) -> ExportConfig {
+        let mut c = self.clone();
+        c.spool_dir.get_or_insert_with(|| data_dir.join("spool"));
+        c
+    }
 }
 
 impl Default for ExportConfig {
@@ -232,6 +249,8 @@ impl Default for ExportConfig {
             service_name: "sonde".into(),
             resource: BTreeMap::new(),
             self_metrics_interval_ms: 10_000,
+            spool_max_bytes: 0,
+            spool_dir: None,
         }
     }
 }
@@ -445,6 +464,10 @@ impl Config {
                 3_600_000,
             );
         }
+        if self.export.spool_max_bytes != 0 {
+            // One segment (1/8 of it) must hold a full request or two.
+            range("export.spool_max_bytes", self.export.spool_max_bytes, 1 << 20, 1 << 40);
+        }
         range("host.shutdown_timeout_ms", self.host.shutdown_timeout_ms, 1, 600_000);
         range(
             "ingest.max_body_bytes",
@@ -459,6 +482,12 @@ impl Config {
             1,
             100_000_000,
         );
+        if self.export.spool_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            errs.push(ConfigError::new(
+                "export.spool_dir",
+                "must not be empty (leave it out for <host.data_dir>/spool)",
+            ));
+        }
         if self.plugins.backoff_max_ms < self.plugins.backoff_initial_ms {
             errs.push(ConfigError::new(
                 "plugins.backoff_max_ms",
@@ -819,6 +848,11 @@ mod tests {
     #[test]
     fn self_metrics_are_off_at_zero_and_otherwise_in_range() {
         assert!(Config::from_toml_str("[export]\nself_metrics_interval_ms = 0\n").is_ok());
+        assert!(Config::from_toml_str("[export]\nspool_max_bytes = 67108864\n").is_ok());
+        let err = Config::from_toml_str("[export]\nspool_max_bytes = 4096\n").unwrap_err();
+        assert_eq!(err.0[0].key, "export.spool_max_bytes");
+        let err = Config::from_toml_str("[export]\nspool_dir = \"\"\n").unwrap_err();
+        assert_eq!(err.0[0].key, "export.spool_dir");
         let err = Config::from_toml_str("[export]\nself_metrics_interval_ms = 50\n").unwrap_err();
         assert_eq!(err.0[0].key, "export.self_metrics_interval_ms");
     }

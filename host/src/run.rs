@@ -68,7 +68,10 @@ impl Host {
         let started = Instant::now();
         std::fs::create_dir_all(&cfg.host.data_dir)
             .with_context(|| format!("creating the data directory {}", cfg.host.data_dir.display()))?;
-        let (pipeline_handle, pipeline) = Pipeline::start(&cfg.export, resource_attributes(&cfg))?;
+        let (pipeline_handle, pipeline) = Pipeline::start(
+            &cfg.export.with_spool_dir(&cfg.host.data_dir),
+            resource_attributes(&cfg),
+        )?;
         let plugins = PluginManager::new(&cfg, pipeline_handle.clone())?;
 
         // Load what the directory holds before sampling starts, off the async threads.
@@ -460,6 +463,25 @@ async fn self_metrics_loop(
                 e.points_exported as f64,
             ),
         ]);
+        if e.spool_enabled {
+            rows.extend([
+                ("sonde.export.spool.bytes", "By", Gauge, None, e.spooled_bytes as f64),
+                (
+                    "sonde.export.spool.requests",
+                    "{request}",
+                    Gauge,
+                    None,
+                    e.spooled_requests as f64,
+                ),
+                (
+                    "sonde.export.spool.corrupt",
+                    "{record}",
+                    Counter,
+                    None,
+                    e.spool_corrupt_records as f64,
+                ),
+            ]);
+        }
         let points = rows
             .into_iter()
             .map(|(name, unit, kind, plugin, value)| Point {

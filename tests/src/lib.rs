@@ -109,7 +109,12 @@ pub struct Rotel {
 
 impl Rotel {
     pub fn start(dir: &Path) -> Rotel {
-        let (grpc, http) = (free_port(), free_port());
+        Rotel::start_on(dir, free_port())
+    }
+
+    /// The same with its gRPC receiver on a given port (one a sonde already exports to).
+    pub fn start_on(dir: &Path, grpc: u16) -> Rotel {
+        let http = free_port();
         let log = dir.join("rotel.log");
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(rotel_bin())

@@ -8,7 +8,8 @@
 //! 2. keys that only take effect at startup must be unchanged (409, "needs a
 //!    restart", naming the key): `host.*`, `sampler.*` but `period_ms`,
 //!    `plugins.*`, `api.listen`, `sinks.dir`, `export.service_name`,
-//!    `export.resource`, `export.self_metrics_interval_ms`;
+//!    `export.resource`, `export.self_metrics_interval_ms`,
+//!    `export.spool_max_bytes`, `export.spool_dir`;
 //! 3. apply what can refuse, in order, undoing the earlier steps if a later
 //!    one refuses (422 naming the key and the plugin's or exporter's reason):
 //!    each running plugin whose `settings` changed gets its `configure` hook,
@@ -231,6 +232,11 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<ConfigError> {
         "export.self_metrics_interval_ms",
         old.export.self_metrics_interval_ms != new.export.self_metrics_interval_ms,
     );
+    check(
+        "export.spool_max_bytes",
+        old.export.spool_max_bytes != new.export.spool_max_bytes,
+    );
+    check("export.spool_dir", old.export.spool_dir != new.export.spool_dir);
     out
 }
 
@@ -366,8 +372,9 @@ mod tests {
         assert!(needs_restart(&old, &new).is_empty());
         new.api.listen = "127.0.0.1:1".into();
         new.sampler.per_core = false;
+        new.export.spool_max_bytes = 1 << 30;
         let keys: Vec<_> = needs_restart(&old, &new).into_iter().map(|e| e.key).collect();
-        assert_eq!(keys, vec!["sampler", "api.listen"]);
+        assert_eq!(keys, vec!["sampler", "api.listen", "export.spool_max_bytes"]);
     }
 
     #[test]

@@ -27,6 +27,19 @@
 //! Points submitted while export is off (`endpoint == None`) only reach
 //! `subscribe()` receivers and `points_in`.
 //!
+//! With `export.spool_max_bytes > 0` the queue is on disk instead (see
+//! `spool.rs`): each encoded or forwarded request is appended and synced
+//! before it counts as queued (a forwarded one before the gateway answers
+//! its sender); the sender reads the oldest one back and removes it only
+//! once the collector answered (accepted, partly rejected, or a non-retryable
+//! error: counted as failed). Retryable errors are retried until delivered
+//! (`retry_max_elapsed_ms` does not apply: the spool's size bounds an outage),
+//! and what is unsent at shutdown stays spooled for the next start, which
+//! counts it in `*_in` again and sends it first. When appending would pass
+//! `spool_max_bytes`, the NEW request is dropped and counted: what is spooled
+//! was promised to survive. `queue_len` / `queued_points` then count the
+//! spool, the request in flight included.
+//!
 //! The sender never dies: every error is counted and kept in `last_error`. It
 //! logs one warning when the collector starts failing and one info line when it
 //! recovers, not a line per retry.
@@ -50,8 +63,11 @@ use crate::export::client::{Client, Signal};
 use crate::export::otlp;
 use crate::model::{AttrValue, LogBatch, LogRecord, MetricBatch, Point, Scope};
 
+mod spool;
 #[cfg(test)]
 mod tests;
+
+use spool::{AppendError, Spool};
 
 /// Batches kept for `subscribe()` receivers; a receiver further behind loses the oldest.
 const TAP_CAPACITY: usize = 1024;
@@ -63,11 +79,13 @@ pub struct ExportStats {
     pub points_in: u64,
     /// Points the collector accepted.
     pub points_exported: u64,
-    /// Points dropped for room: buffer full (newest dropped) or queue full (oldest
-    /// dropped), or discarded because export was switched off while they waited.
+    /// Points dropped for room: buffer full (newest dropped), queue full (oldest
+    /// dropped) or spool full (newest dropped), or discarded because export was
+    /// switched off while they waited (without the spool).
     pub points_dropped: u64,
     /// Points given up on: retries exhausted, a non-retryable error, rejected by
-    /// the collector (partial success), or still unsent at shutdown's deadline.
+    /// the collector (partial success), or still unsent at shutdown's deadline
+    /// (with the spool on, what is unsent stays spooled for the next start).
     pub points_failed: u64,
     pub logs_in: u64,
     pub logs_exported: u64,
@@ -84,7 +102,8 @@ pub struct ExportStats {
     pub requests_failed: u64,
     /// Attempts beyond the first, over all requests.
     pub retries: u64,
-    /// Encoded requests waiting to be sent (not counting the one in flight).
+    /// Encoded requests waiting to be sent (not counting the one in flight;
+    /// with the spool on, the spooled requests, in flight included).
     pub queue_len: usize,
     /// Points accepted but not yet encoded into a request.
     pub buffered_points: usize,
@@ -96,6 +115,16 @@ pub struct ExportStats {
     pub last_success_ns: u64,
     /// Export is on (an endpoint is configured).
     pub enabled: bool,
+    /// The queue is on disk (`export.spool_max_bytes > 0`).
+    pub spool_enabled: bool,
+    /// Disk the spool takes: its segment files, answered records of the oldest included.
+    pub spooled_bytes: u64,
+    /// Requests in the spool not yet answered by the collector (in flight included).
+    pub spooled_requests: usize,
+    /// Damaged spool records found (cut short or failing their checksum); each
+    /// ends its segment, whose remaining bytes are counted in `spool_corrupt_bytes`.
+    pub spool_corrupt_records: u64,
+    pub spool_corrupt_bytes: u64,
 }
 
 /// The submitting side of the pipeline. Cheap to clone; usable from any thread.
@@ -206,6 +235,12 @@ struct Shared {
     tap: broadcast::Sender<Arc<MetricBatch>>,
     resource: Resource,
     rt: tokio::runtime::Handle,
+    /// The queue on disk, when `spool_max_bytes > 0`.
+    spool: Option<Spool>,
+    /// Highest spool ticket appended and not yet synced.
+    unsynced: AtomicU64,
+    /// The last append found the spool full (one warning per episode).
+    spool_full: AtomicBool,
 }
 
 impl PipelineHandle {
@@ -304,6 +339,8 @@ impl PipelineHandle {
             }
         }
         s.enqueue(signal, items, Some(Encoded { signal, body, items }), &tuning);
+        // Durable before the caller answers its sender.
+        s.sync_spool();
         true
     }
 
@@ -359,6 +396,24 @@ impl Pipeline {
             None => None,
         };
         let tuning = Tuning::from(cfg);
+        let spool = match (cfg.spool_max_bytes, &cfg.spool_dir) {
+            (0, _) => None,
+            (max, dir) => {
+                let dir = dir.clone().unwrap_or_else(|| "spool".into());
+                let sp =
+                    Spool::open(&dir, max).with_context(|| format!("opening the export spool {}", dir.display()))?;
+                let st = sp.stats();
+                tracing::info!(
+                    dir = %dir.display(),
+                    max_bytes = max,
+                    requests = st.requests,
+                    points = st.items[0],
+                    bytes = st.bytes,
+                    "export spool on"
+                );
+                Some(sp)
+            }
+        };
         let (tap, _) = broadcast::channel(TAP_CAPACITY);
         let (client_gen, _) = watch::channel(0u64);
         match &client {
@@ -383,7 +438,21 @@ impl Pipeline {
             tap,
             resource: otlp::resource(&resource),
             rt: rt.clone(),
+            spool,
+            unsynced: AtomicU64::new(0),
+            spool_full: AtomicBool::new(false),
         });
+        if let Some(sp) = &shared.spool {
+            // What an earlier run left: in again, to be sent first.
+            let st = sp.stats();
+            let c = &shared.c;
+            for (sig, n) in [Signal::Metrics, Signal::Logs, Signal::Traces]
+                .into_iter()
+                .zip(st.items)
+            {
+                shared.count(sig, n, [&c.points_in, &c.logs_in, &c.spans_in]);
+            }
+        }
         let (stop_tx, stop_rx) = watch::channel(false);
         let batcher = rt.spawn(batcher_task(shared.clone(), stop_rx));
         let sender = rt.spawn(sender_task(shared.clone()));
@@ -422,12 +491,16 @@ impl Pipeline {
             let _ = tokio::time::timeout(Duration::from_millis(200), h).await;
         }
         s.abandon_pending();
+        if let Some(sp) = &s.spool {
+            sp.close();
+        }
         let st = s.stats();
         tracing::info!(
             exported = st.points_exported,
             dropped = st.points_dropped,
             failed = st.points_failed,
             logs_exported = st.logs_exported,
+            spooled = if st.spool_enabled { st.queued_points } else { 0 },
             "export pipeline stopped"
         );
         st
@@ -445,14 +518,23 @@ impl Drop for Pipeline {
 
 impl Shared {
     fn stats(&self) -> ExportStats {
-        let (queue_len, queued_points) = {
-            let q = self.queue.lock();
-            let inflight = match q.inflight {
-                Some((Signal::Metrics, n)) => n,
-                _ => 0,
-            };
-            (q.items.len(), q.points + inflight)
+        let sp = self.spool.as_ref().map(|sp| {
+            // Under the queue lock, like an append, so items are never seen twice.
+            let _q = self.queue.lock();
+            sp.stats()
+        });
+        let (queue_len, queued_points) = match &sp {
+            Some(sp) => (sp.requests, sp.items[0]),
+            None => {
+                let q = self.queue.lock();
+                let inflight = match q.inflight {
+                    Some((Signal::Metrics, n)) => n,
+                    _ => 0,
+                };
+                (q.items.len(), q.points + inflight)
+            }
         };
+        let sp = sp.unwrap_or_default();
         let buffered_points = self.buf.lock().points;
         let c = &self.c;
         let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -478,6 +560,27 @@ impl Shared {
             last_error: self.last_error.lock().clone(),
             last_success_ns: ld(&c.last_success_ns),
             enabled: self.enabled.load(Ordering::Acquire),
+            spool_enabled: self.spool.is_some(),
+            spooled_bytes: sp.bytes,
+            spooled_requests: sp.requests,
+            spool_corrupt_records: sp.corrupt_records,
+            spool_corrupt_bytes: sp.corrupt_bytes,
+        }
+    }
+
+    /// Makes what was appended to the spool durable (no-op without a spool).
+    fn sync_spool(&self) {
+        let Some(sp) = &self.spool else {
+            return;
+        };
+        let ticket = self.unsynced.load(Ordering::Acquire);
+        if ticket == 0 {
+            return;
+        }
+        if let Err(e) = sp.sync(ticket) {
+            // Still queued and sent; only a power cut could now lose it.
+            tracing::warn!("export spool: fdatasync failed: {e}");
+            *self.last_error.lock() = Some(format!("spool sync: {e}"));
         }
     }
 
@@ -557,6 +660,8 @@ impl Shared {
         if count > 0 {
             self.emit_logs(&parts, count, enabled, &tuning);
         }
+        // One sync for everything this flush spooled.
+        self.sync_spool();
     }
 
     fn emit_metrics(&self, parts: &[(&Scope, &[Point])], count: usize, enabled: bool, tuning: &Tuning) {
@@ -590,7 +695,32 @@ impl Shared {
         let mut evicted: Vec<(Signal, usize)> = Vec::new();
         {
             let mut q = self.queue.lock();
-            if let Some(item) = item {
+            if let (Some(sp), Some(item)) = (&self.spool, &item) {
+                match sp.append(item.signal, item.items, &item.body) {
+                    Ok(ticket) => {
+                        self.unsynced.fetch_max(ticket, Ordering::AcqRel);
+                        if self.spool_full.swap(false, Ordering::Relaxed) {
+                            tracing::info!("export spool has room again");
+                        }
+                    }
+                    Err(e) => {
+                        let msg = match e {
+                            AppendError::Full => format!(
+                                "export spool full: a request of {} {:?} items dropped",
+                                item.items, item.signal
+                            ),
+                            AppendError::Io(e) => format!("export spool write failed: {e}"),
+                        };
+                        if !self.spool_full.swap(true, Ordering::Relaxed) {
+                            tracing::warn!("{msg}; dropping new requests until it has room (counted)");
+                        } else {
+                            tracing::debug!("{msg}");
+                        }
+                        *self.last_error.lock() = Some(msg);
+                        evicted.push((signal, count));
+                    }
+                }
+            } else if let Some(item) = item {
                 while q.items.len() >= tuning.queue_capacity {
                     let Some(old) = q.items.pop_front() else {
                         break;
@@ -689,10 +819,22 @@ async fn batcher_task(s: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     s.sender_wake.notify_one();
 }
 
+/// How [`deliver`] left a request.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    /// Answered: accepted, or given up on (counted either way).
+    Done,
+    /// Export is switched off: a spooled request waits for it to come back.
+    Paused,
+}
+
 async fn sender_task(s: Arc<Shared>) {
     let mut healthy = true;
     let mut gen_rx = s.client_gen.subscribe();
     let mut last_reject_warn: Option<Instant> = None;
+    if s.spool.is_some() {
+        return spool_sender(&s, &mut healthy, &mut gen_rx, &mut last_reject_warn).await;
+    }
     loop {
         let item = {
             let mut q = s.queue.lock();
@@ -719,6 +861,50 @@ async fn sender_task(s: Arc<Shared>) {
     }
 }
 
+/// The sender with the queue on disk: the oldest record is read back, sent,
+/// and removed from the spool only once answered.
+async fn spool_sender(
+    s: &Shared,
+    healthy: &mut bool,
+    gen_rx: &mut watch::Receiver<u64>,
+    last_reject_warn: &mut Option<Instant>,
+) {
+    let sp = s.spool.as_ref().expect("spool_sender needs a spool");
+    loop {
+        let (rec, lost) = sp.peek();
+        for (sig, n) in [Signal::Metrics, Signal::Logs, Signal::Traces].into_iter().zip(lost) {
+            if n > 0 {
+                s.failed(sig, n);
+            }
+        }
+        let Some(rec) = rec else {
+            if s.batcher_done.load(Ordering::Acquire) {
+                return;
+            }
+            s.sender_wake.notified().await;
+            continue;
+        };
+        let item = Encoded {
+            signal: rec.signal,
+            body: rec.body.clone(),
+            items: rec.items,
+        };
+        match deliver(s, item, healthy, gen_rx, last_reject_warn).await {
+            Outcome::Done => {
+                // The count and the removal together, under the lock stats() takes.
+                let _q = s.queue.lock();
+                sp.ack(&rec);
+            }
+            Outcome::Paused => {
+                if s.batcher_done.load(Ordering::Acquire) {
+                    return;
+                }
+                s.sender_wake.notified().await;
+            }
+        }
+    }
+}
+
 /// Sends one request until it succeeds, fails for good, or runs out of retry time.
 async fn deliver(
     s: &Shared,
@@ -726,16 +912,20 @@ async fn deliver(
     healthy: &mut bool,
     gen_rx: &mut watch::Receiver<u64>,
     last_reject_warn: &mut Option<Instant>,
-) {
+) -> Outcome {
+    let durable = s.spool.is_some();
     let mut tuning = *s.tuning.lock();
     let mut start = Instant::now();
     let mut delay = tuning.retry_initial;
     loop {
         gen_rx.borrow_and_update();
         let Some(client) = s.client.lock().clone() else {
+            if durable {
+                return Outcome::Paused;
+            }
             // Export was switched off while this waited.
             s.dropped(item.signal, item.items);
-            return;
+            return Outcome::Done;
         };
         // An attempt in flight is not interrupted by a reconfigure (that could
         // deliver the request twice); it is bounded by the timeout, and a retry
@@ -764,7 +954,7 @@ async fn deliver(
                     tracing::info!(collector = %client.describe(), "collector is accepting exports again");
                     *healthy = true;
                 }
-                return;
+                return Outcome::Done;
             }
             Err(e) => e,
         };
@@ -782,11 +972,11 @@ async fn deliver(
         }
         let jittered = delay.mul_f64(0.5 + 0.5 * rand::random::<f64>());
         let wait = jittered.max(err.retry_after.unwrap_or_default());
-        if !err.retryable || start.elapsed() + wait > tuning.retry_max_elapsed {
+        if !err.retryable || (!durable && start.elapsed() + wait > tuning.retry_max_elapsed) {
             tracing::debug!(items = item.items, "giving up on an export request: {}", err.msg);
             s.failed(item.signal, item.items);
             s.c.requests_failed.fetch_add(1, Ordering::Relaxed);
-            return;
+            return Outcome::Done;
         }
         s.c.retries.fetch_add(1, Ordering::Relaxed);
         tokio::select! {

@@ -537,3 +537,187 @@ fn pipeline_start_outside_a_runtime_is_an_error() {
     let err = Pipeline::start(&cfg(None, Protocol::Grpc), resource()).err().unwrap();
     assert!(err.to_string().contains("tokio runtime"), "{err}");
 }
+
+// --- the disk spool (export.spool_max_bytes > 0) ---
+
+fn spool_cfg(endpoint: Option<String>, dir: &std::path::Path, max_bytes: u64) -> ExportConfig {
+    ExportConfig {
+        spool_max_bytes: max_bytes,
+        spool_dir: Some(dir.to_path_buf()),
+        // Would give up within the test without the spool; with it, never.
+        retry_max_elapsed_ms: 50,
+        ..cfg(endpoint, Protocol::Grpc)
+    }
+}
+
+fn segments(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_holds_everything_while_the_collector_is_down_then_delivers_it_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 20);
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    // Far more than queue_capacity (4) requests of max_batch_points (100).
+    for t in 0..40 {
+        h.submit_metrics(batch(50, 1000 + t));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let st = wait_stats(&h, |s| s.buffered_points == 0 && s.retries >= 3).await;
+    assert_eq!(st.points_in, 2000);
+    assert_eq!((st.points_dropped, st.points_failed), (0, 0), "{st:?}");
+    assert_eq!(st.queued_points, 2000, "{st:?}");
+    assert!(
+        st.spool_enabled && st.spooled_requests > 4 && st.spooled_bytes > 0,
+        "{st:?}"
+    );
+    assert!(conserved(&st), "{st:?}");
+
+    let fc = FakeCollector::grpc().await;
+    let mut live = spool_cfg(Some(fc.url()), tmp.path(), 64 << 20);
+    live.spool_max_bytes = 0; // a reconfigure leaves the spool alone
+    h.reconfigure(&live).unwrap();
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 2000).await, "{:?}", h.stats());
+    let st = wait_stats(&h, |s| s.points_exported == 2000 && s.spooled_requests == 0).await;
+    assert_eq!(
+        (st.points_exported, st.queued_points, st.spooled_requests),
+        (2000, 0, 0),
+        "{st:?}"
+    );
+    assert_eq!(times(&fc.state).len(), 40, "every batch once");
+    assert!(conserved(&st), "{st:?}");
+    p.shutdown(Duration::from_secs(1)).await;
+    assert!(segments(tmp.path()).len() <= 1, "answered segments are deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_survives_a_kill_and_is_sent_after_the_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 20);
+    {
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        for t in 0..10 {
+            h.submit_metrics(batch(30, 1000 + t));
+        }
+        h.submit_logs(logs(7));
+        let st = wait_stats(&h, |s| s.buffered_points == 0 && s.queued_points == 300).await;
+        assert_eq!(st.queued_points, 300, "{st:?}");
+        // Dropped without shutdown: the tasks are aborted, as a SIGKILL would.
+        drop(p);
+    }
+    let fc = FakeCollector::grpc().await;
+    let (h, p) = Pipeline::start(&spool_cfg(Some(fc.url()), tmp.path(), 64 << 20), resource()).unwrap();
+    assert!(
+        fc.state.wait_for(WAIT, |s| s.points() == 300 && s.records() == 7).await,
+        "{:?}",
+        h.stats()
+    );
+    let st = wait_stats(&h, |s| s.points_exported == 300 && s.spooled_requests == 0).await;
+    assert_eq!(
+        (st.points_in, st.logs_in),
+        (300, 7),
+        "replayed data counts in again: {st:?}"
+    );
+    assert_eq!((st.points_exported, st.logs_exported, st.points_failed), (300, 7, 0));
+    assert!(conserved(&st), "{st:?}");
+    p.shutdown(Duration::from_secs(1)).await;
+
+    // And a third start sends nothing again: the cursor remembered the answers.
+    let fc2 = FakeCollector::grpc().await;
+    let (h, p) = Pipeline::start(&spool_cfg(Some(fc2.url()), tmp.path(), 64 << 20), resource()).unwrap();
+    assert_eq!(
+        (h.stats().points_in, h.stats().spooled_requests),
+        (0, 0),
+        "{:?}",
+        h.stats()
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(fc2.state.points(), 0);
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_with_a_record_cut_short_skips_it_counts_it_and_sends_the_rest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 20);
+    {
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        for t in 0..5 {
+            h.submit_metrics(batch(100, 1000 + t)); // one request each
+            wait_stats(&h, |s| s.spooled_requests == t as usize + 1).await;
+        }
+        drop(p);
+    }
+    // A crash mid-write: the last record loses its tail.
+    let seg = segments(tmp.path()).pop().unwrap();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&seg)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+    let fc = FakeCollector::grpc().await;
+    let (h, p) = Pipeline::start(&spool_cfg(Some(fc.url()), tmp.path(), 64 << 20), resource()).unwrap();
+    let st = h.stats();
+    assert_eq!((st.points_in, st.spool_corrupt_records), (400, 1), "{st:?}");
+    assert!(st.spool_corrupt_bytes > 0);
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 400).await);
+    assert_eq!(times(&fc.state), (1000..1004).collect());
+    let st = wait_stats(&h, |s| s.points_exported == 400).await;
+    assert!(conserved(&st), "{st:?}");
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_full_drops_new_requests_and_counts_them_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Room for a few requests of 100 points (~3-4 KB each).
+    let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 16 << 10);
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    for t in 0..20 {
+        h.submit_metrics(batch(100, 1000 + t));
+        wait_stats(&h, |s| s.buffered_points == 0).await;
+    }
+    let st = wait_stats(&h, |s| s.buffered_points == 0).await;
+    assert!(st.spooled_bytes <= 16 << 10, "{st:?}");
+    assert!(st.points_dropped >= 1000 && st.points_dropped % 100 == 0, "{st:?}");
+    assert_eq!(st.points_failed, 0);
+    assert_eq!(st.queued_points as u64 + st.points_dropped, 2000, "{st:?}");
+    assert!(st.last_error.as_deref().unwrap_or("").contains("spool full") || st.retries > 0);
+    // The oldest were kept: they are what the collector gets.
+    let kept = st.spooled_requests as u64;
+    let fc = FakeCollector::grpc().await;
+    h.reconfigure(&cfg(Some(fc.url()), Protocol::Grpc)).unwrap();
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 100 * kept as usize).await);
+    assert_eq!(times(&fc.state), (1000..1000 + kept).collect());
+    let st = wait_stats(&h, |s| s.spooled_requests == 0).await;
+    assert!(conserved(&st), "{st:?}");
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_forwarded_requests_are_durable_before_forward_returns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 20);
+    let (sc, b) = (scope(), batch(25, 7));
+    let parts = [(&*sc, b.points.as_slice())];
+    let body = Bytes::from(otlp::encode_metric_parts_to_bytes(&otlp::resource(&resource()), &parts));
+    {
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        assert!(h.forward(Signal::Metrics, body.clone(), 25));
+        assert_eq!(h.stats().spooled_requests, 1);
+        drop(p); // killed right after answering the sender
+    }
+    let fc = FakeCollector::grpc().await;
+    let (h, p) = Pipeline::start(&spool_cfg(Some(fc.url()), tmp.path(), 64 << 20), resource()).unwrap();
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 25).await, "{:?}", h.stats());
+    p.shutdown(Duration::from_secs(1)).await;
+}
