@@ -41,15 +41,16 @@ run *ARGS: build
     for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/plugins/$(basename "$f")" || cp "$f" sonde-data/plugins/; done
     exec target/release/sonde --data-dir sonde-data --plugins-dir sonde-data/plugins --sinks-dir sonde-data/sinks {{ARGS}}
 
-# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium
+# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium, then every fuzz target for 30 s
 test: setup plugins mpi-probe web
     cargo build -p sonde --bins
     log="$(mktemp)"; trap 'rm -f "$log"' EXIT; \
     cargo test --workspace 2>&1 | tee -a "$log"; \
     cargo test --manifest-path plugins/Cargo.toml --workspace 2>&1 | tee -a "$log"; \
     browser=0; for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t" 2>&1 | tee -a "$log" || browser=1; done; \
+    fuzz=0; "{{just_executable()}}" fuzz 30 2>&1 | tee -a "$log" || fuzz=1; \
     awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"; \
-    exit $browser
+    [ $browser = 0 ] && [ $fuzz = 0 ]
 
 # only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
 e2e: setup plugins mpi-probe web
@@ -85,16 +86,28 @@ many-nodes *ARGS: build
 soak *ARGS: build
     python3 scripts/soak.py {{ARGS}}
 
-# fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload) for SECONDS each; needs the nightly toolchain
+# fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload) for SECONDS each; `./dev test` runs it for 30 s each
 fuzz SECONDS="30":
-    rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-    cd fuzz && cargo +nightly fuzz build --sanitizer none
-    cd fuzz && for t in otlp_in ingest_json config plugin_upload; do \
-      mkdir -p "target/corpus/$t" && cargo +nightly fuzz run --sanitizer none "$t" "target/corpus/$t" "corpus/$t" -- -max_total_time={{SECONDS}} -rss_limit_mb=4096 2>&1 | grep -E '^(#[0-9]+ +DONE|INFO: -max_total_time|==[0-9]+== ERROR|SUMMARY|thread .* panicked|Done [0-9]+ runs)' || true; \
-      test ! -e "artifacts/$t" || ! ls "artifacts/$t" | grep -q . || { echo "fuzz target $t found a crash: fuzz/artifacts/$t"; exit 1; }; \
-      echo "fuzz $t: {{SECONDS}} s, no crash"; \
-    done
+    cd fuzz && cargo fuzz build --dev --sanitizer none
+    cd fuzz && passed=0; failed=0; for t in otlp_in ingest_json config plugin_upload; do \
+      mkdir -p "target/corpus/$t" "artifacts/$t"; log="target/fuzz-$t.log"; \
+      if cargo fuzz run --dev --sanitizer none "$t" "target/corpus/$t" "corpus/$t" -- \
+           -max_total_time={{SECONDS}} -timeout=60 -rss_limit_mb=4096 >"$log" 2>&1; then \
+        passed=$((passed + 1)); \
+        awk -v t="$t" '/^#[0-9]+\tDONE/ { for (i = 1; i <= NF; i++) { if ($i == "cov:") c = $(i+1); if ($i == "corp:") k = $(i+1) } n = substr($1, 2) } \
+          END { printf "fuzz %s: {{SECONDS}} s, %s runs, cov %s, corpus %s (inputs/size), no crash\n", t, n, c, k }' "$log"; \
+      else \
+        failed=$((failed + 1)); \
+        grep -A1 "panicked at" "$log" | head -n 2 || true; \
+        grep -E "^==[0-9]+== ERROR|^SUMMARY" "$log" | head -n 2 || tail -n 20 "$log"; \
+        crash="$(sed -nE 's#.*Test unit written to (.*/(crash|timeout|oom|leak)-.*)$#\1#p' "$log" | tail -n 1)"; \
+        echo "FUZZ FAILURE: target $t; reproducer: ${crash:-none written, see the log}; log: fuzz/$log"; \
+        echo "  rerun it: cd fuzz && cargo fuzz run --dev --sanitizer none $t ${crash:-artifacts/$t/<file>}"; \
+      fi; \
+    done; \
+    echo "test result: $([ $failed = 0 ] && echo ok || echo FAILED). $passed passed; $failed failed; fuzz targets, {{SECONDS}} s each"; \
+    [ $failed = 0 ]
 
 # formatting and lints
 lint:
