@@ -154,6 +154,8 @@ def main():
     # that does not decode, so no collector competes for the cores.
     sink = subprocess.Popen([LOADGEN, "--sink", f"127.0.0.1:{sink_port}"], stdout=subprocess.DEVNULL)
     time.sleep(0.5)
+    if sink.poll() is not None:
+        sys.exit("the blackhole sink (otlp-loadgen --sink) did not start: rebuild otlp-loadgen (./dev bench-otlp)")
     cache = os.path.join(tempfile.mkdtemp(prefix="sonde-cache-"), "cache")
     rounds = []
     try:
