@@ -9,18 +9,15 @@
 //! Needs the testbed component (`scripts/build-plugins.sh`). Linux only (/proc).
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sonde::config::{Config, PluginConfig};
+use sonde::config::PluginConfig;
 use sonde::model::{SeriesInfo, SeriesKind, Tick};
 use sonde::pipeline::Pipeline;
 use sonde::plugin::{PluginManager, RunState};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
+mod common;
 
 fn count(dir: &str) -> usize {
     std::fs::read_dir(dir).unwrap().count()
@@ -68,18 +65,9 @@ fn series() -> Vec<SeriesInfo> {
 
 #[test]
 fn removed_plugins_leave_no_threads_or_fds_behind() {
-    let wasm = std::fs::read(repo().join("target/plugins/testing/testbed.wasm"))
-        .expect("target/plugins/testing/testbed.wasm: run scripts/build-plugins.sh first");
+    let wasm = common::component("testing/testbed.wasm");
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let shared_cache = repo().join("target/test-plugin-cache");
-    std::fs::create_dir_all(&shared_cache).unwrap();
-    std::os::unix::fs::symlink(&shared_cache, data.join("cache")).unwrap();
-    let mut cfg = Config::default();
-    cfg.host.data_dir = data;
-    cfg.plugins.dir = tmp.path().join("plugins");
-    cfg.sinks.dir = tmp.path().join("sinks");
+    let mut cfg = common::config_in(tmp.path());
     cfg.plugins.max_traps = 2;
     cfg.plugins.backoff_initial_ms = 20;
     cfg.plugins.memory_limit_mb = 16;
@@ -92,7 +80,6 @@ fn removed_plugins_leave_no_threads_or_fds_behind() {
             ..Default::default()
         },
     );
-    std::fs::create_dir_all(&cfg.sinks.dir).unwrap();
     cfg.validate().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

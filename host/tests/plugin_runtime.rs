@@ -14,14 +14,8 @@ use sonde::pipeline::{Pipeline, PipelineHandle};
 use sonde::plugin::bindings::types::HttpRequest;
 use sonde::plugin::{PluginManager, PluginStatus, RunState};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn component(rel: &str) -> Vec<u8> {
-    let p = repo().join("target/plugins").join(rel);
-    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}; run scripts/build-plugins.sh first", p.display()))
-}
+mod common;
+use common::component;
 
 struct Env {
     _tmp: tempfile::TempDir,
@@ -34,17 +28,7 @@ struct Env {
 
 fn env(tweak: impl FnOnce(&mut Config)) -> Env {
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    // Share compiled code between tests: compiling a component in a debug build takes a while.
-    let shared_cache = repo().join("target/test-plugin-cache");
-    std::fs::create_dir_all(&shared_cache).unwrap();
-    std::os::unix::fs::symlink(&shared_cache, data.join("cache")).unwrap();
-    let mut cfg = Config::default();
-    cfg.host.data_dir = data;
-    cfg.plugins.dir = tmp.path().join("plugins");
-    cfg.sinks.dir = tmp.path().join("sinks");
-    std::fs::create_dir_all(&cfg.sinks.dir).unwrap();
+    let mut cfg = common::config_in(tmp.path());
     tweak(&mut cfg);
     cfg.validate().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
