@@ -26,6 +26,8 @@ pub struct Config {
     pub sinks: SinksConfig,
     /// How jobs report: the OTLP receiver and the JSON ingest.
     pub ingest: IngestConfig,
+    /// The role in a job that spans machines: see `host/src/cluster/`.
+    pub cluster: crate::cluster::ClusterConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -396,7 +398,8 @@ impl Config {
         for (key, val) in overrides {
             fig = fig.merge(Serialized::default(key, val.clone()));
         }
-        let cfg: Config = fig.extract().map_err(|e| ConfigErrors(figment_errors(e)))?;
+        let mut cfg: Config = fig.extract().map_err(|e| ConfigErrors(figment_errors(e)))?;
+        cfg.apply_role();
         cfg.validate().map_err(ConfigErrors)?;
         Ok(cfg)
     }
@@ -404,7 +407,8 @@ impl Config {
     /// Parses a whole TOML document (used by the API and tests) and validates it.
     pub fn from_toml_str(s: &str) -> Result<Config, ConfigErrors> {
         let fig = Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(s));
-        let cfg: Config = fig.extract().map_err(|e| ConfigErrors(figment_errors(e)))?;
+        let mut cfg: Config = fig.extract().map_err(|e| ConfigErrors(figment_errors(e)))?;
+        cfg.apply_role();
         cfg.validate().map_err(ConfigErrors)?;
         Ok(cfg)
     }
@@ -579,7 +583,18 @@ impl Config {
                 }
             }
         }
+        for (key, reason) in self.cluster.problems() {
+            errs.push(ConfigError::new(key, reason));
+        }
         if errs.is_empty() { Ok(()) } else { Err(errs) }
+    }
+
+    /// An agent sends to its master unless `export.endpoint` says otherwise.
+    fn apply_role(&mut self) {
+        if self.cluster.role == crate::cluster::Role::Agent && self.export.endpoint.is_none() {
+            self.export.endpoint.clone_from(&self.cluster.master);
+            self.export.protocol = Protocol::Grpc;
+        }
     }
 
     /// Settings for one plugin (defaults when the config does not name it).

@@ -14,6 +14,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod export;
 pub mod ingest;

@@ -39,6 +39,12 @@ struct Cli {
     /// grpc or http/protobuf (export.protocol).
     #[arg(long)]
     export_protocol: Option<String>,
+    /// standalone (default), agent or master (cluster.role).
+    #[arg(long)]
+    role: Option<String>,
+    /// An agent's master, e.g. http://10.0.0.5:4317 (cluster.master).
+    #[arg(long)]
+    master: Option<String>,
     /// Any setting as key=value, e.g. --set plugins.call_timeout_ms=50 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -80,6 +86,8 @@ fn main() -> ExitCode {
     );
     flag("export.endpoint", cli.export_endpoint, &mut overrides);
     flag("export.protocol", cli.export_protocol, &mut overrides);
+    flag("cluster.role", cli.role, &mut overrides);
+    flag("cluster.master", cli.master, &mut overrides);
     if let Some(p) = cli.period_ms {
         overrides.push(("sampler.period_ms".into(), toml::Value::Integer(p as i64)));
     }

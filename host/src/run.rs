@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use parking_lot::Mutex;
 
 use crate::api::{self, AppState};
+use crate::cluster::{self, Cluster, Role};
 use crate::config::{Config, IngestConfig};
 use crate::export::resource::resource_attributes;
 use crate::ingest::{self, IngestHub};
@@ -50,6 +51,7 @@ pub struct Host {
     pub pipeline: PipelineHandle,
     pub receivers: Vec<ingest::otlp::Bound>,
     pub api_addr: Option<std::net::SocketAddr>,
+    pub cluster: Arc<Cluster>,
     started: Instant,
     series_count: usize,
     gpu: String,
@@ -131,6 +133,8 @@ impl Host {
             }
         }
 
+        let cluster = Arc::new(start_cluster(&cfg, &hub, &pipeline_handle, &plugins, stop_rx.clone()));
+
         let (mut api_addr, mut server) = (None, None);
         if opts.api {
             let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
@@ -152,6 +156,7 @@ impl Host {
                 }),
                 ready,
                 started,
+                cluster: cluster.clone(),
             };
             let ingest_api = ingest::json::router(
                 ingest::json::IngestState {
@@ -186,6 +191,7 @@ impl Host {
             pipeline: pipeline_handle,
             receivers,
             api_addr,
+            cluster,
             started,
             series_count,
             gpu,
@@ -216,6 +222,7 @@ impl Host {
             });
         }
         self.selfm.abort();
+        self.cluster.stop();
         drop(self.watcher);
         if let Some(s) = self.sampler.lock().take() {
             s.stop();
@@ -254,6 +261,63 @@ impl Host {
             self.started,
         );
     }
+}
+
+/// The cluster side for this host's role (see `crate::cluster`).
+fn start_cluster(
+    cfg: &Config,
+    hub: &Arc<IngestHub>,
+    pipeline: &PipelineHandle,
+    plugins: &Arc<PluginManager>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Cluster {
+    let resource = resource_attributes(cfg);
+    let node = resource
+        .iter()
+        .find(|(k, _)| k == "host.name")
+        .map(|(_, v)| cluster::forward::attr_text(v))
+        .unwrap_or_default();
+    let master_client = match cfg.cluster.role {
+        Role::Agent => match cfg.cluster.master.as_deref().map(|m| {
+            let mut e = cfg.export.clone();
+            e.endpoint = Some(m.to_string());
+            e.protocol = crate::config::Protocol::Grpc;
+            crate::export::client::Client::new(&e)
+        }) {
+            Some(Ok(c)) => Some(c),
+            Some(Err(e)) => {
+                tracing::warn!("no heartbeat to the master: {e:#}");
+                None
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let p = plugins.clone();
+    Cluster::start(cluster::Parts {
+        cfg: &cfg.cluster,
+        export_interval_ms: cfg.export.interval_ms,
+        node,
+        hub,
+        pipeline,
+        decisions: plugins.decisions().clone(),
+        master_client,
+        resource,
+        plugin_names: Arc::new(move || {
+            let mut loaded = Vec::new();
+            let mut unhealthy = Vec::new();
+            for s in p.statuses() {
+                use crate::plugin::RunState::*;
+                match s.state {
+                    Running => loaded.push(s.name),
+                    Backoff | Quarantined | Failed => unhealthy.push(s.name),
+                    Disabled | Stopped => {}
+                }
+            }
+            (loaded, unhealthy)
+        }),
+        stop,
+    })
 }
 
 async fn wait_for_signal() {

@@ -8,7 +8,12 @@
 //! - A point costs 8 bytes (u32 ms offset, f32 value): an hour of 100 ms data
 //!   is 36 000 points, 288 KB per series. At most [`MAX_POINTS`] points per
 //!   series and [`MAX_SERIES`] series are kept; beyond them the oldest point
-//!   goes, and new series are counted and refused.
+//!   goes. Series age out: one that has had no point for the retention window
+//!   is removed (swept once a minute), and when the store is full a new series
+//!   takes the place of the one idle longest, if that one has been idle for
+//!   [`IDLE_EVICT_MS`]; only when every series is busy is a new one refused
+//!   (counted). A long-running sonde, or a master that has seen hundreds of
+//!   ranks come and go, keeps showing new jobs. Ids are never reused.
 //! - Downsampling puts points into fixed buckets aligned to multiples of the
 //!   bucket width (so a bucket's identity never changes as data arrives) and
 //!   keeps min, max and mean per bucket. The live stream sends a snapshot in
@@ -31,6 +36,10 @@ pub const RETENTION_MS: u64 = 3_600_000;
 pub const MAX_POINTS: usize = 36_000;
 /// Series kept; more are refused (and counted).
 pub const MAX_SERIES: usize = 2_048;
+/// A full store lets a new series replace one idle at least this long.
+pub const IDLE_EVICT_MS: u64 = 60_000;
+/// How often series without points are swept out.
+const SWEEP_EVERY_MS: u64 = 60_000;
 /// Largest number of buckets a query may ask for.
 pub const MAX_BUCKETS: usize = 10_000;
 
@@ -66,6 +75,9 @@ pub struct Buckets {
 
 struct Series {
     meta: SeriesMeta,
+    key: SeriesKey,
+    /// When a point last arrived (ms since the epoch, wall clock).
+    last_write_ms: u64,
     /// (ms since `Store::base_ms`, value), in time order.
     points: VecDeque<(u32, f32)>,
     /// Last raw counter reading (ns, value), for rates.
@@ -76,13 +88,18 @@ struct Series {
 struct Store {
     /// Times are stored as u32 offsets from this (moved forward every ~24 days).
     base_ms: u64,
-    series: Vec<Series>,
+    /// By id; ids only grow, so an id never names two series.
+    series: std::collections::BTreeMap<u32, Series>,
+    next_id: u32,
+    last_sweep_ms: u64,
     index: HashMap<SeriesKey, u32>,
     /// The same lookup by the series' `Arc` address. The `Weak` keeps the
     /// allocation (not the series) alive, so an address is never reused while cached.
     /// Looked up once per point, so FxHash rather than SipHash.
     by_ptr: HashMap<usize, (Weak<MetricSeries>, Option<u32>), BuildHasherDefault<FxHasher>>,
     refused_series: u64,
+    /// Series removed: aged out, or replaced while idle in a full store.
+    evicted_series: u64,
     out_of_order: u64,
 }
 
@@ -106,6 +123,7 @@ pub struct StoreStats {
     pub points: usize,
     pub bytes: usize,
     pub refused_series: u64,
+    pub evicted_series: u64,
     pub out_of_order: u64,
     pub retention_ms: u64,
 }
@@ -161,6 +179,10 @@ impl LiveStore {
         if now_ms.saturating_sub(st.base_ms) > (1 << 31) {
             st.rebase(now_ms.saturating_sub(RETENTION_MS));
         }
+        if now_ms.saturating_sub(st.last_sweep_ms) >= SWEEP_EVERY_MS {
+            st.last_sweep_ms = now_ms;
+            st.sweep(now_ms);
+        }
         let scope = batch.scope.name.as_str();
         for p in &batch.points {
             if let Some(id) = st.id_of(scope, &p.series) {
@@ -171,18 +193,19 @@ impl LiveStore {
 
     /// Every series kept, in id order.
     pub fn list(&self) -> Vec<SeriesMeta> {
-        self.inner.read().series.iter().map(|s| s.meta.clone()).collect()
+        self.inner.read().series.values().map(|s| s.meta.clone()).collect()
     }
 
     pub fn stats(&self) -> StoreStats {
         let st = self.inner.read();
-        let points: usize = st.series.iter().map(|s| s.points.len()).sum();
-        let bytes = st.series.iter().map(|s| s.points.capacity() * 8).sum();
+        let points: usize = st.series.values().map(|s| s.points.len()).sum();
+        let bytes = st.series.values().map(|s| s.points.capacity() * 8).sum();
         StoreStats {
             series: st.series.len(),
             points,
             bytes,
             refused_series: st.refused_series,
+            evicted_series: st.evicted_series,
             out_of_order: st.out_of_order,
             retention_ms: RETENTION_MS,
         }
@@ -191,7 +214,7 @@ impl LiveStore {
     /// The newest point's time of a series (ms since the Unix epoch).
     pub fn last_ms(&self, id: u32) -> Option<u64> {
         let st = self.inner.read();
-        let s = st.series.get(id as usize)?;
+        let s = st.series.get(&id)?;
         s.points.back().map(|p| st.base_ms + p.0 as u64)
     }
 
@@ -201,7 +224,7 @@ impl LiveStore {
         let st = self.inner.read();
         ids.iter()
             .filter_map(|&id| {
-                let s = st.series.get(id as usize)?;
+                let s = st.series.get(&id)?;
                 Some(downsample(id, &s.points, st.base_ms, from_ms, to_ms, bucket_ms))
             })
             .collect()
@@ -330,11 +353,12 @@ impl Store {
         if let Some(&id) = self.index.get(&key) {
             return Some(id);
         }
-        if self.series.len() >= MAX_SERIES {
+        if self.series.len() >= MAX_SERIES && !self.evict_idle(crate::model::now_ns() / 1_000_000) {
             self.refused_series += 1;
             return None;
         }
-        let id = self.series.len() as u32;
+        let id = self.next_id;
+        self.next_id += 1;
         let rate = s.kind == MetricKind::Counter;
         let meta = SeriesMeta {
             id,
@@ -350,18 +374,24 @@ impl Store {
             rate,
             attributes: s.attributes.iter().map(|(k, v)| (k.clone(), attr_json(v))).collect(),
         };
-        self.series.push(Series {
-            meta,
-            points: VecDeque::new(),
-            last_raw: None,
-        });
-        self.index.insert(key, id);
+        self.index.insert(key.clone(), id);
+        self.series.insert(
+            id,
+            Series {
+                meta,
+                key,
+                last_write_ms: crate::model::now_ns() / 1_000_000,
+                points: VecDeque::new(),
+                last_raw: None,
+            },
+        );
         Some(id)
     }
 
     fn push(&mut self, id: u32, time_ns: u64, value: f64, now_ms: u64) {
         let base = self.base_ms;
-        let s = &mut self.series[id as usize];
+        let Some(s) = self.series.get_mut(&id) else { return };
+        s.last_write_ms = now_ms;
         let value = if s.meta.rate {
             let prev = s.last_raw.replace((time_ns, value));
             match prev {
@@ -392,9 +422,45 @@ impl Store {
         }
     }
 
+    /// Removes a series and every cached way to its id.
+    fn remove(&mut self, id: u32) {
+        if let Some(s) = self.series.remove(&id) {
+            self.index.remove(&s.key);
+            // Refusals cached while the store was full may fit now: forget them too.
+            self.by_ptr.retain(|_, (_, cached)| cached.is_some_and(|c| c != id));
+            self.evicted_series += 1;
+        }
+    }
+
+    /// In a full store, makes room by removing the series idle longest, if it
+    /// has been idle for [`IDLE_EVICT_MS`]. True when there is room now.
+    fn evict_idle(&mut self, now_ms: u64) -> bool {
+        let idlest = self.series.iter().min_by_key(|(_, s)| s.last_write_ms).map(|(id, s)| (*id, s.last_write_ms));
+        match idlest {
+            Some((id, last)) if now_ms.saturating_sub(last) >= IDLE_EVICT_MS => {
+                self.remove(id);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes series that have had no point for the whole retention window.
+    fn sweep(&mut self, now_ms: u64) {
+        let gone: Vec<u32> = self
+            .series
+            .iter()
+            .filter(|(_, s)| now_ms.saturating_sub(s.last_write_ms) > RETENTION_MS)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.remove(id);
+        }
+    }
+
     fn rebase(&mut self, new_base: u64) {
         let delta = new_base.saturating_sub(self.base_ms);
-        for s in &mut self.series {
+        for s in self.series.values_mut() {
             s.points.retain(|p| p.0 as u64 >= delta);
             for p in s.points.iter_mut() {
                 p.0 -= delta as u32;
@@ -532,5 +598,38 @@ mod tests {
         st.ingest(&batch("s", vec![(s.clone(), now, 1.0), (s, now - 1_000_000_000, 2.0)]));
         assert_eq!(st.stats().out_of_order, 1);
         assert_eq!(st.stats().points, 1);
+    }
+
+    #[test]
+    fn a_full_store_replaces_an_idle_series_and_refuses_when_all_are_busy() {
+        let mut st = Store::default();
+        let mk = |i: usize| series(&format!("m{i}"), MetricKind::Gauge, &[]);
+        for i in 0..MAX_SERIES {
+            assert!(st.id_for("s", &mk(i)).is_some());
+        }
+        // Every series written just now: a new one is refused.
+        assert_eq!(st.id_for("s", &mk(MAX_SERIES)), None);
+        assert_eq!(st.refused_series, 1);
+        // One goes quiet for longer than IDLE_EVICT_MS: the newcomer takes its place.
+        let quiet = *st.series.keys().nth(7).unwrap();
+        st.series.get_mut(&quiet).unwrap().last_write_ms -= IDLE_EVICT_MS + 1;
+        let id = st.id_for("s", &mk(MAX_SERIES)).expect("room made");
+        assert!(id as usize >= MAX_SERIES, "ids are never reused");
+        assert!(!st.series.contains_key(&quiet));
+        assert_eq!(st.evicted_series, 1);
+        // The evicted series, back again, is a new series with a new id.
+        assert_eq!(st.id_for("s", &mk(7)), None, "store full of busy series again");
+    }
+
+    #[test]
+    fn series_without_points_for_the_retention_window_are_swept() {
+        let mut st = Store::default();
+        let a = st.id_for("s", &series("a", MetricKind::Gauge, &[])).unwrap();
+        let b = st.id_for("s", &series("b", MetricKind::Gauge, &[])).unwrap();
+        let now = st.series[&b].last_write_ms;
+        st.series.get_mut(&a).unwrap().last_write_ms = now - RETENTION_MS - 1;
+        st.sweep(now);
+        assert_eq!(st.series.keys().copied().collect::<Vec<_>>(), vec![b]);
+        assert_eq!(st.evicted_series, 1);
     }
 }

@@ -8,6 +8,7 @@
 //! plugin itself through its `on-request` hook.
 
 pub mod admin;
+pub mod cluster;
 pub mod config_api;
 pub mod live;
 pub mod openapi;
@@ -49,6 +50,8 @@ pub struct AppState {
     pub sampler: SamplerInfo,
     pub ready: Arc<AtomicBool>,
     pub started: std::time::Instant,
+    /// Roles, nodes and jobs (`crate::cluster`).
+    pub cluster: Arc<crate::cluster::Cluster>,
 }
 
 /// What the handlers share: the host's state plus the live store. Handlers
@@ -97,6 +100,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/admin/plugins/{name}/{action}", post(admin::action))
         .route("/api/decisions", get(decisions))
+        .route("/api/cluster/nodes", get(cluster::nodes))
+        .route("/api/jobs", get(cluster::jobs))
+        .route("/api/jobs/{job}", get(cluster::job))
         .route("/api/series", get(stream::list))
         .route("/api/series/data", get(stream::data))
         .route("/api/stream", get(stream::stream))
@@ -188,6 +194,13 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
             "stats": st.pipeline.stats(),
         },
         "plugins": plugins,
+        "cluster": {
+            "role": st.cluster.role,
+            "master": cfg.cluster.master,
+            "nodes": st.cluster.nodes.as_ref().map(|n| n.stats()),
+            "jobs": st.cluster.jobs.stats(),
+            "rows_forwarded": st.cluster.forwarder.as_ref().map(|f| f.rows_forwarded.load(Ordering::Relaxed)),
+        },
         "plugins_dir": st.plugins.dir().display().to_string(),
         "sinks_dir": cfg.sinks.dir.display().to_string(),
     }))

@@ -76,6 +76,12 @@ fn operations() -> Vec<Op> {
             .query("plugin", "string", "series emitted by this plugin")
             .query("scope", "string", "series of this instrumentation scope")
             .query("name", "string", "metric name prefix")
+            .query(
+                "node",
+                "string",
+                "series from this node (host.name); series without one are this sonde's own",
+            )
+            .query("job", "string", "series of this job (sonde.job)")
     };
     vec![
         op("get", "/", "the dashboard page"),
@@ -237,6 +243,32 @@ fn operations() -> Vec<Op> {
             "the latest decision per plugin, kind and subject",
         )
         .query("plugin", "string", "only this plugin's"),
+        op(
+            "get",
+            "/api/cluster/nodes",
+            "a master's nodes: state (up / lost), last seen, version, plugins, health, clock skew, duplicate names",
+        )
+        .responses(&[
+            (200, "{role, nodes: [...], stats: {nodes, up, lost, nodes_refused}}"),
+            (404, "this sonde is not a master"),
+        ]),
+        op(
+            "get",
+            "/api/jobs",
+            "every job reported to this sonde (or, on a master, to any of its agents): kinds, nodes, ranks, first and last report",
+        ),
+        op(
+            "get",
+            "/api/jobs/{job}",
+            "one job: its nodes, ranks, and per batch index every rank's phases with the slowest rank",
+        )
+        .param(("job", "job name (origin.job / sonde.job)", "train-1"))
+        .query("batches", "integer", "the last N batch indices, 1..=5000 (default 200)")
+        .responses(&[
+            (200, "{job, kinds, nodes, ranks, steps: [{batch, ranks: [{rank, phases, total_s}], slowest_rank, spread_s}]}"),
+            (400, "a bad parameter"),
+            (404, "no such job"),
+        ]),
         selector(op(
             "get",
             "/api/series",

@@ -40,15 +40,25 @@ pub struct Selector {
     pub scope: Option<String>,
     /// Series whose metric name starts with this.
     pub name: Option<String>,
+    /// Series from this node (`host.name`); series without one are this sonde's own.
+    pub node: Option<String>,
+    /// Series of this job (`sonde.job`).
+    pub job: Option<String>,
 }
 
 struct Filter {
     ids: Option<Vec<u32>>,
     sel: Selector,
+    /// This sonde's node name, for series that carry none.
+    local_node: String,
+}
+
+fn attr_is(m: &SeriesMeta, key: &str, want: &str) -> Option<bool> {
+    m.attributes.get(key).map(|v| v.as_str() == Some(want))
 }
 
 impl Filter {
-    fn new(sel: Selector) -> Result<Self, String> {
+    fn new(sel: Selector, local_node: &str) -> Result<Self, String> {
         let ids = match &sel.ids {
             Some(s) if !s.trim().is_empty() => Some(
                 s.split(',')
@@ -61,7 +71,11 @@ impl Filter {
             ),
             _ => None,
         };
-        Ok(Filter { ids, sel })
+        Ok(Filter {
+            ids,
+            sel,
+            local_node: local_node.to_string(),
+        })
     }
 
     fn matches(&self, m: &SeriesMeta) -> bool {
@@ -73,11 +87,21 @@ impl Filter {
                 .is_none_or(|p| m.plugin.as_deref() == Some(p.as_str()))
             && self.sel.scope.as_ref().is_none_or(|s| &m.scope == s)
             && self.sel.name.as_ref().is_none_or(|n| m.name.starts_with(n.as_str()))
+            && self
+                .sel
+                .node
+                .as_ref()
+                .is_none_or(|n| attr_is(m, "host.name", n).unwrap_or(*n == self.local_node))
+            && self
+                .sel
+                .job
+                .as_ref()
+                .is_none_or(|j| attr_is(m, "sonde.job", j).unwrap_or(false))
     }
 }
 
 pub async fn list(State(api): State<Api>, Query(sel): Query<Selector>) -> Response {
-    let f = match Filter::new(sel) {
+    let f = match Filter::new(sel, &api.app.cluster.node) {
         Ok(f) => f,
         Err(e) => return bad_request("ids", e),
     };
@@ -141,7 +165,7 @@ fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Result<Res
     if from > to {
         return Err(bad_request("from", "must not be after `to`"));
     }
-    let f = Filter::new(q.sel).map_err(|e| bad_request("ids", e))?;
+    let f = Filter::new(q.sel, &api.app.cluster.node).map_err(|e| bad_request("ids", e))?;
     let ids: Vec<u32> = api.live.list().iter().filter(|m| f.matches(m)).map(|m| m.id).collect();
     let w = bucket_width(from, to, max_points);
     let data = api.live.query(&ids, from, to, w);
@@ -188,7 +212,7 @@ fn stream_of(api: &Api, q: Result<Query<StreamQuery>, QueryRejection>) -> Result
         return Err(bad_request("interval_ms", reason));
     }
     let plugin = q.sel.plugin.clone();
-    let filter = Filter::new(q.sel).map_err(|e| bad_request("ids", e))?;
+    let filter = Filter::new(q.sel, &api.app.cluster.node).map_err(|e| bad_request("ids", e))?;
     let state = Feed {
         live: api.live.clone(),
         decisions: api.app.plugins.decisions().clone(),

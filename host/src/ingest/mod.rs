@@ -261,6 +261,13 @@ pub struct IngestStats {
 /// Returns how many plugins took the batch.
 pub type Publish = Arc<dyn Fn(&types::EventBatch) -> usize + Send + Sync>;
 
+/// Something that sees every report the hub accepts, as it is accepted (the
+/// cluster's node and job registries, an agent's forwarder). Called on the
+/// source's task: it must be quick and must not block.
+pub trait ReportTap: Send + Sync {
+    fn observe(&self, reports: &[Report]);
+}
+
 /// The in-process API's per-agent buffers: one lock and a push per call; the
 /// hub drains them at every flush.
 pub trait Lane: Send + Sync {
@@ -273,6 +280,7 @@ pub struct IngestHub {
     capacity: usize,
     publish: Publish,
     lanes: Mutex<Vec<Weak<dyn Lane>>>,
+    taps: parking_lot::RwLock<Vec<Arc<dyn ReportTap>>>,
     wake: tokio::sync::Notify,
     pub otlp: SourceCounters,
     pub json: SourceCounters,
@@ -289,6 +297,7 @@ impl IngestHub {
             capacity: capacity.max(1),
             publish,
             lanes: Mutex::new(Vec::new()),
+            taps: parking_lot::RwLock::new(Vec::new()),
             wake: tokio::sync::Notify::new(),
             otlp: SourceCounters::default(),
             json: SourceCounters::default(),
@@ -322,10 +331,22 @@ impl IngestHub {
         }
         let early = p.rows >= EARLY_FLUSH_ROWS;
         drop(p);
+        self.tap(reports);
         if early {
             self.wake.notify_one();
         }
         Ok(n)
+    }
+
+    /// Adds a tap that sees every report accepted from now on.
+    pub fn add_tap(&self, tap: Arc<dyn ReportTap>) {
+        self.taps.write().push(tap);
+    }
+
+    fn tap(&self, reports: &[Report]) {
+        for t in self.taps.read().iter() {
+            t.observe(reports);
+        }
     }
 
     /// Registers an in-process agent's buffers; dropped agents fall out by themselves.
@@ -360,6 +381,7 @@ impl IngestHub {
         };
         if lane_rows > 0 {
             self.agent.rows.fetch_add(lane_rows as u64, Relaxed);
+            self.tap(&reports);
         }
         let rows = pending.rows;
         if rows == 0 {

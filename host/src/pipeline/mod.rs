@@ -350,6 +350,15 @@ impl PipelineHandle {
         self.shared.tap.subscribe()
     }
 
+    /// Hands a batch to the `subscribe()` tap only, never to export: what a
+    /// master received from its agents, shown and kept here but owned by them.
+    pub fn publish_live(&self, batch: MetricBatch) {
+        let s = &*self.shared;
+        if !batch.points.is_empty() && s.tap.receiver_count() > 0 {
+            let _ = s.tap.send(Arc::new(batch));
+        }
+    }
+
     /// Applies a new (validated) export config live: endpoint, protocol,
     /// headers, timeout, interval, batch and queue sizes, retry settings. A
     /// request waiting to be retried is resent to the new endpoint at once; an

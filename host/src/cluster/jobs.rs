@@ -1,0 +1,459 @@
+//! Jobs as first-class things: every job any report names, the nodes and
+//! ranks it runs on, when it was first and last heard from, and its steps:
+//! per batch index, each rank's phases (the Timings view of every rank).
+//!
+//! ```text
+//!  IngestHub ──(every accepted report)──► JobRegistry::observe
+//!                                            │ job ─► ranks ─► batch ─► phases
+//!  GET /api/jobs, /api/jobs/{job} ◄──────────┘
+//! ```
+//! Limits: `cluster.max_jobs` jobs (past it the job idle longest is dropped,
+//! counted), `cluster.max_steps_per_rank` batches per rank (the oldest go,
+//! counted), 4 096 ranks and 64 phase names per job (more are counted and
+//! left out). A report with no job name belongs to no job (a sonde agent's
+//! own telemetry) and is not kept here. Works in every role: standalone sees
+//! its own machine's jobs, a master every node's.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::ingest::{Report, ReportTap};
+
+const MAX_RANKS_PER_JOB: usize = 4_096;
+const MAX_PHASES_PER_STEP: usize = 64;
+/// The progress name that carries the batch index.
+const BATCH_IDX: &str = "batch_idx";
+
+/// The kinds of work a job's reports show.
+fn kinds_of(r: &Report) -> impl Iterator<Item = &'static str> {
+    let role = r.origin.role.to_ascii_lowercase();
+    [
+        (!r.timings.is_empty() || !r.progress.is_empty(), "training"),
+        (!r.requests.is_empty() || !r.actions.is_empty(), "serving"),
+        (!r.mpi_samples.is_empty(), "mpi"),
+        (
+            matches!(role.as_str(), "ps" | "server" | "parameter_server" | "paramserver"),
+            "paramserver",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(has, k)| has.then_some(k))
+}
+
+/// One rank's time in one batch.
+#[derive(Clone, Debug, Default)]
+struct Step {
+    start: u64,
+    end: u64,
+    /// Phase name → total ns in this batch.
+    phases: Vec<(String, u64)>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Rank {
+    node: String,
+    local_rank: i32,
+    role: String,
+    last_batch: Option<u64>,
+    last_ns: u64,
+    steps: BTreeMap<u64, Step>,
+    steps_dropped: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Job {
+    first_ns: u64,
+    last_ns: u64,
+    rows: u64,
+    kinds: BTreeSet<&'static str>,
+    /// Node → last time it reported for this job.
+    nodes: BTreeMap<String, u64>,
+    ranks: BTreeMap<i32, Rank>,
+    ranks_refused: u64,
+    phases_refused: u64,
+}
+
+/// What `GET /api/jobs` lists about one job.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct JobSummary {
+    pub job: String,
+    /// training, serving, mpi, paramserver: what its reports contained.
+    pub kinds: Vec<&'static str>,
+    pub nodes: Vec<String>,
+    pub ranks: usize,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub rows: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RankView {
+    /// The global rank (-1 when the job did not say).
+    pub rank: i32,
+    pub node: String,
+    pub local_rank: i32,
+    pub role: String,
+    pub last_batch: Option<u64>,
+    pub last_ns: u64,
+    /// Batches dropped from this rank's step view (`cluster.max_steps_per_rank`).
+    pub steps_dropped: u64,
+}
+
+/// One rank's step: phases in seconds, start and end in ns since the epoch.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RankStep {
+    pub rank: i32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Sum of the phases' durations, in seconds.
+    pub total_s: f64,
+    pub phases: BTreeMap<String, f64>,
+}
+
+/// One batch index across ranks.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct BatchView {
+    pub batch: u64,
+    pub ranks: Vec<RankStep>,
+    /// The rank whose phases took longest in this batch, and by how many
+    /// seconds it trailed the fastest (0 with one rank).
+    pub slowest_rank: i32,
+    pub spread_s: f64,
+}
+
+/// `GET /api/jobs/{job}`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub summary: JobSummary,
+    pub node_last_ns: BTreeMap<String, u64>,
+    pub ranks: Vec<RankView>,
+    /// The last `batches` batch indices any rank reported, oldest first.
+    pub steps: Vec<BatchView>,
+    pub ranks_refused: u64,
+    pub phases_refused: u64,
+}
+
+/// Counters for `/api/status`.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct JobStats {
+    pub jobs: usize,
+    /// Jobs dropped to stay within `cluster.max_jobs`.
+    pub jobs_evicted: u64,
+}
+
+pub struct JobRegistry {
+    inner: Mutex<Jobs>,
+    max_jobs: usize,
+    max_steps: usize,
+}
+
+#[derive(Default)]
+struct Jobs {
+    map: HashMap<String, Job>,
+    evicted: u64,
+}
+
+impl JobRegistry {
+    pub fn new(max_jobs: usize, max_steps_per_rank: usize) -> Self {
+        JobRegistry {
+            inner: Mutex::new(Jobs::default()),
+            max_jobs: max_jobs.max(1),
+            max_steps: max_steps_per_rank.max(1),
+        }
+    }
+
+    pub fn stats(&self) -> JobStats {
+        let j = self.inner.lock();
+        JobStats {
+            jobs: j.map.len(),
+            jobs_evicted: j.evicted,
+        }
+    }
+
+    /// Every job, the most recently active first.
+    pub fn list(&self) -> Vec<JobSummary> {
+        let j = self.inner.lock();
+        let mut v: Vec<JobSummary> = j.map.iter().map(|(name, job)| summary(name, job)).collect();
+        v.sort_by(|a, b| b.last_ns.cmp(&a.last_ns).then_with(|| a.job.cmp(&b.job)));
+        v
+    }
+
+    /// One job with its last `batches` batch indices.
+    pub fn view(&self, name: &str, batches: usize) -> Option<JobView> {
+        let j = self.inner.lock();
+        let job = j.map.get(name)?;
+        let mut indices: BTreeSet<u64> = BTreeSet::new();
+        for r in job.ranks.values() {
+            indices.extend(r.steps.keys().rev().take(batches).copied());
+        }
+        let keep: Vec<u64> = indices.into_iter().rev().take(batches).collect();
+        let steps = keep
+            .into_iter()
+            .rev()
+            .map(|batch| {
+                let ranks: Vec<RankStep> = job
+                    .ranks
+                    .iter()
+                    .filter_map(|(rank, r)| {
+                        let s = r.steps.get(&batch)?;
+                        let total: u64 = s.phases.iter().map(|(_, d)| d).sum();
+                        Some(RankStep {
+                            rank: *rank,
+                            start_ns: s.start,
+                            end_ns: s.end,
+                            total_s: total as f64 / 1e9,
+                            phases: s.phases.iter().map(|(n, d)| (n.clone(), *d as f64 / 1e9)).collect(),
+                        })
+                    })
+                    .collect();
+                let slowest = ranks.iter().max_by(|a, b| a.total_s.total_cmp(&b.total_s));
+                let fastest = ranks.iter().min_by(|a, b| a.total_s.total_cmp(&b.total_s));
+                BatchView {
+                    batch,
+                    slowest_rank: slowest.map_or(-1, |s| s.rank),
+                    spread_s: match (slowest, fastest) {
+                        (Some(s), Some(f)) => s.total_s - f.total_s,
+                        _ => 0.0,
+                    },
+                    ranks,
+                }
+            })
+            .collect();
+        Some(JobView {
+            summary: summary(name, job),
+            node_last_ns: job.nodes.clone(),
+            ranks: job
+                .ranks
+                .iter()
+                .map(|(rank, r)| RankView {
+                    rank: *rank,
+                    node: r.node.clone(),
+                    local_rank: r.local_rank,
+                    role: r.role.clone(),
+                    last_batch: r.last_batch,
+                    last_ns: r.last_ns,
+                    steps_dropped: r.steps_dropped,
+                })
+                .collect(),
+            steps,
+            ranks_refused: job.ranks_refused,
+            phases_refused: job.phases_refused,
+        })
+    }
+
+    fn take(&self, r: &Report) {
+        if r.origin.job.is_empty() {
+            return;
+        }
+        let latest = report_latest(r);
+        let mut jobs = self.inner.lock();
+        if !jobs.map.contains_key(&r.origin.job) && jobs.map.len() >= self.max_jobs {
+            // Make room: the job heard from longest ago goes.
+            if let Some(oldest) = jobs.map.iter().min_by_key(|(_, j)| j.last_ns).map(|(k, _)| k.clone()) {
+                jobs.map.remove(&oldest);
+                jobs.evicted += 1;
+            }
+        }
+        let job = jobs.map.entry(r.origin.job.clone()).or_insert_with(|| Job {
+            first_ns: latest,
+            ..Default::default()
+        });
+        job.first_ns = job.first_ns.min(report_earliest(r).unwrap_or(latest));
+        job.last_ns = job.last_ns.max(latest);
+        job.rows += r.rows() as u64;
+        job.kinds.extend(kinds_of(r));
+        if !r.origin.node.is_empty() {
+            let seen = job.nodes.entry(r.origin.node.clone()).or_default();
+            *seen = (*seen).max(latest);
+        }
+        let key = if r.origin.rank >= 0 { r.origin.rank } else { r.origin.index };
+        if !job.ranks.contains_key(&key) && job.ranks.len() >= MAX_RANKS_PER_JOB {
+            job.ranks_refused += 1;
+            return;
+        }
+        let rank = job.ranks.entry(key).or_default();
+        if !r.origin.node.is_empty() {
+            rank.node.clone_from(&r.origin.node);
+        }
+        rank.local_rank = r.origin.local_rank;
+        rank.role.clone_from(&r.origin.role);
+        rank.last_ns = rank.last_ns.max(latest);
+        // Progress first: a timing without its own batch index belongs to the
+        // batch that was current when it started.
+        let mut progress: Vec<(u64, u64)> = r
+            .progress
+            .iter()
+            .filter(|p| p.name == BATCH_IDX)
+            .map(|p| (p.time, p.value))
+            .collect();
+        progress.sort_unstable();
+        for t in &r.timings {
+            let batch = if t.step >= 0 {
+                Some(t.step as u64)
+            } else {
+                progress
+                    .iter()
+                    .rev()
+                    .find(|(time, _)| *time <= t.start)
+                    .map(|(_, v)| *v)
+                    .or(rank.last_batch)
+            };
+            let Some(batch) = batch else { continue };
+            let step = rank.steps.entry(batch).or_insert_with(|| Step {
+                start: t.start,
+                end: t.end,
+                phases: Vec::new(),
+            });
+            step.start = step.start.min(t.start);
+            step.end = step.end.max(t.end);
+            let d = t.end.saturating_sub(t.start);
+            match step.phases.iter().position(|(n, _)| *n == t.name) {
+                Some(i) => step.phases[i].1 += d,
+                None if step.phases.len() < MAX_PHASES_PER_STEP => step.phases.push((t.name.clone(), d)),
+                None => job.phases_refused += 1,
+            }
+        }
+        if let Some(&(_, v)) = progress.last() {
+            rank.last_batch = Some(rank.last_batch.map_or(v, |b| b.max(v)));
+        }
+        for t in r.timings.iter().filter(|t| t.step >= 0) {
+            rank.last_batch = Some(rank.last_batch.map_or(t.step as u64, |b| b.max(t.step as u64)));
+        }
+        while rank.steps.len() > self.max_steps {
+            rank.steps.pop_first();
+            rank.steps_dropped += 1;
+        }
+    }
+}
+
+impl ReportTap for JobRegistry {
+    fn observe(&self, reports: &[Report]) {
+        for r in reports {
+            self.take(r);
+        }
+    }
+}
+
+fn summary(name: &str, job: &Job) -> JobSummary {
+    JobSummary {
+        job: name.to_string(),
+        kinds: job.kinds.iter().copied().collect(),
+        nodes: job.nodes.keys().cloned().collect(),
+        ranks: job.ranks.len(),
+        first_ns: job.first_ns,
+        last_ns: job.last_ns,
+        rows: job.rows,
+    }
+}
+
+/// Every time a report carries, for its job's span.
+fn report_times(r: &Report) -> impl Iterator<Item = u64> + '_ {
+    r.progress
+        .iter()
+        .map(|p| p.time)
+        .chain(r.timings.iter().flat_map(|t| [t.start, t.end]))
+        .chain(r.points.iter().map(|p| p.time))
+        .chain(r.heartbeats.iter().copied())
+        .chain(r.node_events.iter().map(|e| e.time))
+        .chain(r.custom.iter().map(|e| e.time))
+        .chain(r.requests.iter().flat_map(|q| [q.arrival, q.departure]))
+        .chain(r.actions.iter().flat_map(|a| [a.sent, a.result_received]))
+        .chain(r.mpi_samples.iter().map(|m| m.time))
+        .filter(|t| *t > 0)
+}
+
+fn report_earliest(r: &Report) -> Option<u64> {
+    report_times(r).min()
+}
+
+fn report_latest(r: &Report) -> u64 {
+    report_times(r).max().unwrap_or_else(crate::model::now_ns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingest::{Origin, Progress, Timing};
+
+    fn report(job: &str, node: &str, rank: i32, timings: &[(&str, u64, u64, i64)]) -> Report {
+        Report {
+            origin: Origin {
+                job: job.into(),
+                node: node.into(),
+                rank,
+                ..Default::default()
+            },
+            timings: timings
+                .iter()
+                .map(|(n, s, e, step)| Timing {
+                    name: n.to_string(),
+                    start: *s,
+                    end: *e,
+                    step: *step,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn steps_of_every_rank_line_up_by_batch() {
+        let reg = JobRegistry::new(8, 100);
+        reg.observe(&[
+            report("j", "n1", 0, &[("forward", 1_000, 3_000, 5), ("backward", 3_000, 4_000, 5)]),
+            report("j", "n2", 1, &[("forward", 1_000, 9_000, 5)]),
+        ]);
+        let v = reg.view("j", 10).unwrap();
+        assert_eq!(v.summary.nodes, vec!["n1", "n2"]);
+        assert_eq!(v.summary.kinds, vec!["training"]);
+        assert_eq!(v.steps.len(), 1);
+        let b = &v.steps[0];
+        assert_eq!(b.batch, 5);
+        assert_eq!(b.ranks.len(), 2);
+        assert_eq!(b.ranks[0].phases["forward"], 2e-6);
+        assert_eq!(b.ranks[0].phases["backward"], 1e-6);
+        assert_eq!(b.slowest_rank, 1);
+        assert!((b.spread_s - 5e-6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_timing_without_index_joins_the_current_batch() {
+        let reg = JobRegistry::new(8, 100);
+        let mut r = report("j", "n1", 0, &[("dataloader", 2_000, 2_500, -1)]);
+        r.progress.push(Progress {
+            name: "batch_idx".into(),
+            time: 1_000,
+            value: 7,
+        });
+        reg.observe(&[r]);
+        let v = reg.view("j", 10).unwrap();
+        assert_eq!(v.steps[0].batch, 7);
+        assert_eq!(v.ranks[0].last_batch, Some(7));
+    }
+
+    #[test]
+    fn limits_drop_the_oldest_and_count() {
+        let reg = JobRegistry::new(2, 3);
+        for b in 0..5 {
+            reg.observe(&[report("a", "n", 0, &[("step", 10 + b, 20 + b, b as i64)])]);
+        }
+        let v = reg.view("a", 100).unwrap();
+        assert_eq!(v.steps.iter().map(|s| s.batch).collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert_eq!(v.ranks[0].steps_dropped, 2);
+        reg.observe(&[report("b", "n", 0, &[("step", 100, 200, 0)])]);
+        reg.observe(&[report("c", "n", 0, &[("step", 300, 400, 0)])]);
+        let names: Vec<String> = reg.list().into_iter().map(|j| j.job).collect();
+        assert_eq!(names, vec!["c", "b"]);
+        assert_eq!(reg.stats().jobs_evicted, 1);
+    }
+
+    #[test]
+    fn reports_without_a_job_are_not_jobs() {
+        let reg = JobRegistry::new(8, 100);
+        reg.observe(&[report("", "n1", -1, &[("x", 1, 2, 0)])]);
+        assert!(reg.list().is_empty());
+    }
+}

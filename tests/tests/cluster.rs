@@ -1,0 +1,220 @@
+//! Cluster mode end to end: one master and four agents, each its own `sonde`
+//! process with its own ports and host name. A two-rank training job reports
+//! to two different agents; the master sees both ranks' steps, every node,
+//! and notices a node that dies.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sonde_e2e::*;
+
+struct Cluster {
+    master: Sonde,
+    grpc: u16,
+    agents: Vec<Sonde>,
+    _tmp: tempfile::TempDir,
+}
+
+fn master_args(grpc: u16) -> Vec<String> {
+    [
+        "--role",
+        "master",
+        "--set",
+        &format!("ingest.otlp_grpc_listen=\"127.0.0.1:{grpc}\""),
+        "--set",
+        "ingest.otlp_http_listen=\"off\"",
+        "--set",
+        "cluster.node_timeout_ms=2500",
+        "--set",
+        "host.name=\"the-master\"",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn agent(dir: &std::path::Path, name: &str, master_grpc: u16) -> Sonde {
+    Sonde::start(
+        &dir.join(name),
+        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
+        &[
+            "--role",
+            "agent",
+            "--master",
+            &format!("http://127.0.0.1:{master_grpc}"),
+            "--set",
+            &format!("host.name=\"{name}\""),
+            "--set",
+            "export.interval_ms=300",
+            "--set",
+            "cluster.heartbeat_ms=300",
+            "--set",
+            "sampler.period_ms=100",
+        ],
+    )
+}
+
+fn cluster(agents: usize) -> Cluster {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let args = master_args(grpc);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let master = Sonde::start(&tmp.path().join("master"), &[], &args);
+    let agents = (0..agents)
+        .map(|i| agent(tmp.path(), &format!("node-{i}"), grpc))
+        .collect();
+    Cluster {
+        master,
+        grpc,
+        agents,
+        _tmp: tmp,
+    }
+}
+
+fn nodes(master: &Sonde) -> Vec<Value> {
+    master.json("/api/cluster/nodes")["nodes"].as_array().cloned().unwrap_or_default()
+}
+
+fn node<'a>(nodes: &'a [Value], name: &str) -> Option<&'a Value> {
+    nodes.iter().find(|n| n["node"] == name)
+}
+
+/// One training step of one rank, as a job posts it to its local sonde.
+fn step(rank: i32, batch: u64, t0: u64, slow: u64) -> Value {
+    let ms = 1_000_000u64;
+    json!({
+        "origin": {"job": "train-1", "rank": rank, "local_rank": 0, "role": "worker"},
+        "progress": [{"value": batch, "time_ns": t0}],
+        "timings": [
+            {"name": "dataloader", "start_ns": t0, "end_ns": t0 + 2 * ms, "batch_idx": batch},
+            {"name": "forward", "start_ns": t0 + 2 * ms, "end_ns": t0 + (10 + slow) * ms, "batch_idx": batch},
+            {"name": "backward", "start_ns": t0 + (10 + slow) * ms, "end_ns": t0 + (25 + slow) * ms, "batch_idx": batch},
+        ],
+    })
+}
+
+#[test]
+fn a_master_sees_every_node_and_both_ranks_of_a_job_reported_to_different_agents() {
+    let mut c = cluster(4);
+    // Every agent shows up, as an agent, with its version and plugins.
+    let all_up = wait_for(Duration::from_secs(30), || {
+        let n = nodes(&c.master);
+        (0..4).all(|i| {
+            node(&n, &format!("node-{i}")).is_some_and(|v| {
+                v["state"] == "up" && v["agent"] == true && v["plugins"].to_string().contains("sysmetrics")
+            })
+        })
+    });
+    assert!(all_up, "not every agent reached the master: {:#?}", nodes(&c.master));
+    let n = nodes(&c.master);
+    let v = node(&n, "node-2").unwrap();
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["duplicate_name"], false);
+    assert!(v["clock_skew_ms"].as_i64().unwrap().abs() < 2_000, "{v}");
+
+    // Rank 0 reports to node-0's agent, rank 1 to node-1's; rank 1 is slower.
+    let t0 = now_ns();
+    for b in 0..6u64 {
+        let t = t0 + b * 50_000_000;
+        let (code, body) = post_json(&c.agents[0].api, "/api/ingest", &step(0, b, t, 0));
+        assert_eq!(code, 202, "{body}");
+        let (code, body) = post_json(&c.agents[1].api, "/api/ingest", &step(1, b, t, 7));
+        assert_eq!(code, 202, "{body}");
+    }
+    let mut job = Value::Null;
+    let both = wait_for(Duration::from_secs(30), || {
+        let (code, body) = c.master.get("/api/jobs/train-1");
+        if code != 200 {
+            return false;
+        }
+        job = serde_json::from_str(&body).unwrap();
+        job["steps"].as_array().is_some_and(|s| {
+            s.len() == 6 && s.iter().all(|b| b["ranks"].as_array().is_some_and(|r| r.len() == 2))
+        })
+    });
+    assert!(both, "the master does not have both ranks' steps: {job:#}");
+    let ranks = job["ranks"].as_array().unwrap();
+    let on = |rank: i64| ranks.iter().find(|r| r["rank"] == rank).unwrap()["node"].clone();
+    assert_eq!(on(0), "node-0", "rank 0 runs where it reported");
+    assert_eq!(on(1), "node-1");
+    for b in job["steps"].as_array().unwrap() {
+        assert_eq!(b["slowest_rank"], 1, "rank 1 is 7 ms slower in every batch: {b}");
+        assert!((b["spread_s"].as_f64().unwrap() - 0.007).abs() < 1e-6, "{b}");
+        let r0 = &b["ranks"][0];
+        assert!((r0["phases"]["forward"].as_f64().unwrap() - 0.008).abs() < 1e-9, "{r0}");
+        assert!((r0["total_s"].as_f64().unwrap() - 0.025).abs() < 1e-9, "{r0}");
+    }
+    let jobs = c.master.json("/api/jobs");
+    let listed = &jobs["jobs"].as_array().unwrap().iter().find(|j| j["job"] == "train-1").unwrap().clone();
+    assert_eq!(listed["nodes"], json!(["node-0", "node-1"]));
+    assert_eq!(listed["kinds"], json!(["training"]));
+    assert!(
+        !jobs["jobs"].as_array().unwrap().iter().any(|j| j["job"] == "sonde"),
+        "an agent's own telemetry is not a job: {jobs:#}"
+    );
+
+    // The master shows each node's sampled series, by node.
+    let has_cpu = wait_for(Duration::from_secs(20), || {
+        let s = c.master.json("/api/series?node=node-3&name=system.cpu");
+        s["series"].as_array().is_some_and(|v| !v.is_empty())
+    });
+    assert!(has_cpu, "no node-3 series on the master: {}", c.master.json("/api/series"));
+
+    // An agent that dies goes `lost` within the timeout, as a decision.
+    let killed_at = std::time::Instant::now();
+    let _ = c.agents[3].proc.child.kill();
+    let lost = wait_for(Duration::from_secs(15), || {
+        node(&nodes(&c.master), "node-3").is_some_and(|v| v["state"] == "lost")
+    });
+    assert!(lost, "node-3 was not marked lost: {:#?}", nodes(&c.master));
+    assert!(killed_at.elapsed() < Duration::from_secs(10), "lost took {:?}", killed_at.elapsed());
+    let d = c.master.json("/api/decisions?plugin=sonde.cluster");
+    assert!(
+        d["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["kind"] == "node-lost" && x["subject"] == "node-3"),
+        "{d:#}"
+    );
+    let others_up = nodes(&c.master)
+        .iter()
+        .filter(|v| v["node"] != "node-3")
+        .all(|v| v["state"] == "up");
+    assert!(others_up, "{:#?}", nodes(&c.master));
+
+    // It comes back under the same name: `back`.
+    c.agents[3] = agent(c._tmp.path(), "node-3", c.grpc);
+    let back = wait_for(Duration::from_secs(20), || {
+        node(&nodes(&c.master), "node-3").is_some_and(|v| v["state"] == "up")
+    });
+    assert!(back, "{:#?}", nodes(&c.master));
+}
+
+#[test]
+fn two_machines_with_one_name_are_flagged_and_an_agent_samples_on_while_its_master_is_down() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let args = master_args(grpc);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut master = Sonde::start(&tmp.path().join("master"), &[], &args);
+    let a = agent(&tmp.path().join("a"), "worker-0", grpc);
+    let b = agent(&tmp.path().join("b"), "worker-0", grpc);
+    let dup = wait_for(Duration::from_secs(20), || {
+        node(&nodes(&master), "worker-0").is_some_and(|v| v["duplicate_name"] == true)
+    });
+    assert!(dup, "{:#?}", nodes(&master));
+    assert_eq!(node(&nodes(&master), "worker-0").unwrap()["instances"].as_array().unwrap().len(), 2);
+    drop(b);
+
+    // The master goes away: the agent keeps sampling and keeps taking reports.
+    let _ = master.proc.child.kill();
+    let _ = master.proc.child.wait();
+    let ticks = |s: &Sonde| s.json("/api/status")["sampler"]["period"]["ticks"].as_u64().unwrap();
+    let before = ticks(&a);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(ticks(&a) >= before + 10, "sampling stalled while the master was down");
+    let (code, body) = post_json(&a.api, "/api/ingest", &step(0, 1, now_ns(), 0));
+    assert_eq!(code, 202, "{body}");
+    assert!(a.output().contains("heartbeat to the master failed"), "{}", a.output());
+}
