@@ -72,7 +72,10 @@ fn cluster(agents: usize) -> Cluster {
 }
 
 fn nodes(master: &Sonde) -> Vec<Value> {
-    master.json("/api/cluster/nodes")["nodes"].as_array().cloned().unwrap_or_default()
+    master.json("/api/cluster/nodes")["nodes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn node<'a>(nodes: &'a [Value], name: &str) -> Option<&'a Value> {
@@ -128,9 +131,9 @@ fn a_master_sees_every_node_and_both_ranks_of_a_job_reported_to_different_agents
             return false;
         }
         job = serde_json::from_str(&body).unwrap();
-        job["steps"].as_array().is_some_and(|s| {
-            s.len() == 6 && s.iter().all(|b| b["ranks"].as_array().is_some_and(|r| r.len() == 2))
-        })
+        job["steps"]
+            .as_array()
+            .is_some_and(|s| s.len() == 6 && s.iter().all(|b| b["ranks"].as_array().is_some_and(|r| r.len() == 2)))
     });
     assert!(both, "the master does not have both ranks' steps: {job:#}");
     let ranks = job["ranks"].as_array().unwrap();
@@ -145,7 +148,13 @@ fn a_master_sees_every_node_and_both_ranks_of_a_job_reported_to_different_agents
         assert!((r0["total_s"].as_f64().unwrap() - 0.025).abs() < 1e-9, "{r0}");
     }
     let jobs = c.master.json("/api/jobs");
-    let listed = &jobs["jobs"].as_array().unwrap().iter().find(|j| j["job"] == "train-1").unwrap().clone();
+    let listed = &jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == "train-1")
+        .unwrap()
+        .clone();
     assert_eq!(listed["nodes"], json!(["node-0", "node-1"]));
     assert_eq!(listed["kinds"], json!(["training"]));
     assert!(
@@ -158,7 +167,11 @@ fn a_master_sees_every_node_and_both_ranks_of_a_job_reported_to_different_agents
         let s = c.master.json("/api/series?node=node-3&name=system.cpu");
         s["series"].as_array().is_some_and(|v| !v.is_empty())
     });
-    assert!(has_cpu, "no node-3 series on the master: {}", c.master.json("/api/series"));
+    assert!(
+        has_cpu,
+        "no node-3 series on the master: {}",
+        c.master.json("/api/series")
+    );
 
     // An agent that dies goes `lost` within the timeout, as a decision.
     let killed_at = std::time::Instant::now();
@@ -167,7 +180,11 @@ fn a_master_sees_every_node_and_both_ranks_of_a_job_reported_to_different_agents
         node(&nodes(&c.master), "node-3").is_some_and(|v| v["state"] == "lost")
     });
     assert!(lost, "node-3 was not marked lost: {:#?}", nodes(&c.master));
-    assert!(killed_at.elapsed() < Duration::from_secs(10), "lost took {:?}", killed_at.elapsed());
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(10),
+        "lost took {:?}",
+        killed_at.elapsed()
+    );
     let d = c.master.json("/api/decisions?plugin=sonde.cluster");
     assert!(
         d["decisions"]
@@ -204,7 +221,13 @@ fn two_machines_with_one_name_are_flagged_and_an_agent_samples_on_while_its_mast
         node(&nodes(&master), "worker-0").is_some_and(|v| v["duplicate_name"] == true)
     });
     assert!(dup, "{:#?}", nodes(&master));
-    assert_eq!(node(&nodes(&master), "worker-0").unwrap()["instances"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        node(&nodes(&master), "worker-0").unwrap()["instances"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     drop(b);
 
     // The master goes away: the agent keeps sampling and keeps taking reports.

@@ -435,7 +435,11 @@ impl Store {
     /// In a full store, makes room by removing the series idle longest, if it
     /// has been idle for [`IDLE_EVICT_MS`]. True when there is room now.
     fn evict_idle(&mut self, now_ms: u64) -> bool {
-        let idlest = self.series.iter().min_by_key(|(_, s)| s.last_write_ms).map(|(id, s)| (*id, s.last_write_ms));
+        let idlest = self
+            .series
+            .iter()
+            .min_by_key(|(_, s)| s.last_write_ms)
+            .map(|(id, s)| (*id, s.last_write_ms));
         match idlest {
             Some((id, last)) if now_ms.saturating_sub(last) >= IDLE_EVICT_MS => {
                 self.remove(id);

@@ -92,7 +92,10 @@ impl ClusterConfig {
         if self.role != Role::Agent && self.master.is_some() {
             p.push((
                 "cluster.master",
-                format!("only an agent has a master; this sonde's role is {}", self.role.as_str()),
+                format!(
+                    "only an agent has a master; this sonde's role is {}",
+                    self.role.as_str()
+                ),
             ));
         }
         if self.node_timeout_ms.is_some_and(|t| t < 200) {

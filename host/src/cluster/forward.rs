@@ -36,7 +36,8 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric, number_data_point,
+    AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric,
+    number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
@@ -44,16 +45,11 @@ use prost::Message;
 
 use crate::export::client::Signal;
 use crate::export::otlp::key_values;
+use crate::ingest::otlp_events::{FORWARDED, MPI_SAMPLE};
 use crate::ingest::serving::{ServedAction, ServedRequest};
 use crate::ingest::{MpiSample, Origin, Report, ReportTap};
 use crate::model::{AttrValue, SeriesKind};
 use crate::pipeline::PipelineHandle;
-
-/// The span attribute that tells the receiver a timing was forwarded: its
-/// batch index is not also a progress report (the agent forwarded progress as it came).
-pub const FORWARDED: &str = "sonde.forwarded";
-/// The log record carrying one MPI probe bin.
-pub const MPI_SAMPLE: &str = "sonde.mpi.sample";
 
 /// The three requests one set of reports becomes; `None` where it has nothing of that signal.
 #[derive(Debug, Default)]
@@ -94,7 +90,11 @@ fn resource(o: &Origin, node: &str) -> Option<Resource> {
     if !o.role.is_empty() {
         a.push(text("sonde.role", &o.role));
     }
-    for (k, v) in [("sonde.index", o.index), ("sonde.rank", o.rank), ("sonde.local_rank", o.local_rank)] {
+    for (k, v) in [
+        ("sonde.index", o.index),
+        ("sonde.rank", o.rank),
+        ("sonde.local_rank", o.local_rank),
+    ] {
         if v >= 0 {
             a.push(int(k, v));
         }
@@ -126,7 +126,13 @@ fn metrics_of(r: &Report) -> (Vec<Metric>, usize) {
         .progress
         .iter()
         .filter(|p| p.name == "batch_idx")
-        .map(|p| gauge_point(p.time, number_data_point::Value::AsInt(p.value.min(i64::MAX as u64) as i64), vec![]))
+        .map(|p| {
+            gauge_point(
+                p.time,
+                number_data_point::Value::AsInt(p.value.min(i64::MAX as u64) as i64),
+                vec![],
+            )
+        })
         .collect();
     let named: Vec<NumberDataPoint> = r
         .progress
@@ -393,7 +399,9 @@ impl ReportTap for Forwarder {
         let e = encode(reports, &self.node);
         let mut ok = true;
         if let Some((m, n)) = e.metrics {
-            ok &= self.pipeline.forward(Signal::Metrics, Bytes::from(m.encode_to_vec()), n);
+            ok &= self
+                .pipeline
+                .forward(Signal::Metrics, Bytes::from(m.encode_to_vec()), n);
         }
         if let Some((t, n)) = e.traces {
             ok &= self.pipeline.forward(Signal::Traces, Bytes::from(t.encode_to_vec()), n);
@@ -401,7 +409,11 @@ impl ReportTap for Forwarder {
         if let Some((l, n)) = e.logs {
             ok &= self.pipeline.forward(Signal::Logs, Bytes::from(l.encode_to_vec()), n);
         }
-        let counter = if ok { &self.rows_forwarded } else { &self.rows_not_queued };
+        let counter = if ok {
+            &self.rows_forwarded
+        } else {
+            &self.rows_not_queued
+        };
         counter.fetch_add(rows as u64, Relaxed);
     }
 }
@@ -434,12 +446,30 @@ mod tests {
                 attributes: Vec::new(),
             },
             progress: vec![
-                Progress { name: "batch_idx".into(), time: 1_000, value: 7 },
-                Progress { name: "epoch".into(), time: 1_001, value: 2 },
+                Progress {
+                    name: "batch_idx".into(),
+                    time: 1_000,
+                    value: 7,
+                },
+                Progress {
+                    name: "epoch".into(),
+                    time: 1_001,
+                    value: 2,
+                },
             ],
             timings: vec![
-                Timing { name: "forward".into(), start: 2_000, end: 3_000, step: 7 },
-                Timing { name: "sync".into(), start: 3_000, end: 3_500, step: -1 },
+                Timing {
+                    name: "forward".into(),
+                    start: 2_000,
+                    end: 3_000,
+                    step: 7,
+                },
+                Timing {
+                    name: "sync".into(),
+                    start: 3_000,
+                    end: 3_500,
+                    step: -1,
+                },
             ],
             series: vec![
                 ForeignSeries {
@@ -456,9 +486,21 @@ mod tests {
                 },
             ],
             points: vec![
-                ForeignPoint { series: 0, time: 4_000, value: 0.25 },
-                ForeignPoint { series: 1, time: 4_000, value: 640.0 },
-                ForeignPoint { series: 0, time: 5_000, value: 0.125 },
+                ForeignPoint {
+                    series: 0,
+                    time: 4_000,
+                    value: 0.25,
+                },
+                ForeignPoint {
+                    series: 1,
+                    time: 4_000,
+                    value: 640.0,
+                },
+                ForeignPoint {
+                    series: 0,
+                    time: 5_000,
+                    value: 0.125,
+                },
             ],
             heartbeats: vec![6_000],
             node_events: vec![NodeEvent {
@@ -538,7 +580,10 @@ mod tests {
             out.timings.extend(r.timings);
             let base = out.series.len() as u32;
             out.series.extend(r.series);
-            out.points.extend(r.points.into_iter().map(|p| ForeignPoint { series: p.series + base, ..p }));
+            out.points.extend(r.points.into_iter().map(|p| ForeignPoint {
+                series: p.series + base,
+                ..p
+            }));
             out.heartbeats.extend(r.heartbeats);
             out.node_events.extend(r.node_events);
             out.custom.extend(r.custom);
@@ -559,7 +604,12 @@ mod tests {
         assert_eq!(got.progress, want.progress);
         assert_eq!(got.timings, want.timings);
         assert_eq!(got.series, want.series);
-        assert_eq!(got.points, want.points);
+        // Points come back grouped by series, as OTLP carries them.
+        let sorted = |mut v: Vec<ForeignPoint>| {
+            v.sort_by_key(|p| (p.series, p.time));
+            v
+        };
+        assert_eq!(sorted(got.points), sorted(want.points));
         assert_eq!(got.heartbeats, want.heartbeats);
         assert_eq!(got.node_events, want.node_events);
         assert_eq!(got.custom, want.custom);

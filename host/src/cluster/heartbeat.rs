@@ -113,7 +113,10 @@ pub async fn run(
             Ok(_) => {}
             Err(e) if !failing => {
                 failing = true;
-                tracing::warn!("heartbeat to the master failed ({}): {e}; sampling goes on", client.describe());
+                tracing::warn!(
+                    "heartbeat to the master failed ({}): {e}; sampling goes on",
+                    client.describe()
+                );
             }
             Err(_) => {}
         }

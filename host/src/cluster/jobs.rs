@@ -269,7 +269,11 @@ impl JobRegistry {
             let seen = job.nodes.entry(r.origin.node.clone()).or_default();
             *seen = (*seen).max(latest);
         }
-        let key = if r.origin.rank >= 0 { r.origin.rank } else { r.origin.index };
+        let key = if r.origin.rank >= 0 {
+            r.origin.rank
+        } else {
+            r.origin.index
+        };
         if !job.ranks.contains_key(&key) && job.ranks.len() >= MAX_RANKS_PER_JOB {
             job.ranks_refused += 1;
             return;
@@ -403,7 +407,12 @@ mod tests {
     fn steps_of_every_rank_line_up_by_batch() {
         let reg = JobRegistry::new(8, 100);
         reg.observe(&[
-            report("j", "n1", 0, &[("forward", 1_000, 3_000, 5), ("backward", 3_000, 4_000, 5)]),
+            report(
+                "j",
+                "n1",
+                0,
+                &[("forward", 1_000, 3_000, 5), ("backward", 3_000, 4_000, 5)],
+            ),
             report("j", "n2", 1, &[("forward", 1_000, 9_000, 5)]),
         ]);
         let v = reg.view("j", 10).unwrap();

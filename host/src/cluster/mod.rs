@@ -191,6 +191,9 @@ async fn watch_nodes(
                 ],
             });
         }
-        pipeline.submit_logs(LogBatch { scope: scope.clone(), records });
+        pipeline.submit_logs(LogBatch {
+            scope: scope.clone(),
+            records,
+        });
     }
 }

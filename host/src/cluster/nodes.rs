@@ -224,7 +224,12 @@ impl NodeRegistry {
                 }
                 if previous.is_none() && node.instances.len() >= MAX_INSTANCES {
                     // Keep the most recent ones.
-                    if let Some(old) = node.instances.iter().min_by_key(|(_, (_, l))| *l).map(|(k, _)| k.clone()) {
+                    if let Some(old) = node
+                        .instances
+                        .iter()
+                        .min_by_key(|(_, (_, l))| *l)
+                        .map(|(k, _)| k.clone())
+                    {
                         node.instances.remove(&old);
                     }
                 }
@@ -376,11 +381,23 @@ mod tests {
         assert!(reg.tick(12 * S).is_empty());
         reg.observe_at(&[from("a")], 12 * S);
         let t = reg.tick(14 * S);
-        assert_eq!(t, vec![Transition::Lost { node: "b".into(), silent_ms: 4_000 }]);
+        assert_eq!(
+            t,
+            vec![Transition::Lost {
+                node: "b".into(),
+                silent_ms: 4_000
+            }]
+        );
         assert_eq!(reg.stats().lost, 1);
         assert!(reg.tick(15 * S).is_empty(), "lost is said once");
         reg.observe_at(&[from("a"), from("b")], 20 * S);
-        assert_eq!(reg.tick(20 * S), vec![Transition::Back { node: "b".into(), lost_ms: 6_000 }]);
+        assert_eq!(
+            reg.tick(20 * S),
+            vec![Transition::Back {
+                node: "b".into(),
+                lost_ms: 6_000
+            }]
+        );
         let views = reg.list_at(20 * S);
         assert!(views.iter().all(|v| v.state == NodeState::Up));
     }
@@ -390,7 +407,13 @@ mod tests {
         let reg = NodeRegistry::new(3_000, 2_000, 16);
         reg.observe_at(&[heartbeat("a", "i1", 110 * S)], 100 * S);
         let t = reg.tick(100 * S);
-        assert_eq!(t, vec![Transition::ClockSkew { node: "a".into(), skew_ms: 10_000 }]);
+        assert_eq!(
+            t,
+            vec![Transition::ClockSkew {
+                node: "a".into(),
+                skew_ms: 10_000
+            }]
+        );
         reg.observe_at(&[heartbeat("a", "i1", 111 * S)], 101 * S);
         assert!(reg.tick(101 * S).is_empty());
         let v = &reg.list_at(101 * S)[0];
@@ -415,7 +438,13 @@ mod tests {
         let t = reg.tick(11 * S);
         assert_eq!(t.len(), 1);
         assert!(matches!(&t[0], Transition::DuplicateName { node, instances } if node == "b" && instances.len() == 2));
-        assert!(reg.list_at(11 * S).iter().find(|v| v.node == "b").unwrap().duplicate_name);
+        assert!(
+            reg.list_at(11 * S)
+                .iter()
+                .find(|v| v.node == "b")
+                .unwrap()
+                .duplicate_name
+        );
     }
 
     #[test]

@@ -7,16 +7,16 @@
 //!
 //! | OTLP | event |
 //! |---|---|
-//! | resource `sonde.job`, else `service.name` | origin.job |
+//! | resource `sonde.job`, else `service.name` (else nothing for a sonde agent's own telemetry, marked `sonde.agent`) | origin.job |
 //! | resource `host.name` | origin.node |
 //! | resource `sonde.role`, `sonde.index`, `sonde.rank`, `sonde.local_rank` | origin fields (-1 when absent) |
 //! | metric `sonde.batch_idx` or `batch_idx` (gauge or sum, any number type) | progress "batch_idx" = the value, at the point's time |
 //! | any other gauge / sum number point | a point (`points`), series = metric name + unit + attributes |
 //! | histograms, summaries | not used (counted as skipped; still forwarded) |
 //! | span | a timing: name, start, end; step = span attribute `sonde.batch_idx` / `batch_idx`, else -1 |
-//! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start |
+//! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start (not for spans a sonde agent forwarded, marked `sonde.forwarded`) |
 //! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
-//! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event` | named progress, heartbeats, node events: see `otlp_events.rs` |
+//! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event`, `sonde.mpi.sample` | named progress, heartbeats, node events, MPI probe bins: see `otlp_events.rs` |
 //! | span or log record named `serving.request` / `serving.action` | a serving request / action row (attributes in `otlp_serving.rs`), not a timing or custom event |
 //!
 //! Metrics requests, the bulk of what arrives, are read in place from their
@@ -105,8 +105,15 @@ pub fn origin(resource: &[KeyValue]) -> Origin {
             .filter(|i| *i >= 0)
             .unwrap_or(-1)
     };
+    // A sonde agent's own telemetry belongs to its node, not to a job.
+    let agent = find(resource, &["sonde.agent"]).is_some();
+    let job = match find(resource, &["sonde.job"]) {
+        Some(v) => as_text(v).unwrap_or_default(),
+        None if agent => String::new(),
+        None => text(&["service.name"]),
+    };
     Origin {
-        job: text(&["sonde.job", "service.name"]),
+        job,
         node: text(&["host.name"]),
         role: text(&["sonde.role"]),
         index: int("sonde.index"),
@@ -149,8 +156,10 @@ pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
                         step,
                     });
                     // Exact to the span's start, where a batch-index metric is
-                    // only as fine as the SDK's metric export interval.
-                    if step >= 0 {
+                    // only as fine as the SDK's metric export interval. A
+                    // timing a sonde agent forwarded comes with its progress.
+                    let forwarded = find(&s.attributes, &[super::otlp_events::FORWARDED]).is_some();
+                    if step >= 0 && !forwarded {
                         r.progress.push(Progress {
                             name: "batch_idx".into(),
                             time: s.start_time_unix_nano,

@@ -10,6 +10,7 @@
 //! | log record named `sonde.node_event` without a kind | kept as a custom event named `sonde.node_event` (nothing is lost) |
 //! | gauge or sum `sonde.progress` with point attribute `sonde.progress.name` (e.g. "clock") | progress of that name = the value (an integer >= 0) at the point's time |
 //! | `sonde.progress` point without a name, or a negative / non-finite value | skipped and counted |
+//! | log record named `sonde.mpi.sample` with ints `sonde.mpi.thread`, `.state` (0–2), `.count`, `.period_ns` and texts `.function`, `.callsite` | an MPI probe bin, as the probe posts it (how a sonde agent forwards them); one missing or out of range: kept as a custom event |
 //!
 //! A record's time is its `time_unix_nano`, else `observed_time_unix_nano`,
 //! else the time of receipt (as for every log record).
@@ -17,7 +18,7 @@
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
-use super::{NodeEvent, Progress, Report};
+use super::{MpiSample, NodeEvent, Progress, Report};
 use crate::model::AttrValue;
 
 pub const HEARTBEAT_EVENT: &str = "sonde.heartbeat";
@@ -27,6 +28,26 @@ pub const NODE_EVENT_EXIT_CODE: &str = "sonde.node_event.exit_code";
 pub const NODE_EVENT_REASON: &str = "sonde.node_event.reason";
 pub const PROGRESS_METRIC: &str = "sonde.progress";
 pub const PROGRESS_NAME: &str = "sonde.progress.name";
+pub const MPI_SAMPLE: &str = "sonde.mpi.sample";
+/// Span attribute a sonde agent sets on the timings it forwards: their batch
+/// index is not also a progress report (the agent forwards progress as it came).
+pub const FORWARDED: &str = "sonde.forwarded";
+
+fn mpi_sample(time: u64, kvs: &[KeyValue]) -> Option<MpiSample> {
+    let int = |k: &str| match get(kvs, k)? {
+        any_value::Value::IntValue(i) => Some(*i),
+        _ => None,
+    };
+    Some(MpiSample {
+        thread: u32::try_from(int("sonde.mpi.thread")?).ok()?,
+        time,
+        state: u8::try_from(int("sonde.mpi.state")?).ok().filter(|s| *s <= 2)?,
+        function: text(get(kvs, "sonde.mpi.function")).unwrap_or_default(),
+        callsite: text(get(kvs, "sonde.mpi.callsite")).unwrap_or_default(),
+        count: u32::try_from(int("sonde.mpi.count")?).ok()?,
+        period_ns: u64::try_from(int("sonde.mpi.period_ns")?).ok()?,
+    })
+}
 
 fn get<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
     kvs.iter()
@@ -57,6 +78,13 @@ fn attr(v: &AnyValue) -> Option<AttrValue> {
 /// Returns false when it is neither (the caller keeps it as a custom event).
 pub fn take_log(r: &mut Report, name: &str, time: u64, l: &LogRecord) -> bool {
     match name {
+        MPI_SAMPLE => match mpi_sample(time, &l.attributes) {
+            Some(m) => {
+                r.mpi_samples.push(m);
+                true
+            }
+            None => false,
+        },
         HEARTBEAT_EVENT => {
             r.heartbeats.push(time);
             true
