@@ -23,6 +23,7 @@
 
 pub mod client;
 pub mod otlp;
+pub mod remote_write;
 pub mod resource;
 
 #[cfg(test)]
