@@ -28,6 +28,8 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// The role in a job that spans machines: see `host/src/cluster/`.
     pub cluster: crate::cluster::ClusterConfig,
+    /// History beyond the live hour: see `host/src/storage/`.
+    pub storage: crate::storage::StorageConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -583,7 +585,7 @@ impl Config {
                 }
             }
         }
-        for (key, reason) in self.cluster.problems() {
+        for (key, reason) in self.cluster.problems().into_iter().chain(self.storage.problems()) {
             errs.push(ConfigError::new(key, reason));
         }
         if errs.is_empty() { Ok(()) } else { Err(errs) }

@@ -25,3 +25,4 @@ pub mod run;
 pub mod sample;
 pub mod sinks;
 pub mod state;
+pub mod storage;

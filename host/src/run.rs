@@ -52,6 +52,7 @@ pub struct Host {
     pub receivers: Vec<ingest::otlp::Bound>,
     pub api_addr: Option<std::net::SocketAddr>,
     pub cluster: Arc<Cluster>,
+    pub storage: Arc<crate::storage::Storage>,
     started: Instant,
     series_count: usize,
     gpu: String,
@@ -134,6 +135,11 @@ impl Host {
         }
 
         let cluster = Arc::new(start_cluster(&cfg, &hub, &pipeline_handle, &plugins, stop_rx.clone()));
+        let storage = Arc::new(crate::storage::Storage::start(
+            &cfg.storage,
+            &pipeline_handle,
+            resource_attributes(&cfg),
+        )?);
 
         let (mut api_addr, mut server) = (None, None);
         if opts.api {
@@ -157,6 +163,7 @@ impl Host {
                 ready,
                 started,
                 cluster: cluster.clone(),
+                storage: storage.clone(),
             };
             let ingest_api = ingest::json::router(
                 ingest::json::IngestState {
@@ -192,6 +199,7 @@ impl Host {
             receivers,
             api_addr,
             cluster,
+            storage,
             started,
             series_count,
             gpu,
@@ -239,6 +247,7 @@ impl Host {
         )
         .await;
         let stats = self.pipeline_task.shutdown(deadline.saturating_sub(t0.elapsed())).await;
+        self.storage.shutdown(deadline.saturating_sub(t0.elapsed()) / 2).await;
         if let Some(server) = self.server {
             let _ = tokio::time::timeout(Duration::from_millis(500), server).await;
         }

@@ -8,8 +8,6 @@
 //! that are retried or not), and an engine that is down.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,135 +17,20 @@ use sonde::export::remote_write::{
     RemoteWriter, wire,
 };
 use sonde::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, Point, Scope};
+use sonde_e2e::engines::Engine;
+use sonde_e2e::free_port;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 // ---------------------------------------------------------------- engines
 
-/// The binary on PATH, or a failure that says how to install it.
-fn binary(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` is not installed: run `./dev setup` (it installs Debian's prometheus and \
-                 victoria-metrics packages)"
-            )
-        })
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// An engine process of this test: killed (by its own pid) when dropped.
-struct Engine {
-    name: &'static str,
-    child: Child,
-    base: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Engine {
-    fn prometheus() -> Engine {
-        let bin = binary("prometheus");
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let cfg = dir.path().join("prometheus.yml");
-        // No scrape jobs: the only data is what the test writes.
-        std::fs::write(&cfg, "global:\n  scrape_interval: 1h\n").unwrap();
-        let args = vec![
-            format!("--config.file={}", cfg.display()),
-            format!("--storage.tsdb.path={}", dir.path().join("data").display()),
-            format!("--web.listen-address=127.0.0.1:{port}"),
-            "--web.enable-remote-write-receiver".to_string(),
-            "--log.level=warn".to_string(),
-        ];
-        Engine::spawn("prometheus", &bin, &args, port, dir)
-    }
-
-    fn victoria_metrics() -> Engine {
-        let bin = binary("victoria-metrics");
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let args = vec![
-            format!("-httpListenAddr=127.0.0.1:{port}"),
-            format!("-storageDataPath={}", dir.path().join("data").display()),
-            "-retentionPeriod=1y".to_string(),
-            "-loggerLevel=WARN".to_string(),
-        ];
-        Engine::spawn("victoria-metrics", &bin, &args, port, dir)
-    }
-
-    fn spawn(name: &'static str, bin: &Path, args: &[String], port: u16, dir: tempfile::TempDir) -> Engine {
-        let log = dir.path().join("engine.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .args(args)
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        Engine {
-            name,
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn write_url(&self) -> String {
-        format!("{}/api/v1/write", self.base)
-    }
-
-    fn client(&self) -> PromQueryClient {
-        PromQueryClient::new(&RemoteQueryConfig {
-            url: Some(self.base.clone()),
-            timeout_ms: 5_000,
-            ..Default::default()
-        })
-        .unwrap()
-    }
-
-    fn log_tail(&self) -> String {
-        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = s.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    /// Waits until the query API answers (`1` evaluates).
-    async fn ready(&mut self) {
-        let client = self.client();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("{} exited with {status}:\n{}", self.name, self.log_tail());
-            }
-            match client.query("1", now_ms()).await {
-                Ok(_) => return,
-                Err(e) if Instant::now() > deadline => {
-                    panic!("{} not ready after 60 s: {e}\n{}", self.name, self.log_tail())
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-    }
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A query client for an engine started by `sonde_e2e::engines`.
+fn client(engine: &Engine) -> PromQueryClient {
+    PromQueryClient::new(&RemoteQueryConfig {
+        url: Some(engine.base.clone()),
+        timeout_ms: 5_000,
+        ..Default::default()
+    })
+    .unwrap()
 }
 
 fn now_ms() -> i64 {
@@ -380,7 +263,7 @@ async fn write_known_series(url: &str) -> Written {
 
 /// Reads everything back three ways and compares exactly.
 async fn read_back_and_compare(engine: &Engine, w: &Written) {
-    let q = engine.client();
+    let q = client(engine);
     let name = engine.name;
     // The engine may take a moment to make fresh data searchable.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -461,16 +344,14 @@ fn assert_samples_eq(engine: &str, how: &str, got: &[(i64, f64)], want: &[(i64, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_write_round_trip_through_prometheus() {
-    let mut engine = Engine::prometheus();
-    engine.ready().await;
+    let engine = Engine::prometheus();
     let written = write_known_series(&engine.write_url()).await;
     read_back_and_compare(&engine, &written).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_write_round_trip_through_victoria_metrics() {
-    let mut engine = Engine::victoria_metrics();
-    engine.ready().await;
+    let engine = Engine::victoria_metrics();
     let written = write_known_series(&engine.write_url()).await;
     read_back_and_compare(&engine, &written).await;
 }

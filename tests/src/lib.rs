@@ -5,6 +5,8 @@
 //! The binaries come from the build the test command already did:
 //! `target/debug/sonde` (or `$SONDE_BIN`) and the plugins in `target/plugins/`.
 
+pub mod engines;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

@@ -241,3 +241,85 @@ fn two_machines_with_one_name_are_flagged_and_an_agent_samples_on_while_its_mast
     assert_eq!(code, 202, "{body}");
     assert!(a.output().contains("heartbeat to the master failed"), "{}", a.output());
 }
+
+/// A master writing to `engine`, two agents, and a job reporting a known
+/// series to the first agent: the engine ends up with every node's sampled
+/// series and the job's points with the same values and millisecond times.
+fn through_an_engine(engine: sonde_e2e::engines::Engine) {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let mut args = master_args(grpc);
+    args.extend([
+        "--set".into(),
+        format!("storage.remote_write.url=\"{}\"", engine.write_url()),
+    ]);
+    args.extend(["--set".into(), "storage.remote_write.flush_interval_ms=200".into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let master = Sonde::start(&tmp.path().join("master"), &[], &args);
+    let a0 = agent(tmp.path(), "node-0", grpc);
+    let _a1 = agent(tmp.path(), "node-1", grpc);
+
+    let t0 = (now_ns() / 1_000_000 - 30_000) * 1_000_000; // whole ms, a little in the past
+    let values = [0.5, 0.25, 0.125, 1.0 / 3.0];
+    let points: Vec<Value> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| json!({"metric": "train.loss", "value": v, "time_ns": t0 + i as u64 * 1_000_000_000}))
+        .collect();
+    let body = json!({"origin": {"job": "train-9", "rank": 0}, "points": points});
+    let (code, text) = post_json(&a0.api, "/api/ingest", &body);
+    assert_eq!(code, 202, "{text}");
+
+    let mut got = Value::Null;
+    let arrived = wait_for(Duration::from_secs(40), || {
+        got = engine.query("train_loss{host_name=\"node-0\",sonde_job=\"train-9\"}[10m]");
+        got.as_array()
+            .is_some_and(|s| s.len() == 1 && s[0]["values"].as_array().is_some_and(|v| v.len() == 4))
+    });
+    assert!(
+        arrived,
+        "{}: the job's series did not arrive: {got:#}\nmaster status: {}\n{}",
+        engine.name,
+        master.json("/api/status")["storage"],
+        engine.log_tail()
+    );
+    for (i, pair) in got[0]["values"].as_array().unwrap().iter().enumerate() {
+        let t_ms = (pair[0].as_f64().unwrap() * 1000.0).round() as u64;
+        assert_eq!(
+            t_ms,
+            t0 / 1_000_000 + i as u64 * 1000,
+            "{}: timestamp of sample {i}",
+            engine.name
+        );
+        let v: f64 = pair[1].as_str().unwrap().parse().unwrap();
+        assert!(
+            (v - values[i]).abs() <= 1e-12 * values[i].abs(),
+            "{}: sample {i}: {v} != {}",
+            engine.name,
+            values[i]
+        );
+    }
+    // Every node's sampled series, labelled by node.
+    for node in ["node-0", "node-1"] {
+        let ok = wait_for(Duration::from_secs(30), || {
+            engine
+                .query(&format!("count({{host_name=\"{node}\",__name__=~\"system_.*\"}})"))
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+        });
+        assert!(ok, "{}: no system series from {node}", engine.name);
+    }
+    let stats = &master.json("/api/status")["storage"]["remote_write"];
+    assert_eq!(stats["failed_samples"], 0, "{stats}");
+    assert_eq!(stats["dropped_samples"], 0, "{stats}");
+}
+
+#[test]
+fn a_master_writes_every_node_to_prometheus() {
+    through_an_engine(sonde_e2e::engines::Engine::prometheus());
+}
+
+#[test]
+fn a_master_writes_every_node_to_victoria_metrics() {
+    through_an_engine(sonde_e2e::engines::Engine::victoria_metrics());
+}

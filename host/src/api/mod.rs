@@ -52,6 +52,8 @@ pub struct AppState {
     pub started: std::time::Instant,
     /// Roles, nodes and jobs (`crate::cluster`).
     pub cluster: Arc<crate::cluster::Cluster>,
+    /// History beyond the live hour (`crate::storage`).
+    pub storage: Arc<crate::storage::Storage>,
 }
 
 /// What the handlers share: the host's state plus the live store. Handlers
@@ -201,6 +203,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
             "jobs": st.cluster.jobs.stats(),
             "rows_forwarded": st.cluster.forwarder.as_ref().map(|f| f.rows_forwarded.load(Ordering::Relaxed)),
         },
+        "storage": st.storage.stats(),
         "plugins_dir": st.plugins.dir().display().to_string(),
         "sinks_dir": cfg.sinks.dir.display().to_string(),
     }))

@@ -58,7 +58,7 @@ impl SeriesLabels {
 /// Counters since start. Every pushed sample ends up in exactly one of
 /// `sent_samples`, `failed_samples`, `dropped_samples`, or is still `queued_samples`
 /// (or being sent: `in_flight_samples`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RemoteWriteStats {
     /// Accepted by the engine (2xx).
     pub sent_samples: u64,
