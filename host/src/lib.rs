@@ -9,6 +9,7 @@
 //!    │       │        └──────► pipeline ──► export
 //!    └──► ingest ──► plugin (hands batches to the plugins)
 //!   agent ──► run, ingest     (the in-process Rust API)
+//!   history                   (the master's embedded store: depends on model only)
 //! ```
 //! `model` and `config` are shared by all; nothing depends on `api`.
 
@@ -17,6 +18,7 @@ pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod export;
+pub mod history;
 pub mod ingest;
 pub mod model;
 pub mod pipeline;
