@@ -585,7 +585,10 @@ impl Config {
                 }
             }
         }
-        for (key, reason) in self.cluster.problems().into_iter().chain(self.storage.problems()) {
+        for (key, reason) in self.cluster.problems() {
+            errs.push(ConfigError::new(key, reason));
+        }
+        for (key, reason) in self.storage.problems() {
             errs.push(ConfigError::new(key, reason));
         }
         if errs.is_empty() { Ok(()) } else { Err(errs) }

@@ -137,6 +137,8 @@ impl Host {
         let cluster = Arc::new(start_cluster(&cfg, &hub, &pipeline_handle, &plugins, stop_rx.clone()));
         let storage = Arc::new(crate::storage::Storage::start(
             &cfg.storage,
+            cfg.cluster.role == Role::Master,
+            &cfg.host.data_dir,
             &pipeline_handle,
             resource_attributes(&cfg),
         )?);

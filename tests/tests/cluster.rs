@@ -323,3 +323,77 @@ fn a_master_writes_every_node_to_prometheus() {
 fn a_master_writes_every_node_to_victoria_metrics() {
     through_an_engine(sonde_e2e::engines::Engine::victoria_metrics());
 }
+
+/// `/api/series/data` of one node's CPU series between `from` and `to` (ms).
+fn cpu_buckets(master: &Sonde, from: u64, to: u64) -> Vec<Value> {
+    let list = master.json("/api/series?node=node-0&name=system.cpu.utilization");
+    let ids: Vec<String> = list["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].to_string())
+        .collect();
+    if ids.is_empty() {
+        return Vec::new();
+    }
+    let d = master.json(&format!(
+        "/api/series/data?ids={}&from={from}&to={to}&max_points=100",
+        ids.join(",")
+    ));
+    d["data"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn a_master_killed_and_restarted_still_serves_what_it_had() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let args = master_args(grpc);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mdir = tmp.path().join("master");
+    let mut master = Sonde::start(&mdir, &[], &args);
+    let port: u16 = master.api.rsplit(':').next().unwrap().parse().unwrap();
+    let _a = agent(tmp.path(), "node-0", grpc);
+    let from = now_ns() / 1_000_000;
+    let seen = wait_for(Duration::from_secs(30), || {
+        cpu_buckets(&master, from, now_ns() / 1_000_000)
+            .iter()
+            .any(|b| b["t"].as_array().is_some_and(|t| t.len() >= 20))
+    });
+    assert!(
+        seen,
+        "no CPU series from node-0 on the master: {}",
+        master.json("/api/series")
+    );
+    // Everything older than two flush intervals is durable by now.
+    std::thread::sleep(Duration::from_secs(3));
+    let to = now_ns() / 1_000_000 - 2_500;
+    let before = cpu_buckets(&master, from, to);
+    let _ = master.proc.child.kill();
+    let _ = master.proc.child.wait();
+
+    let master = Sonde::start_on(&mdir, &[], &args, port);
+    let after = cpu_buckets(&master, from, to);
+    assert_eq!(after.len(), before.len(), "series after the restart: {after:#?}");
+    let mut compared = 0;
+    for b in &before {
+        let a = after
+            .iter()
+            .find(|a| a["id"] == b["id"])
+            .expect("the same series keeps its id");
+        assert_eq!(a["t"], b["t"], "bucket times of series {}", b["id"]);
+        for k in ["min", "max", "mean"] {
+            for (x, y) in a[k].as_array().unwrap().iter().zip(b[k].as_array().unwrap()) {
+                let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+                assert!((x - y).abs() <= 1e-5 * y.abs().max(1e-3), "{k}: {x} after, {y} before");
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 60, "compared only {compared} values");
+    let s = master.json("/api/status");
+    assert!(
+        s["storage"]["history"]["series"].as_u64().unwrap() > 0,
+        "{}",
+        s["storage"]
+    );
+}

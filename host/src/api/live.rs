@@ -108,6 +108,8 @@ type SeriesKey = (String, String, Vec<(String, String)>);
 /// The store; cheap to share (`Arc`).
 pub struct LiveStore {
     inner: RwLock<Store>,
+    /// When this store started (ms since the epoch): it holds nothing older.
+    started_ms: u64,
 }
 
 impl Default for LiveStore {
@@ -151,6 +153,7 @@ impl LiveStore {
                 base_ms: (now_ns() / 1_000_000).saturating_sub(RETENTION_MS),
                 ..Default::default()
             }),
+            started_ms: now_ns() / 1_000_000,
         }
     }
 
@@ -189,6 +192,17 @@ impl LiveStore {
                 st.push(id, p.time_ns, p.value, now_ms);
             }
         }
+    }
+
+    /// The oldest time this store can hold: its start, or the retention window.
+    pub fn covers_from_ms(&self) -> u64 {
+        self.started_ms.max((now_ns() / 1_000_000).saturating_sub(RETENTION_MS))
+    }
+
+    /// Makes a series known before it has points here (one the history kept
+    /// from before a restart), so that it is listed and keeps one id.
+    pub fn declare(&self, scope: &str, s: &MetricSeries) -> Option<u32> {
+        self.inner.write().id_for(scope, s)
     }
 
     /// Every series kept, in id order.

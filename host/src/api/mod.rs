@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod cluster;
 pub mod config_api;
+pub mod history;
 pub mod live;
 pub mod openapi;
 pub mod stream;
@@ -74,8 +75,15 @@ impl FromRef<Api> for AppState {
 /// pipeline), so call it once, inside the runtime. The result composes with
 /// other routers (`.merge(...)`).
 pub fn router(state: AppState) -> Router {
+    let live = live::LiveStore::spawn(&state.pipeline);
+    if let Some(h) = &state.storage.history {
+        let n = history::declare_kept(h, &live);
+        if n > 0 {
+            tracing::info!("{n} series kept in the history from before this start");
+        }
+    }
     let api = Api {
-        live: live::LiveStore::spawn(&state.pipeline),
+        live,
         app: state.clone(),
     };
     Router::new()

@@ -168,7 +168,20 @@ fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Result<Res
     let f = Filter::new(q.sel, &api.app.cluster.node).map_err(|e| bad_request("ids", e))?;
     let ids: Vec<u32> = api.live.list().iter().filter(|m| f.matches(m)).map(|m| m.id).collect();
     let w = bucket_width(from, to, max_points);
-    let data = api.live.query(&ids, from, to, w);
+    let data = match &api.app.storage.history {
+        // Older than what the live store holds: the history serves it.
+        Some(h) if from < api.live.covers_from_ms() => {
+            let metas = api.live.list();
+            ids.iter()
+                .filter_map(|id| metas.iter().find(|m| m.id == *id))
+                .filter_map(|m| {
+                    let hid = h.id_of(&super::history::key_of(m))?;
+                    Some(super::history::as_live(m, h.query(hid, from, to, w)))
+                })
+                .collect()
+        }
+        _ => api.live.query(&ids, from, to, w),
+    };
     // Typed, not `json!`: f32 values then print as f32 (0.25, not 0.25000000372529).
     #[derive(serde::Serialize)]
     struct Resp {

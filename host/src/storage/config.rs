@@ -3,11 +3,18 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::export::remote_write::{RemoteQueryConfig, RemoteWriteConfig};
+use crate::history::HistoryConfig;
 
 /// History beyond the dashboard's live hour.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
+    /// Keep history in the embedded store (`storage.history`): durable,
+    /// bounded by its byte budgets, full resolution for minutes then min/max/mean
+    /// tiers. Default: on for a master, off otherwise.
+    pub embedded: Option<bool>,
+    /// The embedded store's settings.
+    pub history: HistoryConfig,
     /// Also write every series to a Prometheus-compatible engine with
     /// remote-write: a URL (`storage.remote_write = "http://vm:8428/api/v1/write"`)
     /// or a table with the URL and its tuning (`[storage.remote_write]`).
@@ -62,13 +69,23 @@ where
 
 impl StorageConfig {
     /// Problems, as (key, reason).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut p = Vec::new();
+    /// Whether the embedded store runs, for a sonde whose role is `master` or not.
+    pub fn embedded_on(&self, master: bool) -> bool {
+        self.embedded.unwrap_or(master)
+    }
+
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut p: Vec<(String, String)> = self
+            .history
+            .validate()
+            .into_iter()
+            .map(|(k, r)| (format!("storage.{k}"), r))
+            .collect();
         if let Err(e) = self.remote_write.validate() {
-            p.push(("storage.remote_write", e));
+            p.push(("storage.remote_write".into(), e));
         }
         if let Err(e) = self.query.validate() {
-            p.push(("storage.query", e));
+            p.push(("storage.query".into(), e));
         }
         p
     }
