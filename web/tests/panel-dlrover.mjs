@@ -48,7 +48,7 @@ test('the panel shows nodes, speed, the plan and shard progress', async ({ page,
   await ingest(url, 'worker-2', 2, { heartbeats: [], node_events: [{ kind: 'exited', exit_code: 137, reason: 'SIGKILL' }] });
 
   await page.goto(`${url}/#plugins`);
-  await page.click('#tabs button[data-view=plugins]');
+  await page.click('#tabs a[data-view=plugins]');
   await until('the dlrover panel', async () => (await page.locator(`${panel} tr[data-node=worker-0]`).count()) === 1);
   await until('worker-2 deleted', async () => (await page.getAttribute(`${panel} tr[data-node=worker-2]`, 'data-status')) === 'deleted');
   if ((await page.getAttribute(`${panel} tr[data-node=worker-0]`, 'data-status')) !== 'running') throw new Error('worker-0 is not running');

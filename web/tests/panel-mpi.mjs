@@ -29,7 +29,7 @@ const panel = (page) => page.locator('[data-custom-panel=mpi]');
 await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: ['--set', 'plugin.mpi.settings={emit_every_ms=200, write_every_ms=200}'] }, [
   ['the panel says how to get data before any job reported', async ({ page, url }) => {
     await page.goto(url);
-    await page.click('#tabs button[data-view=plugins]');
+    await page.click('#tabs a[data-view=plugins]');
     await until('the empty note', async () => (await panel(page).locator('.mpi-empty').isVisible()));
     if (!(await panel(page).locator('.mpi-empty').textContent()).includes('probes/mpi/README.md')) throw new Error('no pointer to the probe');
   }],

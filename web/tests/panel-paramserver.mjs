@@ -54,7 +54,7 @@ await suite({
     await until('the complete incident', async () => (await incidents(url))[0]?.complete === true, 10000);
 
     await page.goto(url);
-    await page.click('#tabs button[data-view=plugins]');
+    await page.click('#tabs a[data-view=plugins]');
     const panel = page.locator('[data-custom-panel=paramserver]');
     const rows = panel.locator('table.ps-phases tr[data-phase]');
     await until('five phase rows', async () => (await rows.count()) === 5);
