@@ -32,11 +32,20 @@ export function sentence(d) {
   return d.reason ? `${s}: ${d.reason}` : s;
 }
 
-function scalar(v) {
+function scalar(v, key = '') {
   if (v === null || v === undefined) return '–';
+  if (typeof v === 'number' && /(^|_)ns$/.test(key) && v > 1e15) return new Date(v / 1e6).toLocaleString('en-GB');
+  if (typeof v === 'number' && /(^|_)ms$/.test(key)) return `${v.toLocaleString('en-US')} ms`;
+  if (typeof v === 'number' && /(^|_)s$/.test(key)) return `${+v.toPrecision(4)} s`;
   if (typeof v === 'number') return Number.isInteger(v) ? v.toLocaleString('en-US') : String(+v.toPrecision(4));
   if (typeof v === 'boolean') return v ? 'yes' : 'no';
   return String(v);
+}
+
+// A small object on one line: "count 4, cpu 8"; deeper parts only counted.
+function compact(o) {
+  return Object.entries(o).map(([k, x]) => (x && typeof x === 'object'
+    ? `${words(k)} (${Array.isArray(x) ? x.length : Object.keys(x).length})` : `${words(k)} ${scalar(x, k)}`)).join(', ');
 }
 
 // Flattens a body into [label, text] pairs: nested objects by dotted keys (two
@@ -49,13 +58,15 @@ export function fields(body, prefix = '', depth = 0, out = []) {
   for (const [k, v] of Object.entries(body)) {
     const key = prefix ? `${prefix} ${words(k)}` : words(k);
     if (Array.isArray(v)) {
-      if (v.every((x) => x === null || typeof x !== 'object')) out.push([key, v.length ? v.map(scalar).join(', ') : 'none']);
+      if (v.every((x) => x === null || typeof x !== 'object')) out.push([key, v.length ? v.map((x) => scalar(x, k)).join(', ') : 'none']);
+      else if (v.length <= 6 && v.every((x) => x && typeof x === 'object' && !Array.isArray(x))) out.push([key, v.map(compact).join('; ')]);
       else out.push([key, `${v.length} item${v.length === 1 ? '' : 's'} (see details)`]);
     } else if (v && typeof v === 'object') {
       if (depth < 1) fields(v, key, depth + 1, out);
-      else out.push([key, `${Object.keys(v).length} fields (see details)`]);
+      else if (!Object.keys(v).length) out.push([key, 'none']);
+      else out.push([key, Object.entries(v).map(([k2, x]) => (x && typeof x === 'object' ? `${words(k2)}: ${compact(x)}` : `${words(k2)} ${scalar(x, k2)}`)).join('; ')]);
     } else {
-      out.push([key, scalar(v)]);
+      out.push([key, scalar(v, k)]);
     }
   }
   return out;

@@ -183,7 +183,7 @@ export class TimeChart {
           this.box.dataset.labels = JSON.stringify(labels);
           return labels;
         } },
-        { values: (u, vals) => vals.map(fmt), size: 70 },
+        { values: (u, vals) => vals.map(fmt), size: 84 },
       ],
       series: [{ value: (u, t) => (t == null ? '' : timeLabel(t, 0)) }, ...this.ids.map((id, i) => ({
         label: this.label(this.feed.meta.get(id)),

@@ -12,7 +12,7 @@
 //   ]);
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, existsSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -89,7 +89,17 @@ export async function suite(options, tests) {
     mkdirSync(shots, { recursive: true });
     const sonde = await startSonde(options);
     const browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu'] });
-    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
+    // WEB_DIST=web/dist: serve the dashboard from that folder instead of the
+    // copy embedded in sonde, to test a change without rebuilding sonde.
+    if (process.env.WEB_DIST) {
+      const types = { js: 'text/javascript', css: 'text/css', html: 'text/html' };
+      await context.route((u) => u.origin === sonde.url && (u.pathname === '/' || u.pathname.startsWith('/assets/')), (r) => {
+        const rel = new URL(r.request().url()).pathname.replace(/^\/$/, '/index.html');
+        r.fulfill({ contentType: types[rel.split('.').pop()] || 'application/octet-stream', body: readFileSync(join(process.env.WEB_DIST, rel)) });
+      });
+    }
+    const page = await context.newPage();
     const pageErrors = [];
     page.on('pageerror', (e) => pageErrors.push(String(e)));
     // Nothing may come from anywhere but sonde: the dashboard works offline.
