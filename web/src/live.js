@@ -89,6 +89,8 @@ export const PALETTE = ['#1f4e9c', '#f29e38', '#2b2b2b', '#7fc7e8', '#b23a48', '
 const DASHES = [[], [6, 3], [2, 2], [10, 3, 2, 3]];
 
 const pad = (n) => String(n).padStart(2, '0');
+// Time-axis steps in seconds: whole seconds at least, so no two labels repeat.
+const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800];
 // Time-axis labels for ticks (seconds) over a span: HH:MM:SS under an hour,
 // HH:MM under two days, else the date and hour. Always derived from the data.
 export function timeLabel(t, span) {
@@ -175,7 +177,7 @@ export class TimeChart {
       height: this.height,
       scales: { x: { time: true, range: () => [this.x[0], this.x[this.x.length - 1]] } },
       axes: [
-        { values: (u, splits) => {
+        { incrs: TIME_INCRS, space: 80, values: (u, splits) => {
           const span = this.x[this.x.length - 1] - this.x[0];
           const labels = splits.map((t) => timeLabel(t, span));
           // What the axis draws, for the browser tests (uPlot draws it on the canvas).
