@@ -70,3 +70,18 @@ export async function post(url, body) {
   const r = await fetch(`${url}/api/ingest`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   if (r.status !== 202) throw new Error(`ingest answered ${r.status}: ${await r.text()}`);
 }
+
+// The decisions under `scope`: at least `min`, each a sentence, no raw JSON
+// in what the page shows until a "details" toggle is opened.
+export async function expectReadableDecisions(page, scope, min = 1) {
+  const items = page.locator(`${scope} .decision`);
+  const n = await items.count();
+  if (n < min) throw new Error(`${n} decisions under ${scope}, want at least ${min}`);
+  const text = await page.locator(scope).innerText();
+  if (/[{[]\s*"|"\s*:\s*[[{"\d]/.test(text)) throw new Error(`raw JSON shown under ${scope}:\n${text.slice(0, 2000)}`);
+  if (await page.locator(`${scope} details.decision-raw[open]`).count()) throw new Error('a details toggle is open by default');
+  for (let i = 0; i < n; i++) {
+    const s = (await items.nth(i).locator('.decision-sentence').innerText()).trim();
+    if (s.length < 8 || /[{}]/.test(s)) throw new Error(`not a sentence: ${s}`);
+  }
+}

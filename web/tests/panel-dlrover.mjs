@@ -7,6 +7,7 @@
 //   node web/tests/panel-dlrover.mjs      (after `cargo build -p sonde` and the plugins)
 import { join } from 'node:path';
 import { suite, until, shots } from './harness.mjs';
+import { expectReadableDecisions } from './checks.mjs';
 
 const plugin = (url, path, body) => fetch(`${url}/api/plugins/dlrover${path}`, body === undefined ? {} : {
   method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
@@ -71,6 +72,12 @@ test('it follows new shard progress without a reload', async ({ page, url }) => 
   const ds = page.locator(`${panel} [data-dataset=images]`);
   await until('the new progress', async () => +(await ds.getAttribute('data-done')) === 200);
   await until('the bar to move', async () => (await ds.locator('.fill').getAttribute('style')).includes('width:25.0%'));
+});
+
+test('its decisions read as sentences with their fields, the JSON only behind "details"', async ({ page }) => {
+  await until('a decision', async () => (await page.locator('details[data-panel=dlrover] .decision').count()) > 0);
+  await expectReadableDecisions(page, 'details[data-panel=dlrover] .decisions');
+  await page.locator('details[data-panel=dlrover] .decisions').screenshot({ path: join(shots, 'panel-dlrover-decisions.png') });
 });
 
 await suite({
