@@ -11,7 +11,7 @@
 //
 //   node web/bench/job-page.mjs          (after `cargo build -p sonde`; prints a table)
 import { chromium } from 'playwright-core';
-import { startSonde, chromiumPath } from '../tests/harness.mjs';
+import { startSonde, chromiumPath, routeDist } from '../tests/harness.mjs';
 
 const RANKS = 8;
 const BATCHES = 36000;
@@ -54,7 +54,9 @@ const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.
 const results = [];
 try {
   for (let run = 0; run < 3; run++) {
-    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    await routeDist(context, sonde.url);
+    const page = await context.newPage();
     await page.route('**/api/jobs/hour?*', (r) => {
       const n = +new URL(r.request().url()).searchParams.get('batches');
       r.fulfill({ contentType: 'application/json', body: bodies.get(n) || jobView(Math.min(n, BATCHES)) });
@@ -85,7 +87,7 @@ try {
     const pan = await page.evaluate(() => window.sondeApp.jobPage.view.frames.splice(0));
     results.push({ run, first: load.first, all: load.all, zoomP95: pct(zoom.frames.map((f) => f.latency), 0.95), zoomMax: Math.max(...zoom.frames.map((f) => f.latency)),
       zoomDraw: pct(zoom.frames.map((f) => f.draw), 0.95), panP95: pct(pan.map((f) => f.latency), 0.95), panMax: Math.max(...pan.map((f) => f.latency)), panDraw: pct(pan.map((f) => f.draw), 0.95), zoomFrames: zoom.frames.length, panFrames: pan.length });
-    await page.close();
+    await context.close();
   }
 } finally {
   await browser.close();

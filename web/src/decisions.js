@@ -73,7 +73,8 @@ export function fields(body, prefix = '', depth = 0, out = []) {
 }
 
 export function decisionItem(d) {
-  const f = fields(d.body).slice(0, 16);
+  // The reason is already in the sentence.
+  const f = fields(d.body).filter(([, v]) => v !== d.reason).slice(0, 16);
   return el('li', { class: 'decision', 'data-kind': d.kind, 'data-plugin': d.plugin },
     el('p', { class: 'decision-sentence' },
       el('span', { class: 'decision-kind' }, words(d.kind)), ' ', sentence(d),

@@ -244,7 +244,7 @@ export class JobPage {
     const key = (n) => (app.role === 'master' ? n : LOCAL);
     for (const n of shown) {
       for (const c of NODE_CHARTS.slice(0, shown.length > 1 ? 2 : 3)) {
-        this.charts.push(new TimeChart(this.nodeBox, app.feed, { title: `${c.title} · ${n}`, unit: c.unit, label: c.label, height: 150, width, match: nodeMatch(app, key(n), c.name) }));
+        this.charts.push(new TimeChart(this.nodeBox, app.feed, { title: `${c.title} · ${n}`, unit: c.unit, label: c.label, height: 150, width, match: (m) => nodeMatch(app, key(n), c.name)(m) }));
       }
     }
   }

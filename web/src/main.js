@@ -137,11 +137,16 @@ async function init() {
   initConfig();
   initUpload();
   feed.start(+win.value);
-  const cfg = await get('/api/config');
-  if (cfg.ok && cfg.json && cfg.json.host && cfg.json.host.name) app.localName = cfg.json.host.name;
-  await refreshSummary();
+  // The view first; the status and this sonde's name follow (the views read
+  // them through `app` when they draw, so nothing waits on them).
+  const cfg = get('/api/config').then((r) => {
+    if (r.ok && r.json && r.json.host && r.json.host.name) app.localName = r.json.host.name;
+  });
+  const status = refreshSummary();
   window.addEventListener('hashchange', show);
-  show();
+  if (route.view === 'jobs' && route.arg) show();
+  await Promise.all([cfg, status]);
+  if (!(route.view === 'jobs' && route.arg)) show();
   setInterval(refreshSummary, 1000);
   setInterval(() => { if (['timings', 'plugins', 'jobs', 'nodes'].includes(route.view)) refreshView(false); }, 2000);
 }

@@ -61,7 +61,34 @@ export function model(job) {
     }
     if (slowest[b] >= 0 && nR > 1) stats[slowest[b]].slowest++;
   }
-  return { rankIds, phases, nB, nR, nP, batch, dur, total, start, slowest, spread, stats };
+  // Per batch over all ranks: the sum of each phase, how many ranks, and the
+  // slowest total, so a zoomed-out frame costs O(batches × phases).
+  const phaseSum = new Float32Array(nB * nP);
+  const count = new Uint16Array(nB);
+  const maxTotal = new Float32Array(nB);
+  for (let b = 0; b < nB; b++) {
+    for (let r = 0; r < nR; r++) {
+      const t = total[b * nR + r];
+      if (Number.isNaN(t)) continue;
+      count[b]++;
+      if (t > maxTotal[b]) maxTotal[b] = t;
+      const o = (b * nR + r) * nP;
+      for (let p = 0; p < nP; p++) phaseSum[b * nP + p] += dur[o + p];
+    }
+  }
+  // Per rank, running sums of step time and steps over batches: the strip's
+  // mean for any column of batches is then two lookups.
+  const cumT = new Float64Array((nB + 1) * nR);
+  const cumN = new Uint32Array((nB + 1) * nR);
+  for (let b = 0; b < nB; b++) {
+    for (let r = 0; r < nR; r++) {
+      const t = total[b * nR + r];
+      const ok = !Number.isNaN(t);
+      cumT[(b + 1) * nR + r] = cumT[b * nR + r] + (ok ? t : 0);
+      cumN[(b + 1) * nR + r] = cumN[b * nR + r] + (ok ? 1 : 0);
+    }
+  }
+  return { rankIds, phases, nB, nR, nP, batch, dur, total, start, slowest, spread, stats, phaseSum, count, maxTotal, cumT, cumN };
 }
 
 function niceStep(max, n) {
@@ -236,8 +263,10 @@ export class StepChart extends CanvasChart {
     const h = bottom - top;
     const W = this.plotW();
     const span = v.hi - v.lo;
+    const all = this.rank == null;
     let ymax = 0;
-    for (let b = v.lo; b < v.hi; b++) for (const r of ranks) { const t = m.total[b * m.nR + r]; if (t > ymax) ymax = t; }
+    if (all) for (let b = v.lo; b < v.hi; b++) { if (m.maxTotal[b] > ymax) ymax = m.maxTotal[b]; }
+    else for (let b = v.lo; b < v.hi; b++) { const t = m.total[b * m.nR + this.rank]; if (t > ymax) ymax = t; }
     ymax = ymax > 0 ? ymax * 1.08 : 1;
     const y = (s) => bottom - (s / ymax) * h;
     // y axis
@@ -294,14 +323,18 @@ export class StepChart extends CanvasChart {
         let n = 0;
         let worst = 0;
         for (let b = b0; b < b1; b++) {
-          for (const r of ranks) {
-            const t = m.total[b * m.nR + r];
-            if (Number.isNaN(t)) continue;
-            n++;
-            if (t > worst) worst = t;
-            const o = (b * m.nR + r) * m.nP;
-            for (let p = 0; p < m.nP; p++) sums[p] += m.dur[o + p];
+          if (all) {
+            n += m.count[b];
+            if (m.maxTotal[b] > worst) worst = m.maxTotal[b];
+            for (let p = 0; p < m.nP; p++) sums[p] += m.phaseSum[b * m.nP + p];
+            continue;
           }
+          const t = m.total[b * m.nR + this.rank];
+          if (Number.isNaN(t)) continue;
+          n++;
+          if (t > worst) worst = t;
+          const o = (b * m.nR + this.rank) * m.nP;
+          for (let p = 0; p < m.nP; p++) sums[p] += m.dur[o + p];
         }
         if (!n) continue;
         const x = this.left + (c * W) / cols;
@@ -372,11 +405,9 @@ export class StragglerStrip extends CanvasChart {
       const b0 = v.lo + Math.floor(c * per);
       const b1 = Math.max(b0 + 1, v.lo + Math.floor((c + 1) * per));
       for (let r = 0; r < m.nR; r++) {
-        let s = 0;
-        let n = 0;
-        for (let b = b0; b < b1; b++) { const t = m.total[b * m.nR + r]; if (!Number.isNaN(t)) { s += t; n++; } }
+        const n = m.cumN[b1 * m.nR + r] - m.cumN[b0 * m.nR + r];
         if (!n) continue;
-        const x = s / n;
+        const x = (m.cumT[b1 * m.nR + r] - m.cumT[b0 * m.nR + r]) / n;
         vals[c * m.nR + r] = x;
         if (x < lo) lo = x;
         if (x > hi) hi = x;
@@ -384,21 +415,30 @@ export class StragglerStrip extends CanvasChart {
     }
     const top = 4;
     const dpr = window.devicePixelRatio || 1;
-    const img = g.createImageData(Math.max(1, Math.round(W * dpr)), Math.round(row * m.nR * dpr));
-    const iw = img.width;
+    const iw = Math.max(1, Math.round(W * dpr));
+    const ih = Math.round(row * m.nR * dpr);
+    if (!this.img || this.img.width !== iw || this.img.height !== ih) this.img = g.createImageData(iw, ih);
+    const img = this.img;
+    const px32 = new Uint32Array(img.data.buffer);
     const range = hi > lo ? hi - lo : 1;
-    for (let px = 0; px < iw; px++) {
-      const c = Math.min(cols - 1, Math.floor((px / iw) * cols));
-      for (let r = 0; r < m.nR; r++) {
-        const x = vals[c * m.nR + r];
-        const [R, G, B] = Number.isNaN(x) ? [230, 230, 230] : ramp((x - lo) / range);
-        const y0 = Math.round(r * row * dpr);
-        const y1 = Math.round(((r + 1) * row - 1) * dpr);
-        for (let py = y0; py < y1; py++) {
-          const o = (py * iw + px) * 4;
-          img.data[o] = R; img.data[o + 1] = G; img.data[o + 2] = B; img.data[o + 3] = 255;
-        }
+    // 64 colours of the ramp as little-endian RGBA words; one pixel row per
+    // rank is computed, the rest of its rows are copies of it.
+    if (!this.lut) {
+      this.lut = new Uint32Array(65);
+      for (let k = 0; k < 64; k++) { const [R, G, B] = ramp(k / 63); this.lut[k] = (255 << 24 | B << 16 | G << 8 | R) >>> 0; }
+      this.lut[64] = (255 << 24 | 230 << 16 | 230 << 8 | 230) >>> 0;
+    }
+    px32.fill(0);
+    for (let r = 0; r < m.nR; r++) {
+      const y0 = Math.round(r * row * dpr);
+      const y1 = Math.round(((r + 1) * row - 1) * dpr);
+      if (y1 <= y0) continue;
+      const base = y0 * iw;
+      for (let px = 0; px < iw; px++) {
+        const x = vals[Math.min(cols - 1, Math.floor((px / iw) * cols)) * m.nR + r];
+        px32[base + px] = Number.isNaN(x) ? this.lut[64] : this.lut[Math.round(((x - lo) / range) * 63)];
       }
+      for (let py = y0 + 1; py < y1; py++) px32.copyWithin(py * iw, base, base + iw);
     }
     g.putImageData(img, Math.round(this.left * dpr), Math.round(top * dpr));
     g.fillStyle = '#444';

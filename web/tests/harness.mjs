@@ -76,6 +76,17 @@ export const until = async (what, f, ms = 20000) => {
 
 export const status = async (url) => (await fetch(`${url}/api/status`)).json();
 
+// WEB_DIST=web/dist: the browser gets the dashboard from that folder instead
+// of the copy embedded in sonde, to test a change without rebuilding sonde.
+export async function routeDist(context, url) {
+  if (!process.env.WEB_DIST) return;
+  const types = { js: 'text/javascript', css: 'text/css', html: 'text/html' };
+  await context.route((u) => u.origin === url && (u.pathname === '/' || u.pathname.startsWith('/assets/')), (r) => {
+    const rel = new URL(r.request().url()).pathname.replace(/^\/$/, '/index.html');
+    r.fulfill({ contentType: types[rel.split('.').pop()] || 'application/octet-stream', body: readFileSync(join(process.env.WEB_DIST, rel)) });
+  });
+}
+
 // Runs the tests in order on one page against one sonde, then exits with the summary.
 export async function suite(options, tests) {
   const name = options.name || 'browser';
@@ -90,15 +101,7 @@ export async function suite(options, tests) {
     const sonde = await startSonde(options);
     const browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu'] });
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
-    // WEB_DIST=web/dist: serve the dashboard from that folder instead of the
-    // copy embedded in sonde, to test a change without rebuilding sonde.
-    if (process.env.WEB_DIST) {
-      const types = { js: 'text/javascript', css: 'text/css', html: 'text/html' };
-      await context.route((u) => u.origin === sonde.url && (u.pathname === '/' || u.pathname.startsWith('/assets/')), (r) => {
-        const rel = new URL(r.request().url()).pathname.replace(/^\/$/, '/index.html');
-        r.fulfill({ contentType: types[rel.split('.').pop()] || 'application/octet-stream', body: readFileSync(join(process.env.WEB_DIST, rel)) });
-      });
-    }
+    await routeDist(context, sonde.url);
     const page = await context.newPage();
     const pageErrors = [];
     page.on('pageerror', (e) => pageErrors.push(String(e)));
