@@ -127,6 +127,8 @@ export class JobPage {
     if (first) this.skeleton(job);
     this.summary(job, m);
     this.ranksTable(job, m);
+    this.exportBtn.disabled = !m.nB;
+    this.exportBtn.title = m.nB ? 'Chrome trace-event JSON: open in ui.perfetto.dev or chrome://tracing' : 'no timed steps to export yet';
     for (const c of [this.steps, this.strip]) if (c) c.box.remove();
     this.stepBox.replaceChildren();
     this.stripBox.replaceChildren();
@@ -159,7 +161,8 @@ export class JobPage {
     this.head = el('div', { class: 'job-summary' });
     this.rankSel = el('select', { id: 'job-rank', 'aria-label': 'rank' });
     this.rankSel.addEventListener('change', () => { this.params.rank = this.rankSel.value; setParams({ rank: this.rankSel.value }); this.render(this.job, false); });
-    const exportBtn = el('button', { id: 'export-trace', type: 'button', title: 'Chrome trace-event JSON: open in ui.perfetto.dev or chrome://tracing' }, 'Download Perfetto trace');
+    const exportBtn = el('button', { id: 'export-trace', type: 'button' }, 'Download Perfetto trace');
+    this.exportBtn = exportBtn;
     exportBtn.addEventListener('click', () => download(`${this.name}.trace.json`, JSON.stringify(chromeTrace(this.job))));
     const zoom = (f) => el('button', { type: 'button', onclick: () => this.view && (f ? this.view.zoom(f) : this.view.set(0, this.view.n)) }, f ? (f < 1 ? 'zoom in' : 'zoom out') : 'all batches');
     const pan = (d, t) => el('button', { type: 'button', 'aria-label': t, onclick: () => this.view && this.view.pan(d) }, d < 0 ? '◀' : '▶');
