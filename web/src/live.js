@@ -83,9 +83,27 @@ function trimBefore(d, horizon, cols) {
   }
 }
 
-const PALETTE = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+// Colours that stay apart in greyscale too: alternating dark and light, and
+// lines are also told apart by dash pattern (see DASHES).
+export const PALETTE = ['#1f4e9c', '#f29e38', '#2b2b2b', '#7fc7e8', '#b23a48', '#9bd17a', '#6a3d9a', '#d9c36a', '#3f8f7a', '#e88fb4'];
+const DASHES = [[], [6, 3], [2, 2], [10, 3, 2, 3]];
 
-// A time chart of several series of the feed (their mean per bucket).
+const pad = (n) => String(n).padStart(2, '0');
+// Time-axis steps in seconds: whole seconds at least, so no two labels repeat.
+const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800];
+// Time-axis labels for ticks (seconds) over a span: HH:MM:SS under an hour,
+// HH:MM under two days, else the date and hour. Always derived from the data.
+export function timeLabel(t, span) {
+  const d = new Date(t * 1000);
+  const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  if (span < 3600) return `${hm}:${pad(d.getSeconds())}`;
+  if (span < 2 * 86400) return hm;
+  return `${d.toLocaleString('en', { month: 'short' })} ${d.getDate()} ${hm}`;
+}
+
+// A time chart of several series of the feed (their mean per bucket). It draws
+// only with two samples or more, on an x axis spanning exactly the data; until
+// then it says "no data yet" (or shows the one sample) instead of empty axes.
 export class TimeChart {
   constructor(parent, feed, { title, match, label, unit, height = 180, width }) {
     this.feed = feed;
@@ -102,6 +120,8 @@ export class TimeChart {
     this.box.dataset.title = title;
     this.box.dataset.updates = '0';
     this.box.dataset.points = '0';
+    this.empty = document.createElement('div');
+    this.empty.className = 'chart-empty';
     parent.append(this.box);
     this.onFeed = (kind, changed) => this.update(kind, changed);
     feed.listeners.add(this.onFeed);
@@ -114,14 +134,31 @@ export class TimeChart {
     this.box.remove();
   }
 
+  showEmpty(cols) {
+    if (this.plot) { this.plot.destroy(); this.plot = null; }
+    const one = cols.find((c) => c.t.length);
+    const fmt = formatter(this.unit);
+    this.empty.replaceChildren(
+      Object.assign(document.createElement('strong'), { textContent: this.title }),
+      document.createElement('br'),
+      one && one.t.length === 1
+        ? `one sample so far: ${fmt(one.mean[0])} at ${timeLabel(one.t[0] / 1000, 0)}; the chart starts at the second`
+        : 'no data yet');
+    this.box.replaceChildren(this.empty);
+    this.box.dataset.empty = 'true';
+    this.x = [];
+    this.redrawn();
+  }
+
   rebuild() {
     this.ids = this.feed.series(this.match).map((m) => m.id);
     if (this.plot) { this.plot.destroy(); this.plot = null; }
-    this.box.hidden = this.ids.length === 0;
-    if (!this.ids.length) return;
     // The aligned table: union of bucket times, one column per series.
     const cols = this.ids.map((id) => this.feed.data.get(id) || { t: [], mean: [] });
     const ts = [...new Set(cols.flatMap((c) => c.t))].sort((a, b) => a - b);
+    if (ts.length < 2) { this.showEmpty(cols); return; }
+    this.box.replaceChildren();
+    delete this.box.dataset.empty;
     const index = new Map(ts.map((t, i) => [t, i]));
     this.x = ts.map((t) => t / 1000);
     this.ys = cols.map((c) => {
@@ -138,24 +175,39 @@ export class TimeChart {
       title: this.title,
       width,
       height: this.height,
-      scales: { x: { time: true } },
-      axes: [{}, { values: (u, vals) => vals.map(fmt), size: 70 }],
-      series: [{}, ...this.ids.map((id, i) => ({
+      scales: { x: { time: true, range: () => [this.x[0], this.x[this.x.length - 1]] } },
+      axes: [
+        { incrs: TIME_INCRS, space: 80, values: (u, splits) => {
+          const span = this.x[this.x.length - 1] - this.x[0];
+          const labels = splits.map((t) => timeLabel(t, span));
+          // What the axis draws, for the browser tests (uPlot draws it on the canvas).
+          this.box.dataset.ticks = JSON.stringify(splits);
+          this.box.dataset.labels = JSON.stringify(labels);
+          return labels;
+        } },
+        { values: (u, vals) => vals.map(fmt), size: 84 },
+      ],
+      series: [{ value: (u, t) => (t == null ? '' : timeLabel(t, 0)) }, ...this.ids.map((id, i) => ({
         label: this.label(this.feed.meta.get(id)),
         stroke: PALETTE[i % PALETTE.length],
+        dash: DASHES[Math.floor(i / 2) % DASHES.length],
         width: 1.5,
         spanGaps: true,
         points: { show: false },
         value: (u, v) => fmt(v),
       }))],
       cursor: { drag: { x: false, y: false } },
+      hooks: { draw: [(u) => { this.box.dataset.bbox = JSON.stringify(u.bbox); }] },
     }, [this.x, ...this.ys], this.box);
     this.redrawn();
   }
 
   update(kind, changed) {
     const ids = this.feed.series(this.match).map((m) => m.id);
-    if (kind === 'snapshot' || ids.length !== this.ids.length) { this.rebuild(); return; }
+    if (kind === 'snapshot' || ids.length !== this.ids.length || !this.plot) {
+      if (kind === 'snapshot' || ids.length !== this.ids.length || ids.some((id) => changed.has(id))) this.rebuild();
+      return;
+    }
     let touched = false;
     this.ids.forEach((id, col) => {
       if (!changed.has(id)) return;
@@ -174,6 +226,7 @@ export class TimeChart {
     let k = 0;
     while (k < this.x.length && this.x[k] < horizon) k++;
     if (k) { this.x.splice(0, k); for (const y of this.ys) y.splice(0, k); }
+    if (this.x.length < 2) { this.rebuild(); return; }
     this.plot.setData([this.x, ...this.ys]);
     this.redrawn();
   }
@@ -194,6 +247,10 @@ export class TimeChart {
     this.updates++;
     this.box.dataset.updates = String(this.updates);
     this.box.dataset.points = String(this.x ? this.x.length : 0);
+    if (this.x && this.x.length) {
+      this.box.dataset.xMin = String(this.x[0]);
+      this.box.dataset.xMax = String(this.x[this.x.length - 1]);
+    }
   }
 }
 

@@ -1,18 +1,29 @@
-// The sonde dashboard: live system metrics, timings per batch, plugins (status,
-// management, a panel per plugin) and the config editor. Served by the sonde
-// binary; everything it needs is bundled (no network beyond sonde itself).
+// The sonde dashboard: live system metrics, jobs (every rank's steps,
+// stragglers, the job's nodes and plugin views), nodes, timings per batch,
+// plugins (status, management, a panel per plugin) and the config editor.
+// Every view has a URL (#/jobs/mnist?rank=1, #/nodes/node-1, #/plugins/mpi);
+// the time window, node, rank and zoomed batches ride in its query.
+// Served by the sonde binary; everything it needs is bundled.
 import './style.css';
 import { get, el, setToken, token } from './api.js';
 import { Feed, TimeChart } from './live.js';
 import { showTimings } from './timings.js';
 import { showPlugins, initUpload } from './plugins.js';
 import { initConfig, loadConfig } from './config.js';
+import { parse, setParams, href } from './router.js';
+import { showJobs, JobPage } from './jobs.js';
+import { showNodes } from './nodes.js';
 
 const feed = new Feed();
 window.sondeFeed = feed; // for the browser tests and the curious
 
+// What every view may need: the feed, this sonde's role and name, its plugins.
+const app = { feed, role: 'standalone', localName: 'local', version: '', plugins: [], jobs: [] };
+window.sondeApp = app;
+
 const attr = (m, k) => (m.attributes[k] === undefined ? '' : String(m.attributes[k]));
-const sys = (name) => (m) => m.plugin === 'sysmetrics' && m.name === name;
+// The System view is this sonde's own machine: series without a host.name.
+const sys = (name) => (m) => m.plugin === 'sysmetrics' && m.name === name && m.attributes['host.name'] === undefined;
 
 // System view: what the sysmetrics plugin emits (OpenTelemetry semantic-convention names).
 const SYSTEM_CHARTS = [
@@ -31,24 +42,58 @@ const SYSTEM_CHARTS = [
 function initSystem() {
   const box = document.getElementById('system-charts');
   const charts = SYSTEM_CHARTS.map((c) => new TimeChart(box, feed, c));
-  feed.listeners.add(() => {
-    document.getElementById('system-empty').hidden = charts.some((c) => c.ids.length);
-  });
+  const update = () => {
+    const any = charts.some((c) => c.ids.length);
+    document.getElementById('system-empty').hidden = any;
+    // A machine without GPUs: its GPU charts would only ever say "no data yet".
+    for (const c of charts) c.box.hidden = any && !c.ids.length && c.title.startsWith('GPU');
+  };
+  feed.listeners.add(update);
+  update();
 }
 
-let view = 'system';
-function show(v) {
-  view = v;
-  for (const b of document.querySelectorAll('#tabs button')) b.classList.toggle('active', b.dataset.view === v);
+let route = parse();
+let jobPage = null;
+
+function show() {
+  route = parse();
+  const v = route.view;
+  for (const a of document.querySelectorAll('#tabs a')) {
+    a.classList.toggle('active', a.dataset.view === v);
+    if (a.dataset.view === v) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+  }
   for (const s of document.querySelectorAll('.view')) s.classList.toggle('active', s.id === `view-${v}`);
-  location.hash = v;
-  refreshView();
+  const win = document.getElementById('window');
+  const w = route.params.window;
+  if (w && [...win.options].some((o) => o.value === w) && win.value !== w) { win.value = w; feed.start(+w); }
+  document.title = `sonde · ${v}${route.arg ? ` · ${route.arg}` : ''}`;
+  if (jobPage && (v !== 'jobs' || jobPage.name !== route.arg)) { jobPage.destroy(); jobPage = null; }
+  refreshView(true);
 }
 
-function refreshView() {
-  if (view === 'timings') showTimings();
-  if (view === 'plugins') showPlugins(feed);
-  if (view === 'config') loadConfig(false);
+async function refreshView(navigated) {
+  const v = route.view;
+  const box = document.getElementById(`view-${v}`);
+  if (v === 'timings') showTimings();
+  if (v === 'plugins') {
+    const focus = document.getElementById('plugin-focus');
+    focus.hidden = !route.arg;
+    if (route.arg) {
+      focus.replaceChildren(`Showing the ${route.arg} plugin${app.plugins.includes(route.arg) ? '' : ' (not loaded on this sonde)'}. `, el('a', { href: href('plugins') }, 'all plugins'));
+    }
+    showPlugins(feed, route.arg);
+  }
+  if (v === 'config') loadConfig(false);
+  if (v === 'jobs') {
+    if (!route.arg) await showJobs(app, box);
+    else if (!jobPage) { jobPage = new JobPage(app, box, route.arg, { ...route.params }); app.jobPage = jobPage; box.replaceChildren(el('p', { class: 'muted' }, 'loading…')); jobPage.start(); }
+    else if (!navigated) jobPage.refresh();
+  }
+  if (v === 'nodes' && (navigated || !route.arg)) {
+    if (route.arg && !app.jobs.length) app.jobs = ((await get('/api/jobs')).json || {}).jobs || [];
+    await showNodes(app, box, route.arg);
+  }
+  box.dataset.rendered = String(Date.now());
 }
 
 async function refreshSummary() {
@@ -56,11 +101,17 @@ async function refreshSummary() {
   try {
     const r = await get('/api/status');
     const st = r.json;
+    app.role = (st.cluster && st.cluster.role) || 'standalone';
+    app.version = st.version;
+    app.plugins = st.plugins.map((p) => p.name);
     const p = st.sampler ? st.sampler.period : null;
     s.className = '';
     s.replaceChildren(
       el('span', { id: 'period' }, `sampling every ${st.sampling_period_ms} ms`),
       p ? ` · period error p99 ${p.error_p99_us.toFixed(0)} µs` : '',
+      ` · ${app.role}`,
+      st.cluster && st.cluster.nodes ? ` · ${st.cluster.nodes.up} of ${st.cluster.nodes.nodes} nodes up` : '',
+      st.cluster && st.cluster.jobs ? ` · ${st.cluster.jobs.jobs} jobs` : '',
       ` · export ${st.export.endpoint || 'off'} (${st.export.stats.points_exported} points sent)`,
       ` · ${st.plugins.length} plugins`,
       ` · sonde ${st.version} · up ${Math.round(st.uptime_s)} s`,
@@ -73,22 +124,31 @@ async function refreshSummary() {
   }
 }
 
-function init() {
+async function init() {
   const tok = document.getElementById('token');
   tok.value = token();
   tok.addEventListener('change', () => setToken(tok.value.trim()));
-  for (const b of document.querySelectorAll('#tabs button')) b.addEventListener('click', () => show(b.dataset.view));
   const win = document.getElementById('window');
-  win.addEventListener('change', () => feed.start(+win.value));
+  if (route.params.window && [...win.options].some((o) => o.value === route.params.window)) win.value = route.params.window;
+  win.addEventListener('change', () => { setParams({ window: win.value }); feed.start(+win.value); });
+  // Old links (#plugins) keep working.
+  if (/^#[a-z]+$/.test(location.hash)) history.replaceState(null, '', `#/${location.hash.slice(1)}`);
   initSystem();
   initConfig();
   initUpload();
   feed.start(+win.value);
-  const h = location.hash.slice(1);
-  if (['system', 'timings', 'plugins', 'config'].includes(h)) show(h);
-  refreshSummary();
+  // The view first; the status and this sonde's name follow (the views read
+  // them through `app` when they draw, so nothing waits on them).
+  const cfg = get('/api/config').then((r) => {
+    if (r.ok && r.json && r.json.host && r.json.host.name) app.localName = r.json.host.name;
+  });
+  const status = refreshSummary();
+  window.addEventListener('hashchange', show);
+  if (route.view === 'jobs' && route.arg) show();
+  await Promise.all([cfg, status]);
+  if (!(route.view === 'jobs' && route.arg)) show();
   setInterval(refreshSummary, 1000);
-  setInterval(() => { if (view === 'timings' || view === 'plugins') refreshView(); }, 2000);
+  setInterval(() => { if (['timings', 'plugins', 'jobs', 'nodes'].includes(route.view)) refreshView(false); }, 2000);
 }
 
 init();

@@ -4,9 +4,12 @@
 import { call, get, el, fmtBytes } from './api.js';
 import { TimeChart } from './live.js';
 import { custom } from './panels/index.js';
+import { decisionList } from './decisions.js';
+import { href } from './router.js';
 
 const panels = new Map(); // plugin name -> {box, charts: Map(metric -> TimeChart)}
 let feedRef = null;
+let focus = ''; // a plugin's name when the route names one (#/plugins/<name>)
 
 function cell(v, cls) {
   return el('td', cls ? { class: cls } : {}, v == null ? '' : String(v));
@@ -31,8 +34,9 @@ function note(text, bad) {
   n.className = bad ? 'error' : 'ok';
 }
 
-export async function showPlugins(feed) {
+export async function showPlugins(feed, only = '') {
   feedRef = feed;
+  focus = only;
   const r = await get('/api/plugins');
   if (!r.ok) return;
   const body = document.querySelector('#plugins tbody');
@@ -40,7 +44,7 @@ export async function showPlugins(feed) {
     const why = p.reason || p.update_rejected || p.last_trap || p.last_error || '';
     const enabled = p.state !== 'disabled';
     return el('tr', { 'data-plugin': p.name, 'data-state': p.state },
-      cell(p.name),
+      el('td', {}, el('a', { href: href('plugins', p.name) }, p.name)),
       cell(p.state, `state ${p.state}`),
       cell(p.version || ''),
       cell(p.metrics.calls),
@@ -66,7 +70,7 @@ async function updatePanels(names) {
   for (const name of names) {
     let p = panels.get(name);
     if (!p) {
-      p = { box: el('details', { class: 'panel', open: '', 'data-panel': name }, el('summary', {}, name)), charts: new Map() };
+      p = { box: el('details', { class: 'panel', open: '', 'data-panel': name, id: `panel-${name}` }, el('summary', {}, name)), charts: new Map() };
       p.custom = el('div', { class: 'custom-panel', 'data-custom-panel': name });
       p.body = el('div', { class: 'charts small' });
       p.decisions = el('div', { class: 'decisions' });
@@ -74,6 +78,8 @@ async function updatePanels(names) {
       box.append(p.box);
       panels.set(name, p);
     }
+    p.box.hidden = Boolean(focus) && focus !== name;
+    if (p.box.hidden) continue;
     if (custom[name]) {
       try {
         await custom[name].render(p.custom, { name, get, call, el, feed: feedRef, TimeChart });
@@ -104,10 +110,7 @@ async function updatePanels(names) {
     }
     const d = await get(`/api/decisions?plugin=${encodeURIComponent(name)}`);
     const list = (d.json && d.json.decisions) || [];
-    p.decisions.replaceChildren(list.length
-      ? el('table', {}, el('tr', {}, el('th', {}, 'decision'), el('th', {}, 'subject'), el('th', {}, 'reason'), el('th', {}, 'body')),
-        ...list.slice(-20).map((x) => el('tr', {}, cell(x.kind), cell(x.subject), cell(x.reason), cell(JSON.stringify(x.body)))))
-      : el('p', { class: 'muted' }, 'No decisions.'));
+    p.decisions.replaceChildren(el('h4', {}, 'Decisions'), decisionList(list, 20));
   }
 }
 

@@ -12,7 +12,7 @@
 //   ]);
 import { chromium } from 'playwright-core';
 import { spawn } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, existsSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, existsSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -76,6 +76,17 @@ export const until = async (what, f, ms = 20000) => {
 
 export const status = async (url) => (await fetch(`${url}/api/status`)).json();
 
+// WEB_DIST=web/dist: the browser gets the dashboard from that folder instead
+// of the copy embedded in sonde, to test a change without rebuilding sonde.
+export async function routeDist(context, url) {
+  if (!process.env.WEB_DIST) return;
+  const types = { js: 'text/javascript', css: 'text/css', html: 'text/html' };
+  await context.route((u) => u.origin === url && (u.pathname === '/' || u.pathname.startsWith('/assets/')), (r) => {
+    const rel = new URL(r.request().url()).pathname.replace(/^\/$/, '/index.html');
+    r.fulfill({ contentType: types[rel.split('.').pop()] || 'application/octet-stream', body: readFileSync(join(process.env.WEB_DIST, rel)) });
+  });
+}
+
 // Runs the tests in order on one page against one sonde, then exits with the summary.
 export async function suite(options, tests) {
   const name = options.name || 'browser';
@@ -89,7 +100,9 @@ export async function suite(options, tests) {
     mkdirSync(shots, { recursive: true });
     const sonde = await startSonde(options);
     const browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu'] });
-    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
+    await routeDist(context, sonde.url);
+    const page = await context.newPage();
     const pageErrors = [];
     page.on('pageerror', (e) => pageErrors.push(String(e)));
     // Nothing may come from anywhere but sonde: the dashboard works offline.

@@ -22,7 +22,7 @@ await suite({ name: 'panel-clockwork', plugins: [['bundled/clockwork.wasm', 'clo
     const r = await fetch(`${url}/api/ingest`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
     if (r.status !== 202) throw new Error(`ingest ${r.status}: ${await r.text()}`);
     await page.goto(url);
-    await page.click('#tabs button[data-view=plugins]');
+    await page.click('#tabs a[data-view=plugins]');
     const row = page.locator('[data-custom-panel=clockwork] tr[data-model="7"]');
     await until('the model row', async () => (await row.count()) === 1 && (await row.locator('td').nth(1).textContent()) === '10');
     const attainment = await row.locator('.attainment').textContent();

@@ -7,6 +7,7 @@
 //   node web/tests/panel-dlrover.mjs      (after `cargo build -p sonde` and the plugins)
 import { join } from 'node:path';
 import { suite, until, shots } from './harness.mjs';
+import { expectReadableDecisions } from './checks.mjs';
 
 const plugin = (url, path, body) => fetch(`${url}/api/plugins/dlrover${path}`, body === undefined ? {} : {
   method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
@@ -48,7 +49,7 @@ test('the panel shows nodes, speed, the plan and shard progress', async ({ page,
   await ingest(url, 'worker-2', 2, { heartbeats: [], node_events: [{ kind: 'exited', exit_code: 137, reason: 'SIGKILL' }] });
 
   await page.goto(`${url}/#plugins`);
-  await page.click('#tabs button[data-view=plugins]');
+  await page.click('#tabs a[data-view=plugins]');
   await until('the dlrover panel', async () => (await page.locator(`${panel} tr[data-node=worker-0]`).count()) === 1);
   await until('worker-2 deleted', async () => (await page.getAttribute(`${panel} tr[data-node=worker-2]`, 'data-status')) === 'deleted');
   if ((await page.getAttribute(`${panel} tr[data-node=worker-0]`, 'data-status')) !== 'running') throw new Error('worker-0 is not running');
@@ -71,6 +72,12 @@ test('it follows new shard progress without a reload', async ({ page, url }) => 
   const ds = page.locator(`${panel} [data-dataset=images]`);
   await until('the new progress', async () => +(await ds.getAttribute('data-done')) === 200);
   await until('the bar to move', async () => (await ds.locator('.fill').getAttribute('style')).includes('width:25.0%'));
+});
+
+test('its decisions read as sentences with their fields, the JSON only behind "details"', async ({ page }) => {
+  await until('a decision', async () => (await page.locator('details[data-panel=dlrover] .decision').count()) > 0);
+  await expectReadableDecisions(page, 'details[data-panel=dlrover] .decisions');
+  await page.locator('details[data-panel=dlrover] .decisions').screenshot({ path: join(shots, 'panel-dlrover-decisions.png') });
 });
 
 await suite({

@@ -3,6 +3,7 @@
 // probes/mpi/ sends), so no MPI job runs here; tests/tests/mpi.rs runs real ones.
 //
 //   node web/tests/panel-mpi.mjs     (after `cargo build -p sonde` and the plugins)
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { suite, until, shots } from './harness.mjs';
 
@@ -29,7 +30,7 @@ const panel = (page) => page.locator('[data-custom-panel=mpi]');
 await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: ['--set', 'plugin.mpi.settings={emit_every_ms=200, write_every_ms=200}'] }, [
   ['the panel says how to get data before any job reported', async ({ page, url }) => {
     await page.goto(url);
-    await page.click('#tabs button[data-view=plugins]');
+    await page.click('#tabs a[data-view=plugins]');
     await until('the empty note', async () => (await panel(page).locator('.mpi-empty').isVisible()));
     if (!(await panel(page).locator('.mpi-empty').textContent()).includes('probes/mpi/README.md')) throw new Error('no pointer to the probe');
   }],
@@ -70,5 +71,16 @@ await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: [
     if ((await panel(page).getAttribute('data-job')) !== 'imb') throw new Error('the pick was lost on refresh');
     await select.selectOption('pair');
     await until('pair shown', async () => (await panel(page).locator('.mpi-ranks tr[data-rank]').count()) === 2);
+  }],
+  ['an MPI job\'s page shows its profile and downloads its folded stacks with one click', async ({ page, url }) => {
+    await page.goto(`${url}/#/jobs/imb`);
+    const link = page.locator('#export-folded');
+    await until('the folded-stacks button', async () => (await link.count()) === 1);
+    await until('the job\'s own profile in its page', async () => (await page.getAttribute('[data-job-panel=mpi] .custom-panel', 'data-job')) === 'imb'
+      && (await page.locator('[data-job-panel=mpi] .mpi-ranks tr[data-rank]').count()) === 4);
+    const [dl] = await Promise.all([page.waitForEvent('download'), link.click()]);
+    const lines = readFileSync(await dl.path(), 'utf8').trim().split('\n');
+    if (lines.length !== 11 || !lines.every((l) => /^rank \d+;thread \d+;.* \d+$/.test(l))) throw new Error(`not the folded stacks: ${lines.slice(0, 3)}`);
+    await page.screenshot({ path: join(shots, 'job-mpi.png'), fullPage: true });
   }],
 ]);

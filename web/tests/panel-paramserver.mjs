@@ -7,6 +7,7 @@
 //   node web/tests/panel-paramserver.mjs    (after `cargo build -p sonde` and the plugins)
 import { join } from 'node:path';
 import { suite, until, shots } from './harness.mjs';
+import { expectReadableDecisions } from './checks.mjs';
 
 const JOB = 'ps-panel';
 const ms = 1_000_000n;
@@ -54,7 +55,7 @@ await suite({
     await until('the complete incident', async () => (await incidents(url))[0]?.complete === true, 10000);
 
     await page.goto(url);
-    await page.click('#tabs button[data-view=plugins]');
+    await page.click('#tabs a[data-view=plugins]');
     const panel = page.locator('[data-custom-panel=paramserver]');
     const rows = panel.locator('table.ps-phases tr[data-phase]');
     await until('five phase rows', async () => (await rows.count()) === 5);
@@ -84,5 +85,9 @@ await suite({
     await ingest(url, 'worker', 1, { progress: [{ name: 'clock', value: 5, time_ns: now() }] });
     await until('worker-1 at clock 5', async () => (await row('worker-1').getAttribute('data-clock')) === '5');
     await page.screenshot({ path: join(shots, 'paramserver-clocks.png'), fullPage: true });
+  }],
+  ['its decisions read as sentences with their fields, the JSON only behind "details"', async ({ page }) => {
+    await until('a decision', async () => (await page.locator('details[data-panel=paramserver] .decision').count()) > 0);
+    await expectReadableDecisions(page, 'details[data-panel=paramserver] .decisions');
   }],
 ]);

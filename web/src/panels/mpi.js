@@ -55,7 +55,7 @@ function rankRow(el, r) {
     el('td', { class: 'mpi-share' }, pct(r.stall_share)), el('td', { class: 'muted' }, `${r.threads.length}`));
 }
 
-export async function render(box, { get, el }) {
+export async function render(box, { get, el, job }) {
   if (!ui || ui.box !== box) ui = build(box, el);
   const jobs = await get('/api/plugins/mpi/jobs');
   const list = (jobs.ok && jobs.json.jobs) || [];
@@ -65,7 +65,8 @@ export async function render(box, { get, el }) {
   // Keep the user's pick; default to the job updated last.
   const names = list.map((j) => j.job);
   const latest = [...list].sort((a, b) => b.last_ns - a.last_ns)[0].job;
-  const picked = names.includes(ui.select.value) && ui.select.dataset.userPicked ? ui.select.value : latest;
+  const picked = job && names.includes(job) && !ui.select.dataset.userPicked ? job
+    : names.includes(ui.select.value) && ui.select.dataset.userPicked ? ui.select.value : latest;
   if (ui.select.options.length !== names.length || [...ui.select.options].some((o, i) => o.value !== names[i])) {
     ui.select.replaceChildren(...names.map((n) => el('option', { value: n }, n)));
     ui.select.onchange = () => { ui.select.dataset.userPicked = '1'; render(box, { get, el }); };

@@ -1,0 +1,245 @@
+// Browser tests of the job-centric views (see harness.mjs for how they run):
+// the empty state, charts that draw ink on time axes inside their data, a
+// two-rank job posted through /api/ingest whose slower rank is highlighted,
+// its Perfetto export, decisions read as sentences (JSON only behind
+// "details"), every deep link opened fresh, the keyboard reaching every
+// control, and a screenshot of every view.
+//
+//   node web/tests/views.mjs       (after `cargo build -p sonde` and the plugins)
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { suite, until, shots } from './harness.mjs';
+import { chartReport, expectCharts, steps, post } from './checks.mjs';
+
+const tests = [];
+const test = (name, f) => tests.push([name, f]);
+const shot = (page, name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+const JOB = 'train-2';
+
+// Opens a URL in a fresh page (a new tab: nothing carried over but the server's state).
+async function fresh(page, url) {
+  const p = await page.context().newPage();
+  const errors = [];
+  p.on('pageerror', (e) => errors.push(String(e)));
+  await p.goto(url);
+  p.errors = errors;
+  return p;
+}
+
+test('the empty state: no jobs, an unknown job and charts without data say so', async ({ page, url }) => {
+  await page.goto(`${url}/#/jobs`);
+  await until('the jobs empty state', async () => (await page.locator('#jobs-empty').count()) === 1);
+  if (!(await page.textContent('#jobs-empty')).includes('/api/ingest')) throw new Error('the empty state does not say how a job appears');
+  await shot(page, 'jobs-empty');
+  await page.goto(`${url}/#/jobs/${JOB}`);
+  await until('the unknown-job note', async () => (await page.locator('#job-empty').count()) === 1);
+  await shot(page, 'job-empty');
+  // A chart never shows bare axes: it draws data or says there is none yet.
+  await page.goto(`${url}/#/plugins`);
+  await until('the panels', async () => (await page.locator('details[data-panel]').count()) >= 3);
+  await page.waitForTimeout(1500);
+  const blank = await page.evaluate(() => [...document.querySelectorAll('.chart')].filter((c) => c.offsetParent
+    && !c.querySelector('canvas') && !/no data yet|one sample so far/.test(c.textContent)).map((c) => c.dataset.title));
+  if (blank.length) throw new Error(`charts neither drawn nor saying "no data yet": ${blank}`);
+  await shot(page, 'plugins-empty');
+});
+
+test('every drawn chart has ink inside its plot, and its time axis lies within its data', async ({ page, url }) => {
+  await page.goto(`${url}/#/system`);
+  const cpu = page.locator('.chart[data-title="CPU utilization per core"] canvas');
+  await until('the CPU chart', async () => (await cpu.count()) === 1, 30000);
+  await page.waitForTimeout(2500);
+  const charts = await expectCharts(page, { min: 2 });
+  for (const c of charts) if (!c.labels.length) throw new Error(`${c.title}: no labels`);
+  await shot(page, 'system');
+  await page.goto(`${url}/#/plugins`);
+  await page.waitForTimeout(2500);
+  for (const c of await chartReport(page)) {
+    if (c.ink < 30 || c.bad.length) throw new Error(`plugin chart ${c.title}: ${c.ink} ink pixels; ${c.bad.join('; ')}`);
+  }
+  await shot(page, 'plugins');
+});
+
+test('a two-rank job: every rank drawn, the slower rank highlighted per batch and as the straggler', async ({ page, url }) => {
+  await post(url, steps(JOB, 0));
+  await post(url, steps(JOB, 1));
+  await page.goto(`${url}/#/jobs`);
+  await until('the job listed', async () => (await page.locator(`tr[data-job="${JOB}"]`).count()) === 1);
+  if (!(await page.textContent(`tr[data-job="${JOB}"]`)).includes('training')) throw new Error('kind not shown');
+  await shot(page, 'jobs');
+  await page.click(`tr[data-job="${JOB}"] a`);
+  await until('the step chart', async () => (await page.locator('.step-chart canvas').count()) === 1);
+  if (!page.url().endsWith(`#/jobs/${JOB}`)) throw new Error(`url ${page.url()}`);
+  const row1 = page.locator('.ranks-table tr[data-rank="1"]');
+  const row0 = page.locator('.ranks-table tr[data-rank="0"]');
+  if (!(await row1.getAttribute('class')).includes('straggler')) throw new Error('rank 1 is not marked the straggler');
+  if ((await row0.getAttribute('class')).includes('straggler')) throw new Error('rank 0 is marked too');
+  if (+(await row1.getAttribute('data-slowest')) !== 24 || +(await row0.getAttribute('data-slowest')) !== 6) {
+    throw new Error(`slowest counts ${await row0.getAttribute('data-slowest')} / ${await row1.getAttribute('data-slowest')}, want 6 / 24`);
+  }
+  await expectCharts(page, { min: 2, minInk: 500 });
+  // Per batch, the slowest rank's bar is outlined in black: sample the left
+  // edge of each rank's bar at mid height in a batch rank 1 lost (0) and one rank 0 lost (4).
+  const edges = await page.evaluate(() => {
+    const c = document.querySelector('.step-chart');
+    const cv = c.querySelector('canvas');
+    const box = JSON.parse(c.dataset.bbox);
+    const dpr = window.devicePixelRatio || 1;
+    const g = cv.getContext('2d');
+    const n = +c.dataset.hi - +c.dataset.lo + 1;
+    const group = box.width / n;
+    const sub = (group * 0.85) / 2;
+    // A 2-px outline centred on the bar's left edge covers the pixel under it fully.
+    const at = (b, r) => {
+      const x = Math.floor(box.left + b * group + group * 0.075 + r * sub);
+      const y = Math.round(box.top + box.height - 4 * dpr);
+      const [R, G, B] = g.getImageData(x, y, 1, 1).data;
+      return R + G + B < 60 ? 'black' : `${R},${G},${B}`;
+    };
+    return { mode: c.dataset.mode, b0r0: at(0, 0), b0r1: at(0, 1), b4r0: at(4, 0), b4r1: at(4, 1) };
+  });
+  if (edges.mode !== 'per-rank') throw new Error(`mode ${edges.mode}`);
+  if (edges.b0r1 !== 'black' || edges.b0r0 === 'black' || edges.b4r0 !== 'black' || edges.b4r1 === 'black') {
+    throw new Error(`outlines wrong: ${JSON.stringify(edges)}`);
+  }
+  const strip = await page.locator('.straggler-strip').evaluate((c) => [+c.dataset.min, +c.dataset.max]);
+  if (!(strip[1] > strip[0])) throw new Error(`strip range ${strip}`);
+  await shot(page, 'job-2-ranks');
+});
+
+test('the step chart zooms and pans from the keyboard, and the window is in the URL', async ({ page }) => {
+  const chart = page.locator('.step-chart');
+  await chart.locator('canvas').focus();
+  await page.keyboard.press('+');
+  await until('zoomed in', async () => +(await chart.getAttribute('data-hi')) - +(await chart.getAttribute('data-lo')) < 20);
+  await page.keyboard.press('ArrowRight');
+  await until('the URL to carry the window', async () => /from=\d+&to=\d+/.test(page.url()));
+  const [lo, hi] = [await chart.getAttribute('data-lo'), await chart.getAttribute('data-hi')];
+  const again = await fresh(page, page.url());
+  await until('the same window after reload', async () => (await again.locator('.step-chart').getAttribute('data-lo')) === lo
+    && (await again.locator('.step-chart').getAttribute('data-hi')) === hi);
+  await again.close();
+  await page.keyboard.press('0');
+  await until('all batches', async () => +(await chart.getAttribute('data-lo')) === 0 && +(await chart.getAttribute('data-hi')) === 29);
+});
+
+test('the Perfetto export downloads one track per rank with every step', async ({ page }) => {
+  const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#export-trace')]);
+  const trace = JSON.parse(readFileSync(await dl.path(), 'utf8'));
+  const tracks = trace.traceEvents.filter((e) => e.ph === 'M' && e.name === 'thread_name').map((e) => e.args.name);
+  if (tracks.join('|') !== 'rank 0 (node-a)|rank 1 (node-a)') throw new Error(`tracks ${tracks}`);
+  const batches = trace.traceEvents.filter((e) => e.ph === 'X' && e.cat === 'step');
+  const phases = trace.traceEvents.filter((e) => e.ph === 'X' && e.cat === 'phase');
+  if (batches.length !== 60 || phases.length !== 180) throw new Error(`${batches.length} steps, ${phases.length} phases`);
+  if (!batches.every((e) => e.dur > 0 && e.ts > 1e15)) throw new Error('steps without a time or duration');
+  if (dl.suggestedFilename() !== `${JOB}.trace.json`) throw new Error(dl.suggestedFilename());
+});
+
+// Decisions of the shapes the plugins write (dlrover's plan, paramserver's
+// recovery, the cluster's node-lost), served in place of /api/decisions.
+const DECISIONS = [
+  { plugin: 'dlrover', kind: 'resource-plan', subject: 'job-7', reason: 'worker memory peaked at 92% of its limit', time_ns: Date.now() * 1e6 - 5e9,
+    body: { id: 3, kind: 'scale-up', plan: { groups: { worker: { count: 4, cpu: 8, memory_mib: 16384 } }, nodes: {} }, adjustments: ['memory +25%'] } },
+  { plugin: 'paramserver', kind: 'recovery', subject: 'ps-1', reason: 'heartbeats stopped for 3 intervals', time_ns: Date.now() * 1e6 - 2e9,
+    body: { incident: 1, phases: [{ phase: 1, duration_ms: 1200 }, { phase: 2, duration_ms: 800 }], total_ms: 2000, complete: true } },
+  { plugin: 'mpi', kind: 'node-lost', subject: 'node-3', reason: 'no heartbeat for 2500 ms', time_ns: Date.now() * 1e6 - 1e9,
+    body: { node: 'node-3', silent_ms: 2600, last_seen_ns: Date.now() * 1e6 - 2.6e9 } },
+];
+
+test('decisions read as one sentence with their fields; raw JSON only behind "details"', async ({ page, url }) => {
+  await page.route('**/api/decisions*', (r) => {
+    const plugin = new URL(r.request().url()).searchParams.get('plugin');
+    r.fulfill({ contentType: 'application/json', body: JSON.stringify({ decisions: DECISIONS.filter((d) => !plugin || d.plugin === plugin) }) });
+  });
+  await page.goto(`${url}/#/plugins`);
+  await until('three decisions', async () => (await page.locator('#panels .decision').count()) === 3);
+  const text = await page.locator('#panels').innerText();
+  if (/[{[]\s*"|"\s*:/.test(text)) throw new Error(`raw JSON on the page:\n${text}`);
+  for (const want of ['Resource plan job-7: worker memory peaked', 'Node node-3 was lost: no heartbeat', 'worker: count 4, cpu 8, memory mib 16,384', '2,000 ms']) {
+    if (!text.includes(want)) throw new Error(`"${want}" not shown`);
+  }
+  const raw = page.locator('#panels .decision[data-plugin=dlrover] details.decision-raw');
+  if (await raw.getAttribute('open') !== null) throw new Error('details open by default');
+  await raw.locator('summary').click();
+  if (!(await raw.locator('pre').innerText()).includes('"memory_mib": 16384')) throw new Error('details do not show the body');
+  await shot(page, 'decisions');
+  await page.unroute('**/api/decisions*');
+});
+
+// Deep links, each opened in a new tab: [hash, the view, what must show].
+const LINKS = [
+  ['#/system', 'system', '#system-charts'],
+  ['#/jobs', 'jobs', `tr[data-job="${JOB}"]`],
+  [`#/jobs/${JOB}`, 'jobs', '.step-chart canvas'],
+  [`#/jobs/${JOB}?rank=1&from=5&to=14&window=900`, 'jobs', '.ranks-table tr.selected[data-rank="1"]'],
+  ['#/nodes', 'nodes', '.nodes-table tr[data-node]'],
+  ['#/nodes/local', 'nodes', 'dd[data-fact=state]'],
+  ['#/plugins', 'plugins', 'details[data-panel=mpi]'],
+  ['#/plugins/mpi', 'plugins', 'details[data-panel=mpi] .mpi-empty, details[data-panel=mpi] .mpi-body'],
+  ['#/timings', 'timings', '#timings-empty'],
+  ['#/config', 'config', '#config-text'],
+  ['#plugins', 'plugins', 'details[data-panel=dlrover]'],
+];
+
+test('every deep link opens its view in a fresh tab, with its rank, batches and window', async ({ page, url }) => {
+  for (const [hash, view, sel] of LINKS) {
+    const p = await fresh(page, `${url}/${hash}`);
+    try {
+      await until(`${hash}: the ${view} tab and ${sel}`, async () => (await p.getAttribute('#tabs a.active', 'data-view')) === view
+        && (await p.locator(`#view-${view} ${sel.split(', ').join(`, #view-${view} `)}`).count()) > 0);
+      if (!(await p.locator(`#view-${view}`).isVisible())) throw new Error(`${hash}: view hidden`);
+      if (hash.includes('rank=1')) {
+        if (await p.inputValue('#job-rank') !== '1') throw new Error('rank not picked');
+        await until('batches 5..14', async () => (await p.getAttribute('.step-chart', 'data-lo')) === '5' && (await p.getAttribute('.step-chart', 'data-hi')) === '14');
+        if (await p.inputValue('#window') !== '900') throw new Error('window not taken from the URL');
+        await shot(p, 'job-rank-1');
+      }
+      if (hash === '#/plugins/mpi') {
+        if (await p.locator('details[data-panel=dlrover]').isVisible()) throw new Error('other panels shown');
+        await shot(p, 'plugin-mpi');
+      }
+      if (hash === '#/nodes') await shot(p, 'nodes-standalone');
+      if (hash === '#/nodes/local') await shot(p, 'node-local');
+      if (p.errors.length) throw new Error(p.errors.join('\n'));
+    } finally {
+      await p.close();
+    }
+  }
+});
+
+test('the keyboard reaches every control of the job page', async ({ page, url }) => {
+  await page.goto(`${url}/#/jobs/${JOB}`);
+  await until('the step chart', async () => (await page.locator('.step-chart canvas').count()) === 1);
+  await page.waitForTimeout(500);
+  const want = await page.evaluate(() => {
+    const all = [...document.querySelectorAll('header a, header select, header input, #view-jobs a, #view-jobs button, #view-jobs select, #view-jobs [tabindex="0"]')];
+    all.forEach((e, i) => { e.dataset.kb = String(i); });
+    return all.filter((e) => e.offsetParent).map((e) => e.dataset.kb);
+  });
+  const reached = new Set();
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  for (let i = 0; i < want.length * 2 + 10 && reached.size < want.length; i++) {
+    await page.keyboard.press('Tab');
+    const k = await page.evaluate(() => document.activeElement && document.activeElement.dataset.kb);
+    if (k) reached.add(k);
+  }
+  const missed = want.filter((k) => !reached.has(k));
+  if (missed.length) {
+    const what = await page.evaluate((ks) => ks.map((k) => document.querySelector(`[data-kb="${k}"]`).outerHTML.slice(0, 80)), missed);
+    throw new Error(`not reachable by Tab: ${what.join('\n')}`);
+  }
+});
+
+test('screenshots of the remaining views', async ({ page, url }) => {
+  for (const [hash, name] of [['#/timings', 'timings-empty'], ['#/config', 'config']]) {
+    await page.goto(`${url}/${hash}`);
+    await page.waitForTimeout(800);
+    await shot(page, name);
+  }
+});
+
+await suite({
+  name: 'views',
+  plugins: [['bundled/sysmetrics.wasm', 'sysmetrics'], ['bundled/mpi.wasm', 'mpi'], ['bundled/dlrover.wasm', 'dlrover'], ['bundled/paramserver.wasm', 'paramserver']],
+  args: ['--set', 'host.name="local"', '--set', 'sampler.period_ms=100'],
+}, tests);
