@@ -102,6 +102,7 @@ async function refreshSummary() {
     const r = await get('/api/status');
     const st = r.json;
     app.role = (st.cluster && st.cluster.role) || 'standalone';
+    if (st.cluster && st.cluster.node) app.localName = st.cluster.node;
     app.version = st.version;
     app.plugins = st.plugins.map((p) => p.name);
     const p = st.sampler ? st.sampler.period : null;

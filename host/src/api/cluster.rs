@@ -11,7 +11,7 @@ use super::AppState;
 
 /// Batch indices a job view returns unless asked for another number.
 const DEFAULT_BATCHES: usize = 200;
-const MAX_BATCHES: usize = 5_000;
+const MAX_BATCHES: usize = 50_000;
 
 pub async fn nodes(State(st): State<AppState>) -> Response {
     let c = &st.cluster;

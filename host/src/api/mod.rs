@@ -206,6 +206,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
         "plugins": plugins,
         "cluster": {
             "role": st.cluster.role,
+            "node": st.cluster.node,
             "master": cfg.cluster.master,
             "nodes": st.cluster.nodes.as_ref().map(|n| n.stats()),
             "jobs": st.cluster.jobs.stats(),

@@ -263,7 +263,7 @@ fn operations() -> Vec<Op> {
             "one job: its nodes, ranks, and per batch index every rank's phases with the slowest rank",
         )
         .param(("job", "job name (origin.job / sonde.job)", "train-1"))
-        .query("batches", "integer", "the last N batch indices, 1..=5000 (default 200)")
+        .query("batches", "integer", "the last N batch indices, 1..=50000 (default 200)")
         .responses(&[
             (200, "{job, kinds, nodes, ranks, steps: [{batch, ranks: [{rank, phases, total_s}], slowest_rank, spread_s}]}"),
             (400, "a bad parameter"),

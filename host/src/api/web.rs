@@ -23,12 +23,26 @@ pub async fn asset(st: State<AppState>, Path(rest): Path<String>) -> Response {
     file(st, Path(format!("assets/{rest}"))).await
 }
 
+fn mime_of(rel: &str) -> &'static str {
+    match rel.rsplit_once('.').map(|(_, ext)| ext) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js" | "mjs") => "text/javascript; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("json" | "map") => "application/json",
+        Some("svg") => "image/svg+xml",
+        Some("png") => "image/png",
+        _ => "application/octet-stream",
+    }
+}
+
 async fn file(State(st): State<AppState>, Path(rel): Path<String>) -> Response {
+    // A file only on disk (api.web_dir on a build without the dashboard)
+    // still needs its type, or the browser drops a stylesheet.
     let mime = ASSETS
         .iter()
         .find(|a| a.0 == rel)
         .map(|a| a.1)
-        .unwrap_or("application/octet-stream");
+        .unwrap_or_else(|| mime_of(&rel));
     let dir = st.config.lock().api.web_dir.clone();
     if let Some(dir) = dir
         && !rel.split('/').any(|c| c == ".." || c.is_empty())

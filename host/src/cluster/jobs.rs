@@ -82,7 +82,8 @@ pub struct JobSummary {
     /// training, serving, mpi, paramserver: what its reports contained.
     pub kinds: Vec<&'static str>,
     pub nodes: Vec<String>,
-    pub ranks: usize,
+    /// How many ranks have reported.
+    pub rank_count: usize,
     pub first_ns: u64,
     pub last_ns: u64,
     pub rows: u64,
@@ -346,7 +347,7 @@ fn summary(name: &str, job: &Job) -> JobSummary {
         job: name.to_string(),
         kinds: job.kinds.iter().copied().collect(),
         nodes: job.nodes.keys().cloned().collect(),
-        ranks: job.ranks.len(),
+        rank_count: job.ranks.len(),
         first_ns: job.first_ns,
         last_ns: job.last_ns,
         rows: job.rows,
