@@ -17,9 +17,12 @@ setup:
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
     command -v mpicc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
 
-# the dashboard: npm packages pinned by web/package-lock.json (installed again only when it changes), bundled into web/dist/
-web:
+# the dashboard's npm packages, pinned by web/package-lock.json (installed again only when it changes)
+web-deps:
     cd web && { cmp -s package-lock.json node_modules/.sonde-lock || { npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.sonde-lock; }; }
+
+# the dashboard, bundled into web/dist/
+web: web-deps
     cd web && npm run --silent build
 
 # build the plugins (wasm32-wasip2 components) into target/plugins/
@@ -109,11 +112,20 @@ fuzz SECONDS="30":
     echo "test result: $([ $failed = 0 ] && echo ok || echo FAILED). $passed passed; $failed failed; fuzz targets, {{SECONDS}} s each"; \
     [ $failed = 0 ]
 
-# formatting and lints
-lint:
+# fast checks that CI runs before the tests: rustfmt and clippy -D warnings on the native workspace and the plugins (for wasm32-wasip2 and natively with their tests), eslint on web/, the host's import layers
+check: web-deps
     cargo fmt --all --check
-    cargo clippy --workspace --all-targets -- -D warnings
     cargo fmt --manifest-path plugins/Cargo.toml --all --check
+    cargo fmt --manifest-path fuzz/Cargo.toml --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+    rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
+    cargo clippy --manifest-path plugins/Cargo.toml --workspace --target wasm32-wasip2 -- -D warnings
+    cargo clippy --manifest-path plugins/Cargo.toml --workspace --all-targets -- -D warnings
+    cd web && npx --no-install eslint .
+    [ ! -f scripts/check_layers.py ] || python3 scripts/check_layers.py
+
+# the same as `check`
+alias lint := check
 
 # remove build outputs and the local data directory
 clean:
