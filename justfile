@@ -44,16 +44,47 @@ run *ARGS: build
     for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/plugins/$(basename "$f")" || cp "$f" sonde-data/plugins/; done
     exec target/release/sonde --data-dir sonde-data --plugins-dir sonde-data/plugins --sinks-dir sonde-data/sinks {{ARGS}}
 
-# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium, then every fuzz target for 30 s
-test: setup plugins mpi-probe web
-    cargo build -p sonde --bins
-    log="$(mktemp)"; trap 'rm -f "$log"' EXIT; \
-    cargo test --workspace 2>&1 | tee -a "$log"; \
-    cargo test --manifest-path plugins/Cargo.toml --workspace 2>&1 | tee -a "$log"; \
-    browser=0; for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t" 2>&1 | tee -a "$log" || browser=1; done; \
-    fuzz=0; "{{just_executable()}}" fuzz 30 2>&1 | tee -a "$log" || fuzz=1; \
-    awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"; \
-    [ $browser = 0 ] && [ $fuzz = 0 ]
+# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium, then every fuzz target for 30 s; ends with a table of how long each stage took
+test:
+    #!/usr/bin/env bash
+    set -uo pipefail
+    just="{{just_executable()}}"
+    log="$(mktemp)"; times="$(mktemp)"; trap 'rm -f "$log" "$times"' EXIT
+    failed_stages=0
+    # stage <name> <command...>: runs the command, notes its time and outcome;
+    # the test runners' output also goes to $log for the closing total
+    stage() {
+        local name="$1" t0 rc; shift
+        t0=$(date +%s.%N)
+        "$@" 2>&1 | tee -a "$log"; rc=${PIPESTATUS[0]}
+        local took; took="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
+        printf '%s\t%s\t%s\n' "$name" "$took" "$([ $rc = 0 ] && echo ok || echo FAILED)" >>"$times"
+        printf '== stage %s: %.0f s, %s\n' "$name" "$took" "$([ $rc = 0 ] && echo ok || echo FAILED)"
+        [ $rc = 0 ] || failed_stages=$((failed_stages + 1))
+        return $rc
+    }
+    browser_tests() {
+        local rc=0 t
+        for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t" || rc=1; done
+        return $rc
+    }
+    report() {
+        echo; echo "stage            seconds  outcome"
+        awk -F'\t' '{ printf "%-16s %7.1f  %s\n", $1, $2, $3; s += $2 } END { printf "%-16s %7.1f\n", "all", s }' "$times"
+        awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"
+    }
+    # what the tests need; a failure here stops the run (nothing after it can pass)
+    stage setup "$just" setup && stage plugins "$just" plugins && stage mpi-probe "$just" mpi-probe && stage web "$just" web \
+      && stage build cargo test --workspace --no-run \
+      || { report; exit 1; }
+    # `cargo test --no-run` above built target/debug/sonde too (cargo builds a package's binaries for its integration
+    # tests), with the same dependency features as the tests, so no separate `cargo build` compiles sonde a second time
+    stage "cargo tests" cargo test --workspace
+    stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
+    stage "browser tests" browser_tests
+    stage fuzz "$just" fuzz 30
+    report
+    [ $failed_stages = 0 ]
 
 # only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
 e2e: setup plugins mpi-probe web
