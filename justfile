@@ -17,9 +17,12 @@ setup:
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
     command -v mpicc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
 
-# the dashboard: npm packages pinned by web/package-lock.json (installed again only when it changes), bundled into web/dist/
-web:
+# the dashboard's npm packages, pinned by web/package-lock.json (installed again only when it changes)
+web-deps:
     cd web && { cmp -s package-lock.json node_modules/.sonde-lock || { npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.sonde-lock; }; }
+
+# the dashboard, bundled into web/dist/
+web: web-deps
     cd web && npm run --silent build
 
 # build the plugins (wasm32-wasip2 components) into target/plugins/
@@ -41,16 +44,47 @@ run *ARGS: build
     for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/plugins/$(basename "$f")" || cp "$f" sonde-data/plugins/; done
     exec target/release/sonde --data-dir sonde-data --plugins-dir sonde-data/plugins --sinks-dir sonde-data/sinks {{ARGS}}
 
-# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium, then every fuzz target for 30 s
-test: setup plugins mpi-probe web
-    cargo build -p sonde --bins
-    log="$(mktemp)"; trap 'rm -f "$log"' EXIT; \
-    cargo test --workspace 2>&1 | tee -a "$log"; \
-    cargo test --manifest-path plugins/Cargo.toml --workspace 2>&1 | tee -a "$log"; \
-    browser=0; for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t" 2>&1 | tee -a "$log" || browser=1; done; \
-    fuzz=0; "{{just_executable()}}" fuzz 30 2>&1 | tee -a "$log" || fuzz=1; \
-    awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"; \
-    [ $browser = 0 ] && [ $fuzz = 0 ]
+# the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium, then every fuzz target for 30 s; ends with a table of how long each stage took
+test:
+    #!/usr/bin/env bash
+    set -uo pipefail
+    just="{{just_executable()}}"
+    log="$(mktemp)"; times="$(mktemp)"; trap 'rm -f "$log" "$times"' EXIT
+    failed_stages=0
+    # stage <name> <command...>: runs the command, notes its time and outcome;
+    # the test runners' output also goes to $log for the closing total
+    stage() {
+        local name="$1" t0 rc; shift
+        t0=$(date +%s.%N)
+        "$@" 2>&1 | tee -a "$log"; rc=${PIPESTATUS[0]}
+        local took; took="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
+        printf '%s\t%s\t%s\n' "$name" "$took" "$([ $rc = 0 ] && echo ok || echo FAILED)" >>"$times"
+        printf '== stage %s: %.0f s, %s\n' "$name" "$took" "$([ $rc = 0 ] && echo ok || echo FAILED)"
+        [ $rc = 0 ] || failed_stages=$((failed_stages + 1))
+        return $rc
+    }
+    browser_tests() {
+        local rc=0 t
+        for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t" || rc=1; done
+        return $rc
+    }
+    report() {
+        echo; echo "stage            seconds  outcome"
+        awk -F'\t' '{ printf "%-16s %7.1f  %s\n", $1, $2, $3; s += $2 } END { printf "%-16s %7.1f\n", "all", s }' "$times"
+        awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"
+    }
+    # what the tests need; a failure here stops the run (nothing after it can pass)
+    stage setup "$just" setup && stage plugins "$just" plugins && stage mpi-probe "$just" mpi-probe && stage web "$just" web \
+      && stage build cargo test --workspace --no-run \
+      || { report; exit 1; }
+    # `cargo test --no-run` above built target/debug/sonde too (cargo builds a package's binaries for its integration
+    # tests), with the same dependency features as the tests, so no separate `cargo build` compiles sonde a second time
+    stage "cargo tests" cargo test --workspace
+    stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
+    stage "browser tests" browser_tests
+    stage fuzz "$just" fuzz 30
+    report
+    [ $failed_stages = 0 ]
 
 # only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
 e2e: setup plugins mpi-probe web
@@ -109,11 +143,20 @@ fuzz SECONDS="30":
     echo "test result: $([ $failed = 0 ] && echo ok || echo FAILED). $passed passed; $failed failed; fuzz targets, {{SECONDS}} s each"; \
     [ $failed = 0 ]
 
-# formatting and lints
-lint:
+# fast checks that CI runs before the tests: rustfmt and clippy -D warnings on the native workspace and the plugins (for wasm32-wasip2 and natively with their tests), eslint on web/, the host's import layers
+check: web-deps
     cargo fmt --all --check
-    cargo clippy --workspace --all-targets -- -D warnings
     cargo fmt --manifest-path plugins/Cargo.toml --all --check
+    cargo fmt --manifest-path fuzz/Cargo.toml --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+    rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
+    cargo clippy --manifest-path plugins/Cargo.toml --workspace --target wasm32-wasip2 -- -D warnings
+    cargo clippy --manifest-path plugins/Cargo.toml --workspace --all-targets -- -D warnings
+    cd web && npx --no-install eslint .
+    [ ! -f scripts/check_layers.py ] || python3 scripts/check_layers.py
+
+# the same as `check`
+alias lint := check
 
 # remove build outputs and the local data directory
 clean:

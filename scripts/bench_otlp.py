@@ -33,29 +33,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_process import ROOT, SONDE, cpu_seconds, free_port, get, rss_mb, stop  # noqa: E402
-
-LOADGEN = os.path.join(ROOT, "target/release/otlp-loadgen")
-TESTBED = os.path.join(ROOT, "target/plugins/testing/testbed.wasm")
-
-
-def rotel_agent():
-    return subprocess.check_output([sys.executable, "-c",
-        "import rotel,os;print(os.path.join(os.path.dirname(rotel.__file__),'rotel-agent'))"], text=True).strip()
-
-
-def start_rotel(grpc_port, export_to=None):
-    """rotel on grpc_port: blackhole exporter, or OTLP/gRPC (uncompressed, like sonde's) to export_to."""
-    exporter = ["--exporter", "blackhole"] if export_to is None else [
-        "--exporter", "otlp", "--otlp-exporter-endpoint", f"http://127.0.0.1:{export_to}",
-        "--otlp-exporter-protocol", "grpc", "--otlp-exporter-compression", "none"]
-    p = subprocess.Popen([rotel_agent(), "start", *exporter,
-                          "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}",
-                          "--otlp-http-endpoint", f"127.0.0.1:{free_port()}"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1)
-    return p
+from harness import (LOADGEN, SONDE, TESTBED, cpu_seconds, free_port, get, plugin_dirs, rss_mb, start_rotel,
+                     start_sonde, stop, wait_until)
 
 
 def load(port, a):
@@ -73,8 +52,7 @@ def measure(pid, port, a):
 
 
 def round_rotel(a, export_to=None):
-    port = free_port()
-    p = start_rotel(port, export_to)
+    p, port = start_rotel(export_to=export_to)
     try:
         res, cpu = measure(p.pid, port, a)
         return {"pps": res["points_per_second"], "points": res["points_ok"], "cpu_s": cpu,
@@ -87,31 +65,19 @@ def round_rotel(a, export_to=None):
 def round_sonde(a, sink_port, cache):
     data = tempfile.mkdtemp(prefix="sonde-otlp-bench-")
     try:
-        plugins = os.path.join(data, "plugins")
-        os.makedirs(plugins)
-        os.makedirs(os.path.join(data, "sinks"))
-        shutil.copy(TESTBED, os.path.join(plugins, "passthrough.wasm"))
+        plugin_dirs(data, bundled=False, extra={"passthrough": TESTBED})
         if cache and os.path.isdir(cache):
             shutil.copytree(cache, os.path.join(data, "cache"))
         api, port = f"127.0.0.1:{free_port()}", free_port()
-        p = subprocess.Popen([SONDE, "--data-dir", data, "--plugins-dir", plugins, "--sinks-dir", os.path.join(data, "sinks"),
-                              "--listen", api, "--export-endpoint", f"http://127.0.0.1:{sink_port}",
-                              "--set", f"ingest.otlp_grpc_listen=127.0.0.1:{port}", "--set", "ingest.otlp_http_listen=off",
-                              "--set", "export.interval_ms=1000",
-                              # 4x the default queue (256 requests of 8 192 points): room for ~3 s
-                              # of this load while the one request in flight waits for a core.
-                              "--set", "export.queue_capacity=256"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = start_sonde(data, api, f"http://127.0.0.1:{sink_port}", settings=[
+            f"ingest.otlp_grpc_listen=127.0.0.1:{port}", "ingest.otlp_http_listen=off", "export.interval_ms=1000",
+            # 4x the default queue (256 requests of 8 192 points): room for ~3 s
+            # of this load while the one request in flight waits for a core.
+            "export.queue_capacity=256"])
         try:
-            for _ in range(600):
-                try:
-                    if any(pl["name"] == "passthrough" and pl["state"] == "running" for pl in get(api, "/api/plugins")["plugins"]):
-                        break
-                except OSError:
-                    pass
-                time.sleep(0.05)
-            else:
-                sys.exit("sonde did not start the passthrough plugin")
+            wait_until(lambda: any(pl["name"] == "passthrough" and pl["state"] == "running"
+                                   for pl in get(api, "/api/plugins")["plugins"]),
+                       p, "sonde did not start the passthrough plugin")
             if cache and not os.path.isdir(cache):
                 shutil.copytree(os.path.join(data, "cache"), cache)
             # The idle cost (sampler, timers) over the same time, subtracted below.

@@ -12,7 +12,7 @@ readings (CPU, memory, network, disk) every 100 ms:
 - prometheus-node-exporter with its default collectors, scraped at 10 Hz by
   this script (the scraper's own CPU is not counted), samples = scrapes served;
 - prometheus-node-exporter restricted to the same four collectors sonde reads;
-- a Python psutil sampler doing the same reads (scripts/bench_process.py's).
+- a Python psutil sampler doing the same reads (scripts/harness.py's PSUTIL_PEER).
 
 For each it prints CPU per sample (user+sys of the whole process divided by
 samples taken), RSS at the end, and the ratio sonde/peer. Medians of ROUNDS
@@ -35,9 +35,8 @@ import time
 import urllib.request
 import socket
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_process import (  # noqa: E402  (shared helpers of the sonde-vs-psutil benchmark)
-    PSUTIL_PEER, SONDE, cold_start, cpu_seconds, free_port, get, rss_mb, start_sonde, stop)
+from harness import (PSUTIL_PEER, cold_start, cpu_seconds, free_port, get, need_release_build, rss_mb, start_rotel,
+                     start_sonde_timed, stop)
 
 INTERVAL = 0.1
 
@@ -107,7 +106,7 @@ def one_round(seconds, endpoint, cache):
     try:
         shutil.copytree(cache, os.path.join(data, "cache"))
         api = f"127.0.0.1:{free_port()}"
-        sonde, _ = start_sonde(data, api, endpoint)
+        sonde, _ = start_sonde_timed(data, api, endpoint)
         procs.append(sonde)
         # collectd sends its values to this socket, as an agent sends to its server.
         sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -165,17 +164,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
-    if not os.path.exists(SONDE):
-        sys.exit("build first: ./dev bench-peers (or cargo build --release -p sonde && scripts/build-plugins.sh)")
+    need_release_build(recipe="./dev bench-peers")
     for tool in ("collectd", "prometheus-node-exporter"):
         if not shutil.which(tool):
             sys.exit(f"{tool} is missing: ./dev bench-peers installs it (apt-get install collectd-core prometheus-node-exporter)")
-    rotel = subprocess.check_output([sys.executable, "-c",
-        "import rotel,os;print(os.path.join(os.path.dirname(rotel.__file__),'rotel-agent'))"], text=True).strip()
-    grpc = free_port()
-    col = subprocess.Popen([rotel, "start", "--exporter", "blackhole", "--otlp-grpc-endpoint", f"127.0.0.1:{grpc}",
-                            "--otlp-http-endpoint", f"127.0.0.1:{free_port()}"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    col, grpc = start_rotel(settle=0)
     endpoint = f"http://127.0.0.1:{grpc}"
     try:
         time.sleep(1)

@@ -13,100 +13,16 @@ Usage: scripts/bench_process.py [--seconds 20] [--rounds 3]
 """
 
 import argparse
-import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SONDE = os.path.join(ROOT, "target/release/sonde")
-BUNDLED = os.path.join(ROOT, "target/plugins/bundled")
-TICK = os.sysconf("SC_CLK_TCK")
-
-PSUTIL_PEER = r"""
-import psutil, time, sys
-period = 0.1
-n = 0
-psutil.cpu_percent(percpu=True)
-next_t = time.monotonic()
-end = time.monotonic() + float(sys.argv[1])
-while time.monotonic() < end:
-    psutil.cpu_percent(percpu=True); psutil.cpu_percent()
-    psutil.virtual_memory()
-    psutil.net_io_counters(pernic=True)
-    psutil.disk_io_counters(perdisk=True)
-    n += 1
-    next_t += period
-    time.sleep(max(0, next_t - time.monotonic()))
-print(n)
-"""
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-
-
-def rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def get(api, path):
-    with urllib.request.urlopen(f"http://{api}{path}", timeout=5) as r:
-        return json.loads(r.read())
-
-
-def start_sonde(data, api, endpoint, extra=()):
-    plugins = os.path.join(data, "plugins")
-    os.makedirs(plugins, exist_ok=True)
-    os.makedirs(os.path.join(data, "sinks"), exist_ok=True)
-    for f in os.listdir(BUNDLED):
-        shutil.copy(os.path.join(BUNDLED, f), plugins)
-    args = [SONDE, "--data-dir", data, "--plugins-dir", plugins, "--sinks-dir", os.path.join(data, "sinks"),
-            "--listen", api, *extra]
-    if endpoint:
-        args += ["--export-endpoint", endpoint]
-    t0 = time.monotonic()
-    p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    # Cold start: until the sampler has taken its first sample.
-    while True:
-        try:
-            st = get(api, "/api/status")
-            if st["sampler"] and st["sampler"]["period"]["ticks"] >= 1:
-                return p, (time.monotonic() - t0) * 1000
-        except Exception:
-            pass
-        if p.poll() is not None:
-            sys.exit(f"sonde exited early with {p.returncode}")
-        time.sleep(0.005)
-
-
-def stop(p):
-    p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(10)
-    except subprocess.TimeoutExpired:
-        p.kill()
+from harness import (PSUTIL_PEER, cold_start, cpu_seconds, free_port, get, need_release_build, rss_mb, start_rotel,
+                     start_sonde_timed, stop)
 
 
 def one_round(seconds, endpoint, busy, cache):
@@ -118,7 +34,7 @@ def one_round(seconds, endpoint, busy, cache):
     if busy:
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
     try:
-        p, _ = start_sonde(data, api, endpoint)
+        p, _ = start_sonde_timed(data, api, endpoint)
         time.sleep(2)  # warm-up: plugin loaded, first export done
         peer = None if busy else subprocess.Popen([sys.executable, "-c", PSUTIL_PEER, str(seconds)], stdout=subprocess.PIPE, text=True)
         c0, t0 = cpu_seconds(p.pid), get(api, "/api/status")["sampler"]["period"]["ticks"]
@@ -146,40 +62,17 @@ def one_round(seconds, endpoint, busy, cache):
         shutil.rmtree(data, ignore_errors=True)
 
 
-def cold_start(endpoint, keep_cache=None):
-    """(ms to first sample without a compile cache, RSS 2 s later, ms with the cache)."""
-    data = tempfile.mkdtemp(prefix="sonde-cold-")
-    try:
-        p, cold_ms = start_sonde(data, f"127.0.0.1:{free_port()}", endpoint)
-        time.sleep(2)
-        cold_rss = rss_mb(p.pid)
-        stop(p)
-        p, warm_ms = start_sonde(data, f"127.0.0.1:{free_port()}", endpoint)
-        stop(p)
-        if keep_cache:
-            shutil.copytree(os.path.join(data, "cache"), keep_cache)
-        return cold_ms, cold_rss, warm_ms
-    finally:
-        shutil.rmtree(data, ignore_errors=True)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
-    if not os.path.exists(SONDE):
-        sys.exit("build first: cargo build --release -p sonde && scripts/build-plugins.sh")
+    need_release_build(recipe="./dev bench")
     try:
         import psutil  # noqa: F401
     except ImportError:
         subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "psutil"])
-    rotel = subprocess.check_output([sys.executable, "-c",
-        "import rotel,os;print(os.path.join(os.path.dirname(rotel.__file__),'rotel-agent'))"], text=True).strip()
-    grpc = free_port()
-    col = subprocess.Popen([rotel, "start", "--exporter", "blackhole", "--otlp-grpc-endpoint", f"127.0.0.1:{grpc}",
-                            "--otlp-http-endpoint", f"127.0.0.1:{free_port()}"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    col, grpc = start_rotel(settle=0)
     endpoint = f"http://127.0.0.1:{grpc}"
     try:
         time.sleep(1)

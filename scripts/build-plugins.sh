@@ -14,17 +14,6 @@ out="$root/plugins/target/$target/release"
 # Idempotent; prints nothing useful when the target is already installed.
 rustup target add "$target" >/dev/null 2>&1 || rustup target add "$target"
 
-# wrongworld's contract is the real one with only the package version
-# changed; regenerate it so it never drifts (a native test checks it too).
-wrong_wit="$root/plugins/testing/wrongworld/wit/sonde-plugin.wit"
-tmp="$(mktemp)"
-trap 'rm -f "$tmp"' EXIT
-sed 's/^package sonde:plugin@[^;]*;$/package sonde:plugin@9.0.0;/' "$root/wit/sonde-plugin.wit" >"$tmp"
-if ! cmp -s "$tmp" "$wrong_wit"; then
-    cp "$tmp" "$wrong_wit"
-    echo "refreshed plugins/testing/wrongworld/wit/sonde-plugin.wit"
-fi
-
 cargo build --manifest-path "$root/plugins/Cargo.toml" --workspace --release --target "$target"
 
 # A component starts with "\0asm" and layer 1 (0d 00 01 00); a core module

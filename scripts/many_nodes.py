@@ -40,34 +40,22 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_process import BUNDLED, SONDE, free_port, get, rss_mb  # noqa: E402
+from harness import SONDE, free_port, get, plugin_dirs, rss_mb, start_rotel, start_sonde, wait_ready
 
 # rotel's detailed debug log prints every data point under a "<Kind>DataPoints #n" line.
 RECEIVED = re.compile(r"^\w*DataPoints #\d+", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def rotel_agent():
-    return subprocess.check_output([sys.executable, "-c",
-        "import rotel,os;print(os.path.join(os.path.dirname(rotel.__file__),'rotel-agent'))"], text=True).strip()
-
-
 class Rotel:
     def __init__(self, workdir):
-        self.port = free_port()
         self.log = os.path.join(workdir, "rotel.log")
-        self.p = subprocess.Popen([rotel_agent(), "start", "--exporter", "blackhole",
-                                   "--otlp-grpc-endpoint", f"127.0.0.1:{self.port}",
-                                   "--otlp-http-endpoint", f"127.0.0.1:{free_port()}",
-                                   "--debug-log", "metrics", "--debug-log-verbosity", "detailed"],
-                                  stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        time.sleep(1)
+        self.p, self.port = start_rotel(extra=["--debug-log", "metrics", "--debug-log-verbosity", "detailed"],
+                                        stdout=open(self.log, "w"))
 
     def received(self):
         with open(self.log, errors="replace") as f:
@@ -118,27 +106,16 @@ class Sonde:
         self.name, self.endpoint, self.extra = name, endpoint, list(extra)
         self.api = f"127.0.0.1:{api_port or free_port()}"
         self.grpc_port = grpc_port
-        for d in ("plugins", "sinks"):
-            os.makedirs(os.path.join(self.dir, d), exist_ok=True)
-        for f in os.listdir(BUNDLED) if plugins else []:
-            shutil.copy(os.path.join(BUNDLED, f), os.path.join(self.dir, "plugins"))
+        plugin_dirs(self.dir, bundled=plugins)
         self.start()
 
     def start(self):
         grpc = f"127.0.0.1:{self.grpc_port}" if self.grpc_port else "off"
-        self.p = subprocess.Popen(
-            [SONDE, "--data-dir", os.path.join(self.dir, "data"), "--plugins-dir", os.path.join(self.dir, "plugins"),
-             "--sinks-dir", os.path.join(self.dir, "sinks"), "--listen", self.api, "--export-endpoint", self.endpoint,
-             "--set", f"host.name={self.name}", "--set", f"ingest.otlp_grpc_listen={grpc}",
-             "--set", "ingest.otlp_http_listen=off", "--set", "export.interval_ms=1000", *self.extra],
-            stdout=open(os.path.join(self.dir, "out.log"), "a"), stderr=subprocess.STDOUT)
-        for _ in range(600):
-            try:
-                if get(self.api, "/api/ready") is not None:
-                    return
-            except Exception:
-                time.sleep(0.05)
-        sys.exit(f"{self.name} did not become ready; see {self.dir}/out.log")
+        self.p = start_sonde(self.dir, self.api, self.endpoint, data_dir=os.path.join(self.dir, "data"),
+                             settings=[f"host.name={self.name}", f"ingest.otlp_grpc_listen={grpc}",
+                                       "ingest.otlp_http_listen=off", "export.interval_ms=1000"],
+                             extra=self.extra, stdout=open(os.path.join(self.dir, "out.log"), "a"))
+        wait_ready(self.api, self.p, f"{self.name} did not become ready; see {self.dir}/out.log")
 
     def status(self):
         return get(self.api, "/api/status")

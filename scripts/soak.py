@@ -40,17 +40,15 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_process import BUNDLED, ROOT, SONDE, free_port, get, rss_mb, stop  # noqa: E402
+from harness import (BUNDLED, ROOT, SONDE, TESTBED, free_port, get, plugin_dirs, proc_counts, rss_mb, start_rotel,
+                     start_sonde, stop, wait_until)
 
-TESTBED = os.path.join(ROOT, "target/plugins/testing/testbed.wasm")
 HOSTILE = ("spin", "membomb", "trap")
 
 
@@ -127,13 +125,6 @@ def cpu_steal():
     return v[7] if len(v) > 7 else 0, sum(v)
 
 
-def proc_counts(pid):
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
-    with open(f"/proc/{pid}/status") as f:
-        threads = next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
-    return fds, threads
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=30)
@@ -148,36 +139,18 @@ def main():
             sys.exit(f"{what} is missing at {p}: run ./dev soak")
     os.makedirs(a.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="sonde-soak-")
-    plugins = os.path.join(work, "plugins")
-    os.makedirs(plugins)
-    os.makedirs(os.path.join(work, "sinks"))
-    for f in os.listdir(BUNDLED):
-        shutil.copy(os.path.join(BUNDLED, f), plugins)
-    rotel_bin = subprocess.check_output([sys.executable, "-c",
-        "import rotel,os;print(os.path.join(os.path.dirname(rotel.__file__),'rotel-agent'))"], text=True).strip()
-    grpc = free_port()
-    rotel = subprocess.Popen([rotel_bin, "start", "--exporter", "blackhole", "--otlp-grpc-endpoint", f"127.0.0.1:{grpc}",
-                              "--otlp-http-endpoint", f"127.0.0.1:{free_port()}"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    plugins, _ = plugin_dirs(work)
+    rotel, grpc = start_rotel(settle=0)
     api = f"127.0.0.1:{free_port()}"
     log = open(os.path.join(a.out, "sonde.log"), "w")
-    sonde = subprocess.Popen([SONDE, "--data-dir", os.path.join(work, "data"), "--plugins-dir", plugins,
-                              "--sinks-dir", os.path.join(work, "sinks"), "--listen", api,
-                              "--export-endpoint", f"http://127.0.0.1:{grpc}",
-                              "--set", "ingest.otlp_grpc_listen=off", "--set", "ingest.otlp_http_listen=off"],
-                             stdout=log, stderr=subprocess.STDOUT)
+    sonde = start_sonde(work, api, f"http://127.0.0.1:{grpc}", data_dir=os.path.join(work, "data"),
+                        settings=["ingest.otlp_grpc_listen=off", "ingest.otlp_http_listen=off"], stdout=log)
     rows = []
     try:
-        for _ in range(1200):
-            try:
-                st = get(api, "/api/status")
-                if st["sampler"] and all(p["state"] == "running" for p in get(api, "/api/plugins")["plugins"]):
-                    break
-            except Exception:
-                pass
-            time.sleep(0.1)
-        else:
-            sys.exit("sonde did not start every plugin; see " + os.path.join(a.out, "sonde.log"))
+        wait_until(lambda: get(api, "/api/status")["sampler"]
+                   and all(p["state"] == "running" for p in get(api, "/api/plugins")["plugins"]),
+                   sonde, "sonde did not start every plugin; see " + os.path.join(a.out, "sonde.log"),
+                   seconds=120, step=0.1)
         load = Load(api, a.events)
         load.start()
         t0 = time.monotonic()

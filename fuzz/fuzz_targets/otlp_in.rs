@@ -23,14 +23,24 @@ fn points(reports: &[Report]) -> Vec<String> {
         .flat_map(|r| {
             r.points.iter().map(move |p| {
                 let s = &r.series[p.series as usize];
-                format!("{:?}|{}|{}|{:?}|{:?}|{:x}", r.origin, s.metric, s.unit, s.kind, s.attributes, p.value.to_bits())
+                format!(
+                    "{:?}|{}|{}|{:?}|{:?}|{:x}",
+                    r.origin,
+                    s.metric,
+                    s.unit,
+                    s.kind,
+                    s.attributes,
+                    p.value.to_bits()
+                )
             })
         })
         .collect()
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&which, body)) = data.split_first() else { return };
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
     // The property is that nothing panics, whatever the bytes; the reports
     // are built in full (every string and attribute copied) so that it holds
     // for the mapping too, not just for the decoder.

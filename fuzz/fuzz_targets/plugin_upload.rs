@@ -28,7 +28,10 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(name) = std::str::from_utf8(name) {
         if check_plugin_name(name).is_ok() {
-            assert!(!name.contains('/') && !name.contains(".."), "{name:?} passed the name check");
+            assert!(
+                !name.contains('/') && !name.contains(".."),
+                "{name:?} passed the name check"
+            );
         }
     }
     let _ = engine().load_component(bytes);

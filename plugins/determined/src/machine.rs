@@ -478,8 +478,9 @@ mod tests {
 
     #[test]
     fn reports_arriving_out_of_order_set_the_window_by_their_own_times() {
-        // (reports in arrival order, the window they must give)
-        let table: [(&[(u64, u64)], Option<(u64, u64)>); 5] = [
+        // (reports in arrival order as (time, batch), the window they must give)
+        type Reports = &'static [(u64, u64)];
+        let table: [(Reports, Option<(u64, u64)>); 5] = [
             (&[(11, 3), (10, 3)], Some((10, u64::MAX))),     // activation moves back
             (&[(11, 4), (10, 2)], Some((11, u64::MAX))),     // below begin_on_batch: no move
             (&[(10, 3), (20, 10), (18, 9)], Some((10, 18))), // the end moves back

@@ -17,6 +17,13 @@ pub enum AtShutdown {
     Drop,
 }
 
+/// Determined's own profiler stopped collecting for good after 5 minutes of
+/// active time (`harness/determined/profiler.py`, from release 0.16.0 until
+/// it was replaced in 0.30.0), to spare its master's database and keep the
+/// WebUI's pages quick to load. It is the default of `max_active_s`, which
+/// can raise it or turn the cap off (0).
+pub const DETERMINED_MAX_ACTIVE_S: f64 = 300.0;
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Settings {
     /// Determined's `profiling_enabled`.
@@ -25,7 +32,8 @@ pub struct Settings {
     pub job: String,
     pub begin_on_batch: u64,
     pub end_after_batch: Option<u64>,
-    /// Cap on active time per job, seconds; 0 = no cap.
+    /// Cap on active time per job, seconds; 0 = no cap. Default
+    /// [`DETERMINED_MAX_ACTIVE_S`].
     pub max_active_s: f64,
     pub sample_period_ms: u32,
     pub deliver_every_ms: u32,
@@ -85,7 +93,7 @@ impl Default for Settings {
             job: String::new(),
             begin_on_batch: 0,
             end_after_batch: None,
-            max_active_s: 300.0,
+            max_active_s: DETERMINED_MAX_ACTIVE_S,
             sample_period_ms: 100,
             deliver_every_ms: DEFAULT_DELIVER_EVERY_MS,
             flush_every_s: 10.0,

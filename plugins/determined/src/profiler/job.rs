@@ -1,0 +1,250 @@
+//! One job as the profiler keeps it: Determined's enabled/active state
+//! machine (`crate::machine`) applied to the job, with its batch-index
+//! timeline, the state record it persists, the decisions and log lines it
+//! reports, and the timer for its active-time cap.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde::Serialize;
+use sonde_plugin_sdk::PointBuffer;
+use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
+
+use super::series::declare;
+use super::{DECISION_KIND, JOB_KEY_PREFIX};
+use crate::host::Host;
+use crate::machine::{Change, EndReason, Limits, Machine, Persisted};
+use crate::outputs::{self, MetricType};
+use crate::settings::Settings;
+use crate::timeline::Timeline;
+
+#[derive(Debug, Clone)]
+pub enum JobKind {
+    /// A timed section; `step` is the batch index given with it, or -1.
+    Timing {
+        name: Arc<str>,
+        step: i64,
+    },
+    SamplesPerSecond,
+}
+
+pub struct Job {
+    pub name: Arc<str>,
+    pub machine: Machine,
+    pub timeline: Timeline,
+    /// Node of the origin that enabled system metrics / timings (the batch's `agent`).
+    pub node_sys: String,
+    pub node_timing: String,
+    pub(super) timing_names: HashSet<Arc<str>>,
+    pub(super) names_overflow_logged: bool,
+    /// `sonde.batch.index` handle per metric type (`Some(None)`: refused).
+    pub(super) batch_handles: [Option<Option<u32>>; 3],
+    /// Timestamp of the last `sonde.batch.index` point per metric type.
+    pub(super) last_batch_point: [Option<u64>; 3],
+    pub(super) cap_timer: Option<u64>,
+    pub(super) persisted: Option<Persisted>,
+}
+
+pub fn limits(s: &Settings) -> Limits {
+    Limits {
+        begin_on_batch: s.begin_on_batch,
+        end_after_batch: s.end_after_batch,
+        cap_ns: s.cap_ns(),
+    }
+}
+
+/// `ns` as seconds with one decimal, without pulling in core's float
+/// formatting (serde_json brings its own; the component stays smaller).
+fn seconds(ns: u64) -> String {
+    let tenths = ns.saturating_add(50_000_000) / 100_000_000;
+    format!("{}.{}", tenths / 10, tenths % 10)
+}
+
+/// A float as JSON writes it (e.g. `300.0`, `0.5`).
+fn json_number(x: f64) -> String {
+    serde_json::Value::from(x).to_string()
+}
+
+impl Job {
+    pub(super) fn new(name: Arc<str>, machine: Machine) -> Job {
+        Job {
+            name,
+            machine,
+            timeline: Timeline::default(),
+            node_sys: String::new(),
+            node_timing: String::new(),
+            timing_names: HashSet::new(),
+            names_overflow_logged: false,
+            batch_handles: [None; 3],
+            last_batch_point: [None; 3],
+            cap_timer: None,
+            persisted: None,
+        }
+    }
+
+    /// The batch index current at `time`.
+    pub(super) fn batch_at(&self, time: u64) -> u64 {
+        self.timeline.at(time).or(self.machine.last_batch).unwrap_or(0)
+    }
+
+    fn state_body(&self, reason: &str) -> String {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            job: &'a str,
+            enabled: bool,
+            sysmetrics_enabled: bool,
+            timings_enabled: bool,
+            active: bool,
+            ended: bool,
+            reason: &'a str,
+            batch_idx: Option<u64>,
+        }
+        let m = &self.machine;
+        serde_json::to_string(&Body {
+            job: &self.name,
+            enabled: m.enabled(),
+            sysmetrics_enabled: m.sys_enabled(),
+            timings_enabled: m.timings_enabled(),
+            active: m.is_active(),
+            ended: m.is_ended(),
+            reason,
+            batch_idx: m.last_batch,
+        })
+        .expect("state body serializes")
+    }
+
+    /// A `profiler.state` decision and the same sentence in the host's log.
+    pub(super) fn report(&self, host: &mut dyn Host, level: Severity, reason: &str, sentence: String) {
+        host.log(level, &sentence);
+        host.emit_decision(&Decision {
+            kind: DECISION_KIND.to_string(),
+            subject: self.name.to_string(),
+            reason: sentence,
+            body: self.state_body(reason),
+            attributes: vec![Attribute::new("determined.trial", &*self.name)],
+        });
+    }
+
+    pub(super) fn persist(&mut self, host: &mut dyn Host, now: u64) {
+        let p = self.machine.to_persisted(now);
+        if self.persisted.as_ref() == Some(&p) {
+            return;
+        }
+        let json = serde_json::to_vec(&p).expect("persisted state serializes");
+        match host.state_put(&format!("{JOB_KEY_PREFIX}{}", self.name), &json) {
+            Ok(()) => self.persisted = Some(p),
+            Err(e) => host.log(
+                Severity::Warn,
+                &format!("job {}: could not persist its state: {e}", self.name),
+            ),
+        }
+    }
+
+    pub(super) fn schedule_cap(&mut self, host: &mut dyn Host, limits: &Limits, now: u64) {
+        if let Some(id) = self.cap_timer.take() {
+            host.cancel_timer(id);
+        }
+        if let Some(end) = self.machine.cap_end(limits) {
+            let ms = end.saturating_sub(now).div_ceil(1_000_000);
+            self.cap_timer = Some(host.set_timer(ms, false));
+        }
+    }
+
+    /// Reports, persists and arms/disarms timers for a change of state.
+    pub(super) fn apply(&mut self, host: &mut dyn Host, change: Change, settings: &Settings, now: u64) {
+        let name = self.name.clone();
+        let batch = self.machine.last_batch.map_or("none".to_string(), |b| b.to_string());
+        let limits = limits(settings);
+        let (level, sentence) = match change {
+            Change::Activated { .. } => (
+                Severity::Info,
+                format!(
+                    "job {name}: profiling active from batch {batch} (begin_on_batch {})",
+                    settings.begin_on_batch
+                ),
+            ),
+            Change::Resumed { at } => (
+                Severity::Info,
+                format!(
+                    "job {name}: profiling resumed after a restart at batch {batch}{}",
+                    match self.machine.cap_end(&limits) {
+                        Some(end) => format!(" with {} s of max_active_s left", seconds(end - at)),
+                        None => String::new(),
+                    }
+                ),
+            ),
+            Change::Ended { reason, .. } => {
+                let why = match reason {
+                    EndReason::EndAfterBatch => format!(
+                        "batch {batch} is past end_after_batch {}",
+                        settings.end_after_batch.map_or("-".into(), |e| e.to_string())
+                    ),
+                    EndReason::MaxActive => {
+                        format!("active for max_active_s ({} s)", json_number(settings.max_active_s))
+                    }
+                    EndReason::NotResumed => {
+                        "it was active before the plugin restarted and resume_after_restart is false".to_string()
+                    }
+                };
+                let level = if reason == EndReason::NotResumed {
+                    Severity::Warn
+                } else {
+                    Severity::Info
+                };
+                (level, format!("job {name}: profiling ended for good: {why}"))
+            }
+        };
+        self.report(host, level, change.code(), sentence);
+        match change {
+            Change::Activated { .. } | Change::Resumed { .. } => self.schedule_cap(host, &limits, now),
+            Change::Ended { .. } => {
+                if let Some(id) = self.cap_timer.take() {
+                    host.cancel_timer(id);
+                }
+            }
+        }
+        self.persist(host, now);
+    }
+
+    pub(super) fn batch_point(
+        &mut self,
+        host: &mut dyn Host,
+        points: &mut PointBuffer,
+        t: MetricType,
+        time: u64,
+        batch: u64,
+    ) {
+        let i = t.index();
+        if self.last_batch_point[i] == Some(time) {
+            return;
+        }
+        self.last_batch_point[i] = Some(time);
+        let handle =
+            *self.batch_handles[i].get_or_insert_with(|| declare(host, &outputs::batch_index_desc(&self.name, t)));
+        if let Some(h) = handle {
+            points.push(h, time, batch as f64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_in_sentences() {
+        let table = [
+            (0, "0.0"),
+            (60_000_000_000, "60.0"),
+            (1_249_000_000, "1.2"),
+            (1_250_000_000, "1.3"),
+        ];
+        for (ns, want) in table {
+            assert_eq!(seconds(ns), want, "{ns}");
+        }
+        assert_eq!(
+            (json_number(300.0).as_str(), json_number(0.5).as_str()),
+            ("300.0", "0.5")
+        );
+    }
+}

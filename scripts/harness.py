@@ -1,0 +1,223 @@
+"""What the benchmark and soak scripts share (see scripts/README.md).
+
+- where the built pieces are: the release `sonde`, the bundled and testing plugins, otlp-loadgen;
+- the rotel OTLP collector (from the `rotel` PyPI package that `./dev setup` installs): finding
+  its binary and starting it with a blackhole or an OTLP exporter;
+- starting sonde in a scratch directory and waiting until it is ready, or until its first sample
+  (the cold-start figure), and a compile cache made once so later rounds start warm;
+- a process's CPU time, RSS, open files and threads, read from /proc;
+- the psutil sampler the whole-process benchmarks put beside sonde.
+
+Only the standard library is imported here.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SONDE = os.path.join(ROOT, "target/release/sonde")
+BUNDLED = os.path.join(ROOT, "target/plugins/bundled")
+TESTBED = os.path.join(ROOT, "target/plugins/testing/testbed.wasm")
+LOADGEN = os.path.join(ROOT, "target/release/otlp-loadgen")
+TICK = os.sysconf("SC_CLK_TCK")
+
+# A Python sampler doing the reads sonde does (CPU per core and total, memory, network per
+# interface, disk per device) every 100 ms for argv[1] seconds; prints how many samples it took.
+PSUTIL_PEER = r"""
+import psutil, time, sys
+period = 0.1
+n = 0
+psutil.cpu_percent(percpu=True)
+next_t = time.monotonic()
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    psutil.cpu_percent(percpu=True); psutil.cpu_percent()
+    psutil.virtual_memory()
+    psutil.net_io_counters(pernic=True)
+    psutil.disk_io_counters(perdisk=True)
+    n += 1
+    next_t += period
+    time.sleep(max(0, next_t - time.monotonic()))
+print(n)
+"""
+
+
+# ---------------------------------------------------------------- processes and /proc
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def proc_counts(pid):
+    """(open file descriptors, threads) of a process."""
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    with open(f"/proc/{pid}/status") as f:
+        threads = next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    return fds, threads
+
+
+def stop(p, timeout=10):
+    """SIGTERM, then SIGKILL if the process has not ended within `timeout` seconds."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
+def get(api, path):
+    """GET http://{api}{path} as JSON."""
+    with urllib.request.urlopen(f"http://{api}{path}", timeout=5) as r:
+        return json.loads(r.read())
+
+
+# ---------------------------------------------------------------- rotel
+
+def rotel_agent():
+    """Path of the rotel binary shipped inside the `rotel` Python package."""
+    try:
+        import rotel
+    except ImportError:
+        sys.exit("the rotel collector is missing: run ./dev setup (pip install rotel)")
+    return os.path.join(os.path.dirname(rotel.__file__), "rotel-agent")
+
+
+def start_rotel(grpc_port=None, export_to=None, extra=(), stdout=None, settle=1.0):
+    """Starts rotel receiving OTLP/gRPC on grpc_port (a free one if None), with a blackhole
+    exporter, or with OTLP/gRPC export (uncompressed, like sonde's) to port `export_to`.
+    `extra` adds rotel arguments; its output goes to `stdout` (a file) or nowhere. Waits
+    `settle` seconds for it to listen. Returns (process, grpc_port)."""
+    grpc_port = grpc_port or free_port()
+    exporter = ["--exporter", "blackhole"] if export_to is None else [
+        "--exporter", "otlp", "--otlp-exporter-endpoint", f"http://127.0.0.1:{export_to}",
+        "--otlp-exporter-protocol", "grpc", "--otlp-exporter-compression", "none"]
+    out = stdout if stdout is not None else subprocess.DEVNULL
+    p = subprocess.Popen([rotel_agent(), "start", *exporter,
+                          "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}",
+                          "--otlp-http-endpoint", f"127.0.0.1:{free_port()}", *extra],
+                         stdout=out, stderr=subprocess.STDOUT if stdout is not None else subprocess.DEVNULL)
+    time.sleep(settle)
+    return p, grpc_port
+
+
+# ---------------------------------------------------------------- sonde
+
+def need_release_build(*paths, recipe="./dev bench"):
+    """Exits with a clear message when sonde (or another built piece) is missing."""
+    for path in (SONDE, *paths):
+        if not os.path.exists(path):
+            sys.exit(f"{os.path.relpath(path, ROOT)} is missing: build it with {recipe}")
+
+
+def plugin_dirs(work, bundled=True, extra=None):
+    """Makes work/plugins (with the bundled plugins, unless bundled=False, and `extra`:
+    {plugin name: component path}) and work/sinks. Returns (plugins, sinks)."""
+    plugins, sinks = os.path.join(work, "plugins"), os.path.join(work, "sinks")
+    os.makedirs(plugins, exist_ok=True)
+    os.makedirs(sinks, exist_ok=True)
+    for f in os.listdir(BUNDLED) if bundled else []:
+        shutil.copy(os.path.join(BUNDLED, f), plugins)
+    for name, path in (extra or {}).items():
+        shutil.copy(path, os.path.join(plugins, f"{name}.wasm"))
+    return plugins, sinks
+
+
+def start_sonde(work, api, endpoint=None, settings=(), data_dir=None, extra=(), stdout=None):
+    """Starts the release sonde with work/plugins and work/sinks (see plugin_dirs), its data in
+    `data_dir` (default: work), its API on `api`, exporting to `endpoint` if given; each of
+    `settings` is a `key=value` for --set, and `extra` are more arguments as they are. Its output
+    goes to `stdout` (a file) or nowhere. Returns at once: see wait_until, wait_ready and
+    start_sonde_timed."""
+    args = [SONDE, "--data-dir", data_dir or work, "--plugins-dir", os.path.join(work, "plugins"),
+            "--sinks-dir", os.path.join(work, "sinks"), "--listen", api]
+    if endpoint:
+        args += ["--export-endpoint", endpoint]
+    for s in settings:
+        args += ["--set", s]
+    args += list(extra)
+    out = stdout if stdout is not None else subprocess.DEVNULL
+    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT if stdout is not None else subprocess.DEVNULL)
+
+
+def wait_until(check, proc, what, seconds=30.0, step=0.05):
+    """Calls check() until it returns true (errors count as not yet); exits naming `what` when
+    `proc` ends first or `seconds` pass."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        if proc.poll() is not None:
+            sys.exit(f"{what}: sonde exited with {proc.returncode}")
+        time.sleep(step)
+    sys.exit(f"{what}: not within {seconds:.0f} s")
+
+
+def wait_ready(api, proc, what="sonde did not become ready", seconds=30.0):
+    wait_until(lambda: get(api, "/api/ready") is not None, proc, what, seconds)
+
+
+def start_sonde_timed(work, api, endpoint):
+    """Starts sonde with the bundled plugins on `work` and waits for its first sample.
+    Returns (process, ms from start to the first sample): the cold-start figure."""
+    plugin_dirs(work)
+    t0 = time.monotonic()
+    p = start_sonde(work, api, endpoint)
+    while True:
+        try:
+            st = get(api, "/api/status")
+            if st["sampler"] and st["sampler"]["period"]["ticks"] >= 1:
+                return p, (time.monotonic() - t0) * 1000
+        except Exception:
+            pass
+        if p.poll() is not None:
+            sys.exit(f"sonde exited early with {p.returncode}")
+        time.sleep(0.005)
+
+
+def cold_start(endpoint, keep_cache=None):
+    """Starts sonde twice in a new directory: once compiling the plugins, once from the compile
+    cache. Returns (ms to the first sample without the cache, RSS 2 s later, ms with the cache);
+    copies the cache to `keep_cache` if given, for later rounds to start warm."""
+    data = tempfile.mkdtemp(prefix="sonde-cold-")
+    try:
+        p, cold_ms = start_sonde_timed(data, f"127.0.0.1:{free_port()}", endpoint)
+        time.sleep(2)
+        cold_rss = rss_mb(p.pid)
+        stop(p)
+        p, warm_ms = start_sonde_timed(data, f"127.0.0.1:{free_port()}", endpoint)
+        stop(p)
+        if keep_cache:
+            shutil.copytree(os.path.join(data, "cache"), keep_cache)
+        return cold_ms, cold_rss, warm_ms
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
