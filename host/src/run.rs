@@ -9,8 +9,9 @@ use anyhow::{Context, Result};
 use parking_lot::Mutex;
 
 use crate::api::{self, AppState};
-use crate::config::{Config, IngestConfig};
+use crate::config::Config;
 use crate::export::resource::resource_attributes;
+use crate::ingest::config::IngestConfig;
 use crate::ingest::{self, IngestHub};
 use crate::model::{MetricBatch, MetricKind, MetricSeries, Point, Scope, now_ns};
 use crate::pipeline::{Pipeline, PipelineHandle};
@@ -283,8 +284,8 @@ fn print_banner(
         Some(e) => format!(
             "OTLP {} to {e} (metrics and logs, every {} ms)",
             match cfg.export.protocol {
-                crate::config::Protocol::Grpc => "gRPC",
-                crate::config::Protocol::HttpProtobuf => "HTTP/protobuf",
+                crate::export::config::Protocol::Grpc => "gRPC",
+                crate::export::config::Protocol::HttpProtobuf => "HTTP/protobuf",
             },
             cfg.export.interval_ms
         ),

@@ -8,6 +8,7 @@
 //! plugin itself through its `on-request` hook.
 
 pub mod admin;
+pub mod config;
 pub mod config_api;
 pub mod live;
 pub mod openapi;
