@@ -1,6 +1,6 @@
 //! OTLP in: what the receiver does with a request body, for all three signals.
 //!
-//! Metrics bodies go to the receiver's own in-place reader (`otlp_wire`), and
+//! Metrics bodies go to the receiver's own in-place reader (`otlp::wire`), and
 //! are checked against prost: whatever prost accepts, the reader must accept
 //! too, with the same points. Traces and logs are decoded with prost, as the
 //! receiver does, then mapped.
@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use sonde::ingest::Report;
 use sonde::ingest::otlp::{log_reports, metrics_reports, trace_reports};
-use sonde::ingest::otlp_wire;
+use sonde::ingest::otlp::wire;
 
 /// Each point with its series resolved, its time aside (a point without one
 /// is stamped when it is read).
@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
     // for the mapping too, not just for the decoder.
     let reports = match which % 3 {
         0 => {
-            let read = otlp_wire::metrics_reports(body);
+            let read = wire::metrics_reports(body);
             if let Ok(req) = ExportMetricsServiceRequest::decode(body) {
                 let read = read.as_ref().expect("prost decoded it, so must the receiver's reader");
                 let (again, skipped) = metrics_reports(&req);

@@ -6,7 +6,7 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use sonde::config::check_plugin_name;
+use sonde::plugin::config::check_plugin_name;
 use sonde::plugin::engine::PluginEngine;
 
 fn engine() -> &'static PluginEngine {

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use sonde::config::Grants;
 use sonde::plugin::bindings::{Plugin, PluginPre, types};
+use sonde::plugin::config::Grants;
 use sonde::plugin::engine::PluginEngine;
 use sonde::plugin::host_api::{MetricRegistry, PluginState};
 use sonde::plugin::metrics::PluginMetrics;

@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sonde::config::SamplerConfig;
+use sonde::sample::config::SamplerConfig;
 use sonde::sample::{Part, Sampler};
 
 struct Counting;

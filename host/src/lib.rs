@@ -4,14 +4,20 @@
 //! Modules depend downward only:
 //!
 //! ```text
-//!   run ──► api ──► plugin ──► sample
-//!    │       │        │
-//!    │       │        └──────► pipeline ──► export
+//!   run ──► api ──► plugin ──► pipeline ──► export
+//!    │       │        └──────► sinks, state
+//!    │       └──► sample
 //!    └──► ingest ──► plugin (hands batches to the plugins)
 //!   agent ──► run, ingest     (the in-process Rust API)
 //!   history                   (the master's embedded store: depends on model only)
 //! ```
-//! `model` and `config` are shared by all; nothing depends on `api`.
+//! `model` is shared by all. Each component's settings live beside it
+//! (`sample/config.rs`, `plugin/config.rs`, `export/config.rs`,
+//! `api/config.rs`, `sinks/config.rs`, `ingest/config.rs`): plain data that
+//! imports nothing of its component. `config` assembles them into `Config`
+//! and validates it, so any module may read `Config` without a circle.
+//! Nothing depends on `api`. `scripts/check_layers.py` checks that the
+//! imports (and the files inside `ingest/`) have no circles.
 
 pub mod agent;
 pub mod api;

@@ -10,8 +10,9 @@ use parking_lot::Mutex;
 
 use crate::api::{self, AppState};
 use crate::cluster::{self, Cluster, Role};
-use crate::config::{Config, IngestConfig};
+use crate::config::Config;
 use crate::export::resource::resource_attributes;
+use crate::ingest::config::IngestConfig;
 use crate::ingest::{self, IngestHub};
 use crate::model::{MetricBatch, MetricKind, MetricSeries, Point, Scope, now_ns};
 use crate::pipeline::{Pipeline, PipelineHandle};
@@ -292,7 +293,7 @@ fn start_cluster(
         Role::Agent => match cfg.cluster.master.as_deref().map(|m| {
             let mut e = cfg.export.clone();
             e.endpoint = Some(m.to_string());
-            e.protocol = crate::config::Protocol::Grpc;
+            e.protocol = crate::export::config::Protocol::Grpc;
             crate::export::client::Client::new(&e)
         }) {
             Some(Ok(c)) => Some(c),
@@ -358,8 +359,8 @@ fn print_banner(
         Some(e) => format!(
             "OTLP {} to {e} (metrics and logs, every {} ms)",
             match cfg.export.protocol {
-                crate::config::Protocol::Grpc => "gRPC",
-                crate::config::Protocol::HttpProtobuf => "HTTP/protobuf",
+                crate::export::config::Protocol::Grpc => "gRPC",
+                crate::export::config::Protocol::HttpProtobuf => "HTTP/protobuf",
             },
             cfg.export.interval_ms
         ),

@@ -12,9 +12,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sonde::config::PluginConfig;
 use sonde::model::{SeriesInfo, SeriesKind, Tick};
 use sonde::pipeline::Pipeline;
+use sonde::plugin::config::PluginConfig;
 use sonde::plugin::{PluginManager, RunState};
 
 mod common;

@@ -485,7 +485,7 @@ fn compiled_code_is_cached_on_disk() {
     );
 }
 
-fn toml_plugin(s: &str) -> sonde::config::PluginConfig {
+fn toml_plugin(s: &str) -> sonde::plugin::config::PluginConfig {
     let c = Config::from_toml_str(&format!("[plugin.x]\n{s}\n")).unwrap();
     c.plugin("x")
 }

@@ -25,8 +25,8 @@ use serde_json::json;
 
 use super::AppState;
 use super::config_api;
-use crate::config::check_plugin_name;
 use crate::plugin::RunState;
+use crate::plugin::config::check_plugin_name;
 
 /// Largest component an upload may carry.
 pub const MAX_UPLOAD: usize = 32 << 20;

@@ -39,8 +39,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AppState;
-use crate::config::{Config, ConfigError, PluginConfig};
+use crate::config::{Config, ConfigError};
 use crate::plugin::RunState;
+use crate::plugin::config::PluginConfig;
 
 pub const REDACTED: &str = "<redacted>";
 

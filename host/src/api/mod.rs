@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod cluster;
+pub mod config;
 pub mod config_api;
 pub mod history;
 pub mod live;

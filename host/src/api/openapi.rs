@@ -92,7 +92,7 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/ingest",
-            "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events, serving requests and actions, MPI state samples (see host/src/ingest/json.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
+            "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events, serving requests and actions, MPI state samples (see host/src/ingest/json/mod.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
         )
         .body(
             "application/json",
@@ -375,7 +375,7 @@ mod tests {
     /// (method, path) of every `.route(...)` call in the API's router.
     fn served() -> Vec<(String, String)> {
         // The API's own routes and the JSON ingest merged onto it in run.rs.
-        let src = concat!(include_str!("mod.rs"), include_str!("../ingest/json.rs"));
+        let src = concat!(include_str!("mod.rs"), include_str!("../ingest/json/mod.rs"));
         let mut out = Vec::new();
         for (at, _) in src.match_indices(".route(") {
             let rest = src[at + 7..].trim_start();

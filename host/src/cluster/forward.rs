@@ -45,9 +45,9 @@ use prost::Message;
 
 use crate::export::client::Signal;
 use crate::export::otlp::key_values;
-use crate::ingest::otlp_events::{FORWARDED, MPI_SAMPLE};
-use crate::ingest::serving::{ServedAction, ServedRequest};
+use crate::ingest::otlp::events::{FORWARDED, MPI_SAMPLE};
 use crate::ingest::{MpiSample, Origin, Report, ReportTap};
+use crate::ingest::{ServedAction, ServedRequest};
 use crate::model::{AttrValue, SeriesKind};
 use crate::pipeline::PipelineHandle;
 

@@ -33,7 +33,7 @@ use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use crate::config::{ExportConfig, Protocol};
+use crate::export::config::{ExportConfig, Protocol};
 
 /// Which OTLP service a request is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

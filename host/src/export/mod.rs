@@ -22,6 +22,7 @@
 //! Depends on `model` and `config` only.
 
 pub mod client;
+pub mod config;
 pub mod otlp;
 pub mod remote_write;
 pub mod resource;

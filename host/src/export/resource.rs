@@ -33,7 +33,7 @@ pub fn resource_attributes(cfg: &Config) -> Vec<(String, AttrValue)> {
         ("os.type".into(), AttrValue::Str(os_type().into())),
         ("process.pid".into(), AttrValue::Int(std::process::id() as i64)),
     ];
-    if cfg.cluster.role == crate::cluster::Role::Agent {
+    if cfg.cluster.role == crate::cluster::config::Role::Agent {
         // Marks an agent's own telemetry: it belongs to the node, not to a job.
         attrs.push(("sonde.agent".into(), AttrValue::Bool(true)));
     }

@@ -33,7 +33,7 @@
 //!   figures: `README.md` here.
 
 mod codec;
-mod config;
+pub mod config;
 mod log;
 mod store;
 

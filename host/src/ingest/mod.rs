@@ -1,10 +1,11 @@
-//! ingest/: what jobs report, on its way to the plugins.
+//! ingest/: what jobs report, on its way to the plugins. Arranged by receiver:
+//! each receiver turns its wire format into [`Report`]s, the one neutral type
+//! in the middle, and knows nothing of the others; this file (the hub) knows
+//! none of them.
 //!
 //! ```text
-//!  otlp.rs   OTLP/gRPC + OTLP/HTTP receivers (any OpenTelemetry SDK); gateway forwarding
-//!  otlp_wire.rs  reads OTLP metrics requests in place (the receiver's hot path)
-//!  otlp_events.rs  OTLP heartbeats, node events, named progress (`sonde.progress`)
-//!  json.rs   POST /api/ingest: documented JSON batches
+//!  otlp/     OTLP/gRPC + OTLP/HTTP receivers (any OpenTelemetry SDK); gateway forwarding
+//!  json/     POST /api/ingest: documented JSON batches (incl. serving rows, MPI probe bins)
 //!  crate::agent  the in-process Rust API (no network hop): lanes drained here
 //!     │  Report (one origin's rows)            │ Lane (lock + push per call)
 //!     ▼                                        ▼
@@ -13,17 +14,17 @@
 //!     ▼  every `ingest.flush_ms`, or early when 8192 rows wait
 //!  PluginManager::publish_events: each plugin gets the column groups it asked for
 //! ```
+//! `error.rs` holds the validation error all receivers share, `config.rs` the
+//! `[ingest]` settings. Imports point inward only: receivers → this file →
+//! `error`; nothing here imports a receiver.
 //!
 //! Sources never wait for plugins: a full hub refuses the report (the source
 //! answers 429 / RESOURCE_EXHAUSTED and counts it), it never grows.
 
+pub mod config;
+pub mod error;
 pub mod json;
-pub mod mpi;
 pub mod otlp;
-pub mod otlp_events;
-pub mod otlp_serving;
-pub mod otlp_wire;
-pub mod serving;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -35,6 +36,7 @@ use parking_lot::Mutex;
 use rustc_hash::FxHasher;
 use serde::Serialize;
 
+use self::error::{Invalid, invalid};
 use crate::model::{AttrValue, Attributes, SeriesKind};
 use crate::plugin::bindings::types;
 
@@ -155,7 +157,7 @@ pub struct CustomEvent {
     pub attributes: Attributes,
 }
 
-/// A bin of MPI state samples from the probe (`ingest/mpi.rs`): `count`
+/// A bin of MPI state samples from the probe (`ingest/json/mpi.rs`): `count`
 /// ticks of `period_ns` in (thread, state, function, callsite) at `time`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MpiSample {
@@ -167,6 +169,101 @@ pub struct MpiSample {
     pub callsite: String,
     pub count: u32,
     pub period_ns: u64,
+}
+
+// Serving telemetry: requests and actions as a serving controller (Clockwork's,
+// or any controller that batches inference onto GPU workers) saw them. One row
+// per finished request / action, in the controller's clock; the WIT
+// `request-columns` / `action-columns` carry them to the plugins. Received as
+// JSON (`json/serving.rs`) or OTLP (`otlp/serving.rs`), checked here by both.
+// `plugins/clockwork/src/rows.rs` spells the same fields on the guest side;
+// the WIT `request-columns` / `action-columns` are the contract both follow.
+// One shared crate would have to join both workspaces (host and wasm32
+// plugins, each with its own lock file) for two plain structs, and the guest
+// side adds methods a foreign type could not take.
+
+/// A finished request (times in ns since the epoch, controller clock).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServedRequest {
+    pub request_id: u64,
+    pub user_id: u64,
+    pub model_id: u64,
+    /// 0 = the default SLO; > 0 scales the batch-1 latency.
+    pub slo_factor: f64,
+    pub arrival: u64,
+    pub departure: u64,
+    /// Absolute deadline; 0 = none given.
+    pub deadline: u64,
+    /// 0 success, 4 timeout, other values the server's error codes.
+    pub result: i32,
+    pub arrival_copies: u32,
+    pub departure_copies: u32,
+    /// The infer action that served it; 0 = none.
+    pub action_id: u64,
+    /// Client clock; 0 = unknown.
+    pub client_sent: u64,
+    pub client_received: u64,
+}
+
+/// A finished action (load, infer, evict). Worker times are already in the
+/// controller's clock (the reporter converted them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServedAction {
+    pub action_id: u64,
+    /// 1 load weights, 2 infer, 3 evict weights.
+    pub action_type: u8,
+    pub status: i32,
+    pub worker_id: u32,
+    pub gpu_id: u32,
+    pub model_id: u64,
+    pub batch_size: u32,
+    pub expected_exec_duration: u64,
+    pub worker_exec_duration: u64,
+    pub sent: u64,
+    pub expected_exec_complete: u64,
+    pub worker_exec_complete: u64,
+    /// MHz; 0 = unknown.
+    pub expected_gpu_clock: u32,
+    pub gpu_clock_before: u32,
+    pub gpu_clock_after: u32,
+    pub copy_output_complete: u64,
+    pub action_received: u64,
+    pub result_sent: u64,
+    pub result_received: u64,
+    pub result_processed: u64,
+    pub requests_queued: u32,
+    pub copies_loaded: u32,
+    pub requests_in_time: u32,
+}
+
+/// Checks what the controller's own bookkeeping guarantees; shared by JSON and OTLP.
+pub fn check_request(r: &ServedRequest, row: &str) -> Result<(), Invalid> {
+    if r.departure < r.arrival {
+        return Err(invalid(format!("{row}.departure_ns"), "is before arrival_ns"));
+    }
+    if !r.slo_factor.is_finite() || r.slo_factor < 0.0 {
+        return Err(invalid(format!("{row}.slo_factor"), "must be a finite number >= 0"));
+    }
+    Ok(())
+}
+
+pub fn check_action(a: &ServedAction, row: &str) -> Result<(), Invalid> {
+    if a.result_received < a.sent {
+        return Err(invalid(format!("{row}.result_received_ns"), "is before sent_ns"));
+    }
+    if a.result_processed < a.result_received {
+        return Err(invalid(
+            format!("{row}.result_processed_ns"),
+            "is before result_received_ns",
+        ));
+    }
+    if a.batch_size == 0 {
+        return Err(invalid(format!("{row}.batch_size"), "must be >= 1"));
+    }
+    if a.requests_in_time > a.batch_size {
+        return Err(invalid(format!("{row}.requests_in_time"), "is more than batch_size"));
+    }
+    Ok(())
 }
 
 /// Everything one source hands in at once, from one origin.
@@ -181,9 +278,9 @@ pub struct Report {
     pub heartbeats: Vec<u64>,
     pub node_events: Vec<NodeEvent>,
     pub custom: Vec<CustomEvent>,
-    /// Serving telemetry (see `serving.rs`).
-    pub requests: Vec<serving::ServedRequest>,
-    pub actions: Vec<serving::ServedAction>,
+    /// Serving telemetry: what a serving controller saw (see [`ServedRequest`]).
+    pub requests: Vec<ServedRequest>,
+    pub actions: Vec<ServedAction>,
     pub mpi_samples: Vec<MpiSample>,
 }
 
@@ -626,6 +723,124 @@ impl Pending {
         self.add_mpi(o, &r.mpi_samples);
         self.rows += r.rows();
     }
+
+    /// Appends one origin's requests and actions to the batch's columns.
+    fn add_serving(&mut self, o: u32, requests: &[ServedRequest], actions: &[ServedAction]) {
+        if !requests.is_empty() {
+            let c = self.batch.requests.get_or_insert_with(|| types::RequestColumns {
+                origin: Vec::new(),
+                request_id: Vec::new(),
+                user_id: Vec::new(),
+                model_id: Vec::new(),
+                slo_factor: Vec::new(),
+                arrival: Vec::new(),
+                departure: Vec::new(),
+                deadline: Vec::new(),
+                result: Vec::new(),
+                arrival_copies: Vec::new(),
+                departure_copies: Vec::new(),
+                action_id: Vec::new(),
+                client_sent: Vec::new(),
+                client_received: Vec::new(),
+            });
+            for r in requests {
+                c.origin.push(o);
+                c.request_id.push(r.request_id);
+                c.user_id.push(r.user_id);
+                c.model_id.push(r.model_id);
+                c.slo_factor.push(r.slo_factor);
+                c.arrival.push(r.arrival);
+                c.departure.push(r.departure);
+                c.deadline.push(r.deadline);
+                c.result.push(r.result);
+                c.arrival_copies.push(r.arrival_copies);
+                c.departure_copies.push(r.departure_copies);
+                c.action_id.push(r.action_id);
+                c.client_sent.push(r.client_sent);
+                c.client_received.push(r.client_received);
+            }
+        }
+        if !actions.is_empty() {
+            let c = self.batch.actions.get_or_insert_with(|| types::ActionColumns {
+                origin: Vec::new(),
+                action_id: Vec::new(),
+                action_type: Vec::new(),
+                status: Vec::new(),
+                worker_id: Vec::new(),
+                gpu_id: Vec::new(),
+                model_id: Vec::new(),
+                batch_size: Vec::new(),
+                expected_exec_duration: Vec::new(),
+                worker_exec_duration: Vec::new(),
+                sent: Vec::new(),
+                expected_exec_complete: Vec::new(),
+                worker_exec_complete: Vec::new(),
+                expected_gpu_clock: Vec::new(),
+                gpu_clock_before: Vec::new(),
+                gpu_clock_after: Vec::new(),
+                copy_output_complete: Vec::new(),
+                action_received: Vec::new(),
+                result_sent: Vec::new(),
+                result_received: Vec::new(),
+                result_processed: Vec::new(),
+                requests_queued: Vec::new(),
+                copies_loaded: Vec::new(),
+                requests_in_time: Vec::new(),
+            });
+            for a in actions {
+                c.origin.push(o);
+                c.action_id.push(a.action_id);
+                c.action_type.push(a.action_type);
+                c.status.push(a.status);
+                c.worker_id.push(a.worker_id);
+                c.gpu_id.push(a.gpu_id);
+                c.model_id.push(a.model_id);
+                c.batch_size.push(a.batch_size);
+                c.expected_exec_duration.push(a.expected_exec_duration);
+                c.worker_exec_duration.push(a.worker_exec_duration);
+                c.sent.push(a.sent);
+                c.expected_exec_complete.push(a.expected_exec_complete);
+                c.worker_exec_complete.push(a.worker_exec_complete);
+                c.expected_gpu_clock.push(a.expected_gpu_clock);
+                c.gpu_clock_before.push(a.gpu_clock_before);
+                c.gpu_clock_after.push(a.gpu_clock_after);
+                c.copy_output_complete.push(a.copy_output_complete);
+                c.action_received.push(a.action_received);
+                c.result_sent.push(a.result_sent);
+                c.result_received.push(a.result_received);
+                c.result_processed.push(a.result_processed);
+                c.requests_queued.push(a.requests_queued);
+                c.copies_loaded.push(a.copies_loaded);
+                c.requests_in_time.push(a.requests_in_time);
+            }
+        }
+    }
+
+    /// Appends one origin's MPI samples to the batch's `mpi-samples` columns.
+    fn add_mpi(&mut self, origin: u32, rows: &[MpiSample]) {
+        for s in rows {
+            let function = self.name(&s.function);
+            let callsite = self.name(&s.callsite);
+            let c = self.batch.mpi_samples.get_or_insert_with(|| types::MpiSampleColumns {
+                origin: Vec::new(),
+                thread: Vec::new(),
+                time: Vec::new(),
+                state: Vec::new(),
+                function: Vec::new(),
+                callsite: Vec::new(),
+                count: Vec::new(),
+                period_ns: Vec::new(),
+            });
+            c.origin.push(origin);
+            c.thread.push(s.thread);
+            c.time.push(s.time);
+            c.state.push(s.state);
+            c.function.push(function);
+            c.callsite.push(callsite);
+            c.count.push(s.count);
+            c.period_ns.push(s.period_ns);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -771,5 +986,62 @@ mod tests {
         drop(lane);
         assert_eq!(hub.flush(), 0);
         assert!(hub.lanes.lock().is_empty());
+    }
+
+    #[test]
+    fn requests_and_actions_become_columns() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let hub = IngestHub::new(
+            100,
+            Arc::new(move |b: &types::EventBatch| {
+                s.lock().push(b.clone());
+                1
+            }),
+        );
+        let r = Report {
+            requests: vec![
+                ServedRequest {
+                    request_id: 68,
+                    model_id: 30,
+                    arrival: 10,
+                    departure: 20,
+                    deadline: 110,
+                    departure_copies: 2,
+                    ..Default::default()
+                },
+                ServedRequest {
+                    request_id: 69,
+                    model_id: 9,
+                    result: 4,
+                    ..Default::default()
+                },
+            ],
+            actions: vec![ServedAction {
+                action_id: 2,
+                action_type: 2,
+                batch_size: 4,
+                sent: 5,
+                result_received: 30,
+                result_processed: 31,
+                requests_in_time: 3,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(r.rows(), 3);
+        assert_eq!(hub.submit(&r), Ok(3));
+        assert_eq!(hub.flush(), 3);
+        let b = seen.lock()[0].clone();
+        let q = b.requests.unwrap();
+        assert_eq!(q.request_id, vec![68, 69]);
+        assert_eq!(q.result, vec![0, 4]);
+        assert_eq!(q.deadline, vec![110, 0]);
+        assert_eq!(q.departure_copies, vec![2, 0]);
+        let a = b.actions.unwrap();
+        assert_eq!(
+            (a.batch_size[0], a.requests_in_time[0], a.result_processed[0]),
+            (4, 3, 31)
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 
 use super::*;
-use crate::config::Protocol;
+use crate::export::config::Protocol;
 use crate::export::otlp::metric_point_count;
 use crate::export::testing::{FakeCollector, FakeState, dead_endpoint};
 use crate::model::{LogRecord, MetricKind, MetricSeries, Severity};

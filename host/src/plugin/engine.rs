@@ -1,5 +1,5 @@
-//! The wasmtime engine shared by all plugins, the epoch ticker that enforces
-//! call deadlines, the on-disk cache of compiled components, and the check
+//! The wasmtime engine shared by all plugins, the epoch ticker that keeps the
+//! clock of call deadlines (the deadlines themselves: `limits.rs`), the on-disk cache of compiled components, and the check
 //! that a file really is a sonde plugin of a contract version we speak.
 
 use std::hash::{Hash, Hasher};
@@ -14,12 +14,12 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
+use super::limits::EPOCH_TICK;
+
 /// The contract this host implements (the WIT package version).
 pub const CONTRACT_VERSION: &str = "0.1.0";
 const CONTRACT_MAJOR: u64 = 0;
 const CONTRACT_MINOR: u64 = 1;
-/// How often the epoch advances while a plugin call is running.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// The engine plus the epoch ticker.
 #[derive(Clone)]
@@ -56,13 +56,6 @@ impl PluginEngine {
         CallGuard {
             ticker: self.ticker.clone(),
         }
-    }
-
-    /// Number of epoch ticks that make up `timeout`, rounded up, plus one so a
-    /// call never gets less than its full budget.
-    pub fn deadline_ticks(timeout: Duration) -> u64 {
-        let tick = EPOCH_TICK.as_nanos();
-        (timeout.as_nanos().div_ceil(tick) as u64).max(1) + 1
     }
 
     /// Compiles `bytes` (or loads the cached compiled form) after checking that
@@ -270,12 +263,5 @@ mod tests {
         assert!(e.contains("core WebAssembly module"), "{e}");
         assert!(check_wasm_header(b"\0asm\x0d\0\x01\0").is_ok());
         assert!(check_wasm_header(b"").is_err());
-    }
-
-    #[test]
-    fn deadline_ticks_round_up() {
-        assert_eq!(PluginEngine::deadline_ticks(Duration::from_millis(100)), 21);
-        assert_eq!(PluginEngine::deadline_ticks(Duration::from_millis(1)), 2);
-        assert_eq!(PluginEngine::deadline_ticks(Duration::from_millis(7)), 3);
     }
 }

@@ -10,12 +10,12 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::sonde::plugin::host;
 use super::bindings::types;
+use super::limits::{HostIo, Limited, MemoryCap};
 use super::metrics::PluginMetrics;
 use crate::model::{AttrValue, Attributes, LogRecord, MetricKind, MetricSeries, Point, Scope, Severity, now_ns};
 use crate::sinks::{Column, Sink, SinkFormat, SinkMode};
@@ -87,6 +87,15 @@ impl PluginState {
     }
 }
 
+impl Limited for PluginState {
+    fn memory(&mut self) -> &mut MemoryCap {
+        &mut self.memory
+    }
+    fn io(&mut self) -> &mut HostIo {
+        &mut self.io
+    }
+}
+
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
@@ -96,62 +105,7 @@ impl WasiView for PluginState {
     }
 }
 
-/// Caps linear memory; the error it returns becomes the trap message.
-pub struct MemoryCap {
-    pub limit: usize,
-    pub current: usize,
-}
-
-impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.limit {
-            return Err(wasmtime::format_err!(
-                "plugin memory limit exceeded: growing linear memory to {} MiB, the cap is {} MiB (plugins.memory_limit_mb)",
-                desired >> 20,
-                self.limit >> 20
-            ));
-        }
-        self.current = desired;
-        Ok(true)
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 1_000_000)
-    }
-}
-
 /// What a call emitted, drained after it returns.
-/// Most host time one call can have credited to its deadline: a plugin that
-/// commits state in a loop still ends.
-pub const HOST_IO_GRACE: Duration = Duration::from_secs(2);
-
-/// The deadline of a call measures the guest's own work. A state-store commit
-/// (a durable disk write) or a sink write can take longer than a whole call's
-/// budget on a slow disk, and that time is not the plugin running away, so it
-/// is credited: when the deadline strikes, it is extended by the host time not
-/// yet credited (up to [`HOST_IO_GRACE`] per call).
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct HostIo {
-    pub spent: Duration,
-    pub credited: Duration,
-}
-
-impl HostIo {
-    /// How much longer the call may run when its deadline strikes; `None`
-    /// interrupts it.
-    pub fn extension(&mut self) -> Option<Duration> {
-        let owed = self
-            .spent
-            .saturating_sub(self.credited)
-            .min(HOST_IO_GRACE.saturating_sub(self.credited));
-        if owed.is_zero() {
-            return None;
-        }
-        self.credited += owed;
-        Some(owed)
-    }
-}
-
 #[derive(Default)]
 pub struct Outbox {
     pub points: Vec<Point>,
@@ -493,21 +447,6 @@ impl host::Host for PluginState {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn host_io_extends_a_deadline_once_per_time_spent_and_within_the_grace() {
-        let ms = Duration::from_millis;
-        let mut io = HostIo::default();
-        assert_eq!(io.extension(), None, "no host work: the deadline interrupts");
-        io.spent = ms(165);
-        assert_eq!(io.extension(), Some(ms(165)));
-        assert_eq!(io.extension(), None, "the same time is credited once");
-        io.spent += ms(10);
-        assert_eq!(io.extension(), Some(ms(10)));
-        io.spent = ms(60_000);
-        assert_eq!(io.extension(), Some(HOST_IO_GRACE - ms(175)), "capped by the grace");
-        assert_eq!(io.extension(), None);
-    }
 
     fn desc(name: &str, kind: types::MetricKind, attr: Option<(&str, &str)>) -> types::MetricDesc {
         types::MetricDesc {

@@ -19,12 +19,13 @@ use wasmtime::Store;
 use wasmtime::component::Linker;
 
 use super::bindings::{Plugin, PluginPre, types};
+use super::config::{PluginConfig, PluginsConfig};
 use super::engine::PluginEngine;
 use super::host_api::{MetricRegistry, PluginState};
+use super::limits::{self, Limits};
 use super::metrics::PluginMetrics;
 use super::sandbox::wasi_ctx;
 use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
-use crate::config::{PluginConfig, PluginsConfig};
 use crate::model::{LogBatch, LogRecord, MetricBatch, SeriesInfo, Severity, Tick, now_ns};
 use crate::pipeline::PipelineHandle;
 use crate::state::StateStore;
@@ -38,7 +39,7 @@ pub struct Shared {
     pub state: StateStore,
     pub decisions: DecisionBoard,
     /// `sinks.dir` and the per-plugin directories (`crate::sinks::resolve`).
-    pub sinks: crate::config::SinksConfig,
+    pub sinks: crate::sinks::config::SinksConfig,
     pub plan: Arc<SamplePlan>,
     /// The host's tokio runtime, entered around guest calls. Without an
     /// ambient runtime, wasmtime-wasi's synchronous bindings (a plugin writing
@@ -189,31 +190,6 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     })
 }
 
-#[derive(Clone, Copy)]
-struct Limits {
-    memory: usize,
-    call_timeout: Duration,
-    max_traps: usize,
-    trap_window: Duration,
-    backoff_initial: Duration,
-    backoff_max: Duration,
-    queue: usize,
-}
-
-impl Limits {
-    fn from(p: &PluginsConfig, c: &PluginConfig) -> Self {
-        Limits {
-            memory: (c.memory_limit_mb.unwrap_or(p.memory_limit_mb) as usize) << 20,
-            call_timeout: Duration::from_millis(c.call_timeout_ms.unwrap_or(p.call_timeout_ms) as u64),
-            max_traps: p.max_traps as usize,
-            trap_window: Duration::from_secs(p.trap_window_s as u64),
-            backoff_initial: Duration::from_millis(p.backoff_initial_ms as u64),
-            backoff_max: Duration::from_millis(p.backoff_max_ms as u64),
-            queue: p.queue_capacity as usize,
-        }
-    }
-}
-
 struct Live {
     store: Store<PluginState>,
     plugin: Plugin,
@@ -264,15 +240,7 @@ impl Actor {
             self.metrics.clone(),
         );
         let mut store = Store::new(&self.shared.engine.engine, data);
-        store.limiter(|s| &mut s.memory);
-        // At the deadline: extend by host time spent in durable writes, else trap.
-        store.epoch_deadline_callback(|mut cx| {
-            Ok(match cx.data_mut().io.extension() {
-                Some(more) => wasmtime::UpdateDeadline::Continue(PluginEngine::deadline_ticks(more)),
-                None => wasmtime::UpdateDeadline::Interrupt,
-            })
-        });
-        store.set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
+        limits::enforce(&mut store, self.limits.call_timeout);
         let plugin = {
             let _g = self.shared.engine.enter_call();
             match self.pre.instantiate(&mut store) {
@@ -349,9 +317,7 @@ impl Actor {
         let Some(live) = self.live.as_mut() else {
             return Err(CallFailure::NotRunning);
         };
-        live.store
-            .set_epoch_deadline(PluginEngine::deadline_ticks(self.limits.call_timeout));
-        live.store.data_mut().io = Default::default();
+        limits::start_call(&mut live.store, self.limits.call_timeout);
         let t0 = Instant::now();
         let result = {
             let _g = self.shared.engine.enter_call();
@@ -411,7 +377,7 @@ impl Actor {
     }
 
     fn on_trap(&mut self, e: &wasmtime::Error) {
-        let timeout = matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt));
+        let timeout = limits::is_deadline(e);
         let reason = if timeout {
             format!(
                 "call exceeded its {} ms deadline (plugins.call_timeout_ms)",

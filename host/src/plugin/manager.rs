@@ -20,11 +20,12 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker};
 
 use super::bindings::{Plugin, PluginPre, types};
+use super::config::{PluginConfig, PluginsConfig, check_plugin_name};
 use super::engine::PluginEngine;
 use super::host_api::PluginState;
 use super::instance::{self, PluginHandle, Prepared, Shared, Work};
 use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
-use crate::config::{Config, PluginConfig, PluginsConfig, check_plugin_name};
+use crate::config::Config;
 use crate::model::{SeriesInfo, Tick};
 use crate::pipeline::PipelineHandle;
 use crate::state::StateStore;

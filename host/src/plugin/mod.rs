@@ -1,8 +1,10 @@
 //! plugin/: the Wasm plugin runtime.
 //!
-//! - `engine`:   the wasmtime engine, call deadlines (epochs), compile cache, contract check
+//! - `config`:   `[plugins]` and `[plugin.<name>]` settings, grants, plugin names
+//! - `engine`:   the wasmtime engine, the epoch clock, compile cache, contract check
 //! - `bindings`: host-side types generated from `wit/sonde-plugin.wit`
 //! - `host_api`: store data and the `host` functions plugins call
+//! - `limits`:   what the host enforces (the WIT manual's section): memory cap, call deadlines, trap and queue limits
 //! - `sandbox`:  WASI capabilities (denied unless granted) and stdio capture
 //! - `instance`: one plugin's thread: calls, traps, backoff, quarantine, samples
 //! - `manager`:  the set of plugins: directory loading and watching, fan-out, routes
@@ -12,9 +14,11 @@
 //! and `sinks`; nothing here depends on `api`.
 
 pub mod bindings;
+pub mod config;
 pub mod engine;
 pub mod host_api;
 pub mod instance;
+pub mod limits;
 pub mod manager;
 pub mod metrics;
 pub mod sandbox;

@@ -13,7 +13,7 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder};
 
-use crate::config::Grants;
+use super::config::Grants;
 
 /// The last lines a plugin wrote to stderr: a panic message explains a trap
 /// far better than the trap itself (`unreachable executed`).

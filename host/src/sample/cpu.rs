@@ -11,8 +11,8 @@
 
 use super::procfs::{self, ProcFile, Tracker};
 use super::{Out, Roots, attrs};
-use crate::config::SamplerConfig;
 use crate::model::{AttrValue, SeriesKind};
+use crate::sample::config::SamplerConfig;
 
 /// Cumulative CPU time in USER_HZ ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

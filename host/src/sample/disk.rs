@@ -26,8 +26,8 @@ use std::path::PathBuf;
 
 use super::procfs::{self, ProcFile, Tracker};
 use super::{Out, Roots, attrs};
-use crate::config::SamplerConfig;
 use crate::model::{AttrValue, SeriesKind};
+use crate::sample::config::SamplerConfig;
 
 /// The counters of one device, in series order: bytes read, bytes written,
 /// reads completed, writes completed, seconds busy.

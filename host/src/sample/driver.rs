@@ -496,7 +496,7 @@ mod clock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SamplerConfig;
+    use crate::sample::config::SamplerConfig;
     use std::time::{Duration, Instant};
 
     fn sampler() -> Sampler {

@@ -14,8 +14,8 @@ use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 
 use super::{Out, attrs};
-use crate::config::SamplerConfig;
 use crate::model::{AttrValue, Attributes, SeriesKind};
+use crate::sample::config::SamplerConfig;
 
 /// Field indices into `GpuDev::ids` / the unsupported bit mask.
 const UTIL: usize = 0;

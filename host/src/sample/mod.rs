@@ -37,6 +37,7 @@
 //! share since the previous reading (`new` takes the first one, so only a
 //! tick within one USER_HZ jiffy, 10 ms, of `new` reads NaN).
 
+pub mod config;
 mod cpu;
 mod disk;
 pub mod driver;
@@ -47,8 +48,8 @@ mod procfs;
 
 use std::path::PathBuf;
 
-use crate::config::SamplerConfig;
 use crate::model::{AttrValue, Attributes, SeriesInfo, SeriesKind, Tick};
+use crate::sample::config::SamplerConfig;
 
 /// Where procfs and sysfs live (tests point these at fixture trees).
 #[derive(Clone, Debug)]

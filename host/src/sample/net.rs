@@ -18,8 +18,8 @@ use std::path::PathBuf;
 
 use super::procfs::{self, ProcFile, Tracker};
 use super::{Out, Roots, attrs};
-use crate::config::SamplerConfig;
 use crate::model::{AttrValue, SeriesKind};
+use crate::sample::config::SamplerConfig;
 
 /// `IFF_LOOPBACK` from <linux/if.h>.
 const IFF_LOOPBACK: u64 = 0x8;

@@ -7,48 +7,22 @@
 //! writable makes `open` fail with that reason and writes nothing.
 //!
 //! Which directory: `sinks.dir`, unless `sinks.plugins.<plugin>` names one
-//! for that plugin ([`PluginSinkDir`]): its environment variable when set and
+//! for that plugin ([`PluginSinkDir`](config::PluginSinkDir)): its environment variable when set and
 //! not blank, else its `dir`. The built-in entry gives the `clockwork` plugin
 //! Clockwork's own rules: `CLOCKWORK_LOG_DIR`, else `/local`; the directory
 //! must exist; where it does not or is not writable, no telemetry file is
 //! written (the plugin's `open-sink` fails with the reason, and the banner
 //! says so at start, next to the location).
 
+pub mod config;
+
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Where one plugin's sinks go instead of `sinks.dir`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct PluginSinkDir {
-    /// Environment variable naming the directory; "" = none. Read at start.
-    pub env: String,
-    /// The directory when the variable is unset or blank.
-    pub dir: PathBuf,
-}
-
-impl Default for PluginSinkDir {
-    fn default() -> Self {
-        PluginSinkDir {
-            env: String::new(),
-            dir: PathBuf::from("sonde-data/sinks"),
-        }
-    }
-}
-
-impl PluginSinkDir {
-    /// Clockwork's controller: `$CLOCKWORK_LOG_DIR`, or `/local`.
-    pub fn clockwork() -> Self {
-        PluginSinkDir {
-            env: "CLOCKWORK_LOG_DIR".into(),
-            dir: PathBuf::from("/local"),
-        }
-    }
-}
+use self::config::SinksConfig;
 
 /// A plugin's sink directory and where that choice came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +33,7 @@ pub struct ResolvedDir {
 }
 
 /// The directory `plugin`'s sinks are written to; `env` reads a variable.
-pub fn resolve(cfg: &crate::config::SinksConfig, plugin: &str, env: impl Fn(&str) -> Option<String>) -> ResolvedDir {
+pub fn resolve(cfg: &SinksConfig, plugin: &str, env: impl Fn(&str) -> Option<String>) -> ResolvedDir {
     let Some(p) = cfg.plugins.get(plugin) else {
         return ResolvedDir {
             path: cfg.dir.clone(),
@@ -395,7 +369,7 @@ mod tests {
 
     #[test]
     fn clockwork_sinks_follow_clockwork_log_dir_then_local() {
-        let cfg = crate::config::SinksConfig::default();
+        let cfg = SinksConfig::default();
         let none = |_: &str| None;
         let r = resolve(&cfg, "clockwork", none);
         assert_eq!(r.path, PathBuf::from("/local"), "Clockwork's default");

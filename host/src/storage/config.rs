@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::export::remote_write::{RemoteQueryConfig, RemoteWriteConfig};
-use crate::history::HistoryConfig;
+use crate::export::remote_write::config::{RemoteQueryConfig, RemoteWriteConfig};
+use crate::history::config::HistoryConfig;
 
 /// History beyond the dashboard's live hour.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

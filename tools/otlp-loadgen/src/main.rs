@@ -10,6 +10,14 @@
 //!
 //!   otlp-loadgen --endpoint http://127.0.0.1:4317 --seconds 10 --points 1000 --series 100 --concurrency 4
 //!
+//! `--agents N` paces the load like N sonde agents instead: each sends, every
+//! `--interval-ms` (default 5 000, the agents' export interval), one request
+//! with `--series` series (default 40) sampled every `--period-ms` (100), from
+//! its own `host.name` (`agent-<i>`) with `sonde.agent = true`, the shape an
+//! agent's export has. Agents start spread over the first interval.
+//!
+//!   otlp-loadgen --endpoint http://127.0.0.1:4317 --agents 256 --series 40 --seconds 60
+//!
 //! `otlp-loadgen --sink 127.0.0.1:4417` is the other end instead: a blackhole
 //! receiver for an exporter under test (see `sink.rs`).
 
@@ -29,6 +37,9 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 
 struct Args {
     endpoint: String,
+    agents: usize,
+    interval_ms: u64,
+    period_ms: u64,
     seconds: f64,
     points: usize,
     series: usize,
@@ -37,7 +48,7 @@ struct Args {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "otlp-loadgen: {problem}\nusage: otlp-loadgen --endpoint URL [--seconds 10] [--points 1000] [--series 100] [--concurrency 4]\n       otlp-loadgen --sink ADDR"
+        "otlp-loadgen: {problem}\nusage: otlp-loadgen --endpoint URL [--seconds 10] [--points 1000] [--series 100] [--concurrency 4]\n       otlp-loadgen --endpoint URL --agents N [--series 40] [--interval-ms 5000] [--period-ms 100] [--seconds 60]\n       otlp-loadgen --sink ADDR"
     );
     std::process::exit(2)
 }
@@ -45,6 +56,9 @@ fn usage(problem: &str) -> ! {
 fn parse_args() -> Args {
     let mut a = Args {
         endpoint: String::new(),
+        agents: 0,
+        interval_ms: 5_000,
+        period_ms: 100,
         seconds: 10.0,
         points: 1000,
         series: 100,
@@ -63,13 +77,22 @@ fn parse_args() -> Args {
             "--points" => a.points = num(&value) as usize,
             "--series" => a.series = num(&value) as usize,
             "--concurrency" => a.concurrency = num(&value) as usize,
+            "--agents" => a.agents = num(&value) as usize,
+            "--interval-ms" => a.interval_ms = num(&value) as u64,
+            "--period-ms" => a.period_ms = num(&value) as u64,
             _ => usage(&format!("unknown flag {flag}")),
         }
     }
     if a.endpoint.is_empty() {
         usage("--endpoint is required");
     }
-    if a.points == 0 || a.series == 0 || a.concurrency == 0 || a.seconds <= 0.0 {
+    if a.points == 0
+        || a.series == 0
+        || a.concurrency == 0
+        || a.seconds <= 0.0
+        || a.interval_ms == 0
+        || a.period_ms == 0
+    {
         usage("--points, --series, --concurrency and --seconds must be positive");
     }
     a
@@ -139,6 +162,103 @@ fn stamp(req: &mut ExportMetricsServiceRequest) {
     }
 }
 
+/// One agent's export: `series` series × (interval / period) points each,
+/// the newest at `now`, from host `agent-<i>`.
+fn agent_request(agent: usize, series: usize, interval_ms: u64, period_ms: u64) -> ExportMetricsServiceRequest {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    let n = (interval_ms / period_ms).max(1);
+    let metrics = (0..series)
+        .map(|s| Metric {
+            name: format!("system.bench.s{s}"),
+            unit: "1".into(),
+            data: Some(metric::Data::Gauge(Gauge {
+                data_points: (0..n)
+                    .map(|k| NumberDataPoint {
+                        time_unix_nano: now - (n - 1 - k) * period_ms * 1_000_000,
+                        value: Some(number_data_point::Value::AsDouble(
+                            ((agent + s) as u64 * 7 + k) as f64 % 100.0,
+                        )),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })),
+            ..Default::default()
+        })
+        .collect();
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![
+                    string_kv("service.name", "sonde".into()),
+                    string_kv("host.name", format!("agent-{agent}")),
+                    KeyValue {
+                        key: "sonde.agent".into(),
+                        value: Some(AnyValue {
+                            value: Some(any_value::Value::BoolValue(true)),
+                        }),
+                    },
+                ],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                scope: Some(InstrumentationScope {
+                    name: "sonde.plugin.sysmetrics".into(),
+                    ..Default::default()
+                }),
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// Paced like `agents` sonde agents until the deadline.
+async fn run_agents(a: &Args, counts: Arc<Counts>) {
+    let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
+    let mut tasks = Vec::new();
+    for agent in 0..a.agents {
+        let (endpoint, counts) = (a.endpoint.clone(), counts.clone());
+        let (series, interval_ms, period_ms, agents) = (a.series, a.interval_ms, a.period_ms, a.agents as u64);
+        tasks.push(tokio::spawn(async move {
+            // Spread the agents' sends over the first interval, as real agents drift apart.
+            tokio::time::sleep(Duration::from_millis(interval_ms * agent as u64 / agents)).await;
+            let Ok(client) = MetricsServiceClient::connect(endpoint.clone()).await else {
+                counts.failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let mut client = client.max_decoding_message_size(64 << 20);
+            let mut tick = tokio::time::interval(Duration::from_millis(interval_ms));
+            loop {
+                tick.tick().await;
+                if Instant::now() >= deadline {
+                    return;
+                }
+                let req = agent_request(agent, series, interval_ms, period_ms);
+                let points = (series as u64) * (interval_ms / period_ms).max(1);
+                match client.export(req).await {
+                    Ok(_) => {
+                        counts.requests_ok.fetch_add(1, Ordering::Relaxed);
+                        counts.points_ok.fetch_add(points, Ordering::Relaxed);
+                    }
+                    Err(status) if status.code() == tonic::Code::ResourceExhausted => {
+                        counts.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(_) => {
+                        counts.failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
 #[derive(Default)]
 struct Counts {
     requests_ok: AtomicU64,
@@ -160,6 +280,25 @@ async fn main() {
     }
     let a = parse_args();
     let counts = Arc::new(Counts::default());
+    if a.agents > 0 {
+        let t0 = Instant::now();
+        run_agents(&a, counts.clone()).await;
+        let secs = t0.elapsed().as_secs_f64();
+        let points_ok = counts.points_ok.load(Ordering::Relaxed);
+        println!(
+            "{}",
+            serde_json::json!({
+                "agents": a.agents,
+                "seconds": secs,
+                "requests_ok": counts.requests_ok.load(Ordering::Relaxed),
+                "points_ok": points_ok,
+                "requests_refused": counts.refused.load(Ordering::Relaxed),
+                "requests_failed": counts.failed.load(Ordering::Relaxed),
+                "points_per_second": points_ok as f64 / secs,
+            })
+        );
+        return;
+    }
     let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
     let t0 = Instant::now();
     let mut tasks = Vec::new();

@@ -67,7 +67,7 @@
 //!   0.142857142857; a tiny value beside 1e300 in one series reads back as 0).
 //! - Remote-write 2.0 (string interning, `io.prometheus.write.v2.Request`) is not spoken.
 
-mod config;
+pub mod config;
 mod http;
 mod names;
 pub mod query;

@@ -1,6 +1,6 @@
 //! Serving telemetry over OTLP: how a serving controller reports finished
-//! requests and actions with any OpenTelemetry SDK (see `serving.rs` for the
-//! rows). Either signal works; pick one per row.
+//! requests and actions with any OpenTelemetry SDK (see `ingest::ServedRequest`
+//! for the rows). Either signal works; pick one per row.
 //!
 //! * a **span** named `serving.request` / `serving.action`: its start is the
 //!   request's arrival / the action's send, its end the request's departure /
@@ -28,15 +28,14 @@
 //! | | | | `serving.requests_queued`, `serving.copies_loaded`, `serving.requests_in_time` | counts |
 //!
 //! A row that is missing a required attribute or fails the checks of
-//! `serving.rs` is skipped, with the reason in sonde's debug log; it never
+//! `ingest::check_request` / `check_action` is skipped, with the reason in sonde's debug log; it never
 //! becomes a timing or a custom event.
 
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
 
-use super::Report;
-use super::serving::{ServedAction, ServedRequest, check_action, check_request};
+use crate::ingest::{Report, ServedAction, ServedRequest, check_action, check_request};
 
 pub const REQUEST: &str = "serving.request";
 pub const ACTION: &str = "serving.action";

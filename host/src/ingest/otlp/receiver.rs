@@ -1,31 +1,7 @@
-//! The OTLP receiver: any OpenTelemetry SDK (or collector, or another sonde)
-//! sends metrics, traces and logs here, over gRPC (`ingest.otlp_grpc_listen`,
-//! default 127.0.0.1:4317) or HTTP/protobuf (`ingest.otlp_http_listen`,
-//! default 127.0.0.1:4318, paths `/v1/metrics`, `/v1/traces`, `/v1/logs`).
-//!
-//! How OTLP maps onto sonde's events (what plugins see):
-//!
-//! | OTLP | event |
-//! |---|---|
-//! | resource `sonde.job`, else `service.name` (else nothing for a sonde agent's own telemetry, marked `sonde.agent`) | origin.job |
-//! | resource `host.name` | origin.node |
-//! | resource `sonde.role`, `sonde.index`, `sonde.rank`, `sonde.local_rank` | origin fields (-1 when absent) |
-//! | metric `sonde.batch_idx` or `batch_idx` (gauge or sum, any number type) | progress "batch_idx" = the value, at the point's time |
-//! | any other gauge / sum number point | a point (`points`), series = metric name + unit + attributes |
-//! | histograms, summaries | not used (counted as skipped; still forwarded) |
-//! | span | a timing: name, start, end; step = span attribute `sonde.batch_idx` / `batch_idx`, else -1 |
-//! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start (not for spans a sonde agent forwarded, marked `sonde.forwarded`) |
-//! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
-//! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event`, `sonde.mpi.sample` | named progress, heartbeats, node events, MPI probe bins: see `otlp_events.rs` |
-//! | span or log record named `serving.request` / `serving.action` | a serving request / action row (attributes in `otlp_serving.rs`), not a timing or custom event |
-//!
-//! Metrics requests, the bulk of what arrives, are read in place from their
-//! bytes by `otlp_wire.rs` (no prost tree, nothing allocated per point); traces
-//! and logs are decoded with prost.
-//!
-//! With `ingest.forward = true` every request is also queued, unchanged, for
-//! the export endpoint (gateway mode) through the pipeline's bounded queue.
-//! Receivers bound beyond loopback require `authorization: Bearer <api.token>`.
+//! The OTLP receivers themselves: gRPC (tonic, metrics kept as bytes) and
+//! HTTP/protobuf (axum), the bearer-token check, refusals when the hub is
+//! full, and gateway forwarding. What a request becomes is the business of
+//! the other files in `otlp/` (see the table in `otlp/mod.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,183 +14,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
-use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceRequest, ExportMetricsServiceResponse};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
 
-use super::{CustomEvent, IngestHub, Origin, Progress, Report, Timing};
+use super::{events, wire};
 use crate::export::client::Signal;
-use crate::model::{AttrValue, Attributes, now_ns};
+use crate::ingest::{Full, IngestHub, Report};
 use crate::pipeline::PipelineHandle;
-
-/// Metric names that carry the batch index (progress, not a point).
-pub const BATCH_METRICS: [&str; 2] = ["sonde.batch_idx", "batch_idx"];
-/// Span attributes that carry the batch index of a timing.
-pub const BATCH_ATTRIBUTES: [&str; 2] = ["sonde.batch_idx", "batch_idx"];
-
-fn any_to_attr(v: &AnyValue) -> Option<AttrValue> {
-    Some(match v.value.as_ref()? {
-        any_value::Value::StringValue(s) => AttrValue::Str(s.clone()),
-        any_value::Value::BoolValue(b) => AttrValue::Bool(*b),
-        any_value::Value::IntValue(i) => AttrValue::Int(*i),
-        any_value::Value::DoubleValue(d) => AttrValue::Float(*d),
-        // Arrays, maps and bytes have no place in a series key: kept as text.
-        other => AttrValue::Str(format!("{other:?}")),
-    })
-}
-
-pub(super) fn attrs(kvs: &[KeyValue]) -> Attributes {
-    kvs.iter()
-        .filter_map(|kv| Some((kv.key.clone(), any_to_attr(kv.value.as_ref()?)?)))
-        .collect()
-}
-
-fn find<'a>(kvs: &'a [KeyValue], keys: &[&str]) -> Option<&'a AnyValue> {
-    keys.iter()
-        .find_map(|k| kvs.iter().find(|kv| kv.key == *k).and_then(|kv| kv.value.as_ref()))
-}
-
-fn as_text(v: &AnyValue) -> Option<String> {
-    match v.value.as_ref()? {
-        any_value::Value::StringValue(s) => Some(s.clone()),
-        any_value::Value::IntValue(i) => Some(i.to_string()),
-        any_value::Value::DoubleValue(d) => Some(d.to_string()),
-        any_value::Value::BoolValue(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-fn as_int(v: &AnyValue) -> Option<i64> {
-    match v.value.as_ref()? {
-        any_value::Value::IntValue(i) => Some(*i),
-        any_value::Value::DoubleValue(d) if d.fract() == 0.0 => Some(*d as i64),
-        any_value::Value::StringValue(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-/// The origin a resource describes (see the table at the top).
-pub fn origin(resource: &[KeyValue]) -> Origin {
-    let text = |keys: &[&str]| find(resource, keys).and_then(as_text).unwrap_or_default();
-    let int = |key: &str| {
-        find(resource, &[key])
-            .and_then(as_int)
-            .and_then(|i| i32::try_from(i).ok())
-            .filter(|i| *i >= 0)
-            .unwrap_or(-1)
-    };
-    // A sonde agent's own telemetry belongs to its node, not to a job.
-    let agent = find(resource, &["sonde.agent"]).is_some();
-    let job = match find(resource, &["sonde.job"]) {
-        Some(v) => as_text(v).unwrap_or_default(),
-        None if agent => String::new(),
-        None => text(&["service.name"]),
-    };
-    Origin {
-        job,
-        node: text(&["host.name"]),
-        role: text(&["sonde.role"]),
-        index: int("sonde.index"),
-        rank: int("sonde.rank"),
-        local_rank: int("sonde.local_rank"),
-        attributes: Vec::new(),
-    }
-}
-
-/// Converts a metrics request: one report per resource. Returns (reports,
-/// skipped points). The receivers read requests in place (`otlp_wire`); this
-/// is the same mapping for a request already decoded.
-pub fn metrics_reports(req: &ExportMetricsServiceRequest) -> (Vec<Report>, usize) {
-    let d = super::otlp_wire::metrics_reports(&req.encode_to_vec()).expect("prost encodes valid protobuf");
-    (d.reports, d.skipped)
-}
-
-/// Converts a traces request: every span becomes a timing.
-pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
-    req.resource_spans
-        .iter()
-        .map(|rs| {
-            let mut r = Report {
-                origin: origin(rs.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
-                ..Default::default()
-            };
-            for ss in &rs.scope_spans {
-                for s in &ss.spans {
-                    if super::otlp_serving::span(&mut r, s) != super::otlp_serving::Taken::No {
-                        continue;
-                    }
-                    let step = find(&s.attributes, &BATCH_ATTRIBUTES)
-                        .and_then(as_int)
-                        .filter(|i| *i >= 0)
-                        .unwrap_or(-1);
-                    r.timings.push(Timing {
-                        name: s.name.clone(),
-                        start: s.start_time_unix_nano,
-                        end: s.end_time_unix_nano.max(s.start_time_unix_nano),
-                        step,
-                    });
-                    // Exact to the span's start, where a batch-index metric is
-                    // only as fine as the SDK's metric export interval. A
-                    // timing a sonde agent forwarded comes with its progress.
-                    let forwarded = find(&s.attributes, &[super::otlp_events::FORWARDED]).is_some();
-                    if step >= 0 && !forwarded {
-                        r.progress.push(Progress {
-                            name: "batch_idx".into(),
-                            time: s.start_time_unix_nano,
-                            value: step as u64,
-                        });
-                    }
-                }
-            }
-            r.progress.sort_by_key(|p| p.time);
-            r.progress.dedup_by_key(|p| (p.time, p.value));
-            r
-        })
-        .collect()
-}
-
-/// Converts a logs request: every record becomes a custom event.
-pub fn log_reports(req: &ExportLogsServiceRequest) -> Vec<Report> {
-    req.resource_logs
-        .iter()
-        .map(|rl| {
-            let mut r = Report {
-                origin: origin(rl.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
-                ..Default::default()
-            };
-            for sl in &rl.scope_logs {
-                for l in &sl.log_records {
-                    if super::otlp_serving::log_record(&mut r, l) != super::otlp_serving::Taken::No {
-                        continue;
-                    }
-                    let name = if !l.event_name.is_empty() {
-                        l.event_name.clone()
-                    } else {
-                        find(&l.attributes, &["event.name"])
-                            .and_then(as_text)
-                            .unwrap_or_else(|| "log".into())
-                    };
-                    let time = [l.time_unix_nano, l.observed_time_unix_nano]
-                        .into_iter()
-                        .find(|t| *t > 0)
-                        .unwrap_or_else(now_ns);
-                    if super::otlp_events::take_log(&mut r, &name, time, l) {
-                        continue;
-                    }
-                    r.custom.push(CustomEvent {
-                        time,
-                        name,
-                        body: l.body.as_ref().and_then(as_text).unwrap_or_default(),
-                        attributes: attrs(&l.attributes),
-                    });
-                }
-            }
-            r
-        })
-        .collect()
-}
 
 /// What both receivers share.
 #[derive(Clone)]
@@ -229,7 +37,7 @@ pub struct Receiver {
 /// Why a request was not taken.
 enum Refusal {
     Unauthorized,
-    Full(super::Full),
+    Full(Full),
 }
 
 impl Receiver {
@@ -302,7 +110,7 @@ impl Receiver {
     /// A metrics request as received (gRPC or HTTP): read in place, taken,
     /// and forwarded as the same bytes.
     fn take_metrics(&self, auth: Option<&str>, body: Bytes) -> Result<(), Rejected> {
-        let d = super::otlp_wire::metrics_reports(&body).map_err(|e| self.invalid(e))?;
+        let d = wire::metrics_reports(&body).map_err(|e| self.invalid(e))?;
         let fwd = self.forward.as_ref().map(|_| (Signal::Metrics, body, d.points));
         self.take(auth, d.reports, d.skipped, fwd).map_err(Rejected::Refused)
     }
@@ -415,7 +223,7 @@ impl TraceService for Receiver {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let auth = grpc_auth(&req);
         let m = req.into_inner();
-        let reports = trace_reports(&m);
+        let reports = events::trace_reports(&m);
         let spans = reports
             .iter()
             .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
@@ -434,7 +242,7 @@ impl LogsService for Receiver {
     ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
         let auth = grpc_auth(&req);
         let m = req.into_inner();
-        let reports = log_reports(&m);
+        let reports = events::log_reports(&m);
         let fwd = forward_body(self, Signal::Logs, &m, crate::export::otlp::log_record_count(&m));
         self.take(auth.as_deref(), reports, 0, fwd).map_err(grpc_status)?;
         Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
@@ -543,7 +351,7 @@ async fn http_metrics(State(r): State<Receiver>, headers: HeaderMap, body: BodyR
 async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
     http_export::<ExportTraceServiceResponse>(&r, &headers, body, |auth, body| {
         r.take_decoded(auth, body, Signal::Traces, |m: &ExportTraceServiceRequest| {
-            let reports = trace_reports(m);
+            let reports = events::trace_reports(m);
             let spans = reports
                 .iter()
                 .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
@@ -556,7 +364,7 @@ async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyRe
 async fn http_logs(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
     http_export::<ExportLogsServiceResponse>(&r, &headers, body, |auth, body| {
         r.take_decoded(auth, body, Signal::Logs, |m: &ExportLogsServiceRequest| {
-            (log_reports(m), crate::export::otlp::log_record_count(m))
+            (events::log_reports(m), crate::export::otlp::log_record_count(m))
         })
     })
 }
@@ -612,6 +420,10 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::Timing;
+    use crate::ingest::otlp::{metrics_reports, origin, trace_reports};
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
     use opentelemetry_proto::tonic::metrics::v1::{
         Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
     };

@@ -10,7 +10,7 @@
 //! only the first time the series appears in a request. Nothing is allocated
 //! per point.
 //!
-//! The mapping is the one documented in `otlp.rs`. Field numbers are those of
+//! The mapping is the one documented in `otlp/mod.rs`. Field numbers are those of
 //! opentelemetry-proto v1 (`metrics.proto`). What this reader checks: the wire
 //! structure of everything it walks, wire types of the fields it uses, UTF-8
 //! of the metric name, unit and description, and (through prost) resources,
@@ -27,9 +27,13 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use rustc_hash::FxHasher;
 
-use super::otlp::{BATCH_METRICS, attrs, origin};
-use super::{ForeignPoint, ForeignSeries, Progress, Report};
+use super::events;
+use super::resource::{attrs, origin};
+use crate::ingest::{ForeignPoint, ForeignSeries, Progress, Report};
 use crate::model::{SeriesKind, now_ns};
+
+/// Metric names that carry the batch index (progress, not a point).
+pub const BATCH_METRICS: [&str; 2] = ["sonde.batch_idx", "batch_idx"];
 
 /// A request that is not valid protobuf, or not shaped like OTLP metrics.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -296,7 +300,7 @@ fn metric<'a>(buf: &'a [u8], r: &mut Report, out: &mut Decoded, seen: &mut SeenS
         }
     };
     let batch = BATCH_METRICS.contains(&name);
-    let named_progress = name == super::otlp_events::PROGRESS_METRIC;
+    let named_progress = name == events::PROGRESS_METRIC;
     let mut now = None;
     seen.clear();
     r.points.reserve(points.len());
@@ -311,7 +315,7 @@ fn metric<'a>(buf: &'a [u8], r: &mut Report, out: &mut Decoded, seen: &mut SeenS
         };
         if named_progress {
             let full = NumberDataPoint::decode(p).map_err(|_| WireError("invalid data point"))?;
-            match super::otlp_events::progress(&full.attributes, time, point.value) {
+            match events::progress(&full.attributes, time, point.value) {
                 Some(pr) => r.progress.push(pr),
                 None => out.skipped += 1,
             }

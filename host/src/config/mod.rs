@@ -2,6 +2,17 @@
 //! built-in defaults, a TOML file, the standard `OTEL_*` variables, `SONDE_*`
 //! variables (`SONDE_SAMPLER__PERIOD_MS=50`: `__` separates levels), and
 //! command-line flags. Every problem is reported with the key and the reason.
+//!
+//! config/: this file assembles [`Config`] from the sections and validates the
+//! whole (one pass, so errors come in one list and a fixed order); each
+//! section's struct lives beside the component it configures (Vector's habit),
+//! as `<component>/config.rs`: `sample`, `plugin`, `export`, `api`, `sinks`,
+//! `ingest`. Only `[host]` is defined here. `otel_env.rs` maps the `OTEL_*`
+//! variables onto `[export]`. Section files are plain settings: they import
+//! nothing of their component, so every module may read `Config` without a
+//! circle.
+
+mod otel_env;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,6 +21,14 @@ use std::path::{Path, PathBuf};
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+
+use self::otel_env::otel_env_overlay;
+use crate::api::config::ApiConfig;
+use crate::export::config::ExportConfig;
+use crate::ingest::config::IngestConfig;
+use crate::plugin::config::{PluginConfig, PluginsConfig, check_plugin_name};
+use crate::sample::config::SamplerConfig;
+use crate::sinks::config::SinksConfig;
 
 /// The whole configuration.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -27,9 +46,9 @@ pub struct Config {
     /// How jobs report: the OTLP receiver and the JSON ingest.
     pub ingest: IngestConfig,
     /// The role in a job that spans machines: see `host/src/cluster/`.
-    pub cluster: crate::cluster::ClusterConfig,
+    pub cluster: crate::cluster::config::ClusterConfig,
     /// History beyond the live hour: see `host/src/storage/`.
-    pub storage: crate::storage::StorageConfig,
+    pub storage: crate::storage::config::StorageConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -49,298 +68,6 @@ impl Default for HostConfig {
             name: None,
             data_dir: PathBuf::from("sonde-data"),
             shutdown_timeout_ms: 3000,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct SamplerConfig {
-    /// The host's sampling period when no plugin asks for a faster one.
-    pub period_ms: u32,
-    /// Report the loopback interface too (off by default: it is not network traffic).
-    pub include_loopback: bool,
-    /// Only these network interfaces (empty: all).
-    pub interfaces: Vec<String>,
-    /// Only these block devices, e.g. "sda", "nvme0n1" (empty: all whole disks).
-    pub disks: Vec<String>,
-    /// One series per logical CPU as well as the total.
-    pub per_core: bool,
-    /// Try NVML for GPU metrics (a machine without a GPU is fine either way).
-    pub gpu: bool,
-    /// Run the sampling thread at real-time priority (SCHED_FIFO 1) when the
-    /// system allows it, so busy cores do not delay samples; it only sleeps and
-    /// reads counters. Falls back to a raised nice value when refused.
-    pub realtime: bool,
-}
-
-impl Default for SamplerConfig {
-    fn default() -> Self {
-        Self {
-            period_ms: 100,
-            include_loopback: false,
-            interfaces: Vec::new(),
-            disks: Vec::new(),
-            per_core: true,
-            gpu: true,
-            realtime: true,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct PluginsConfig {
-    /// The plugins directory: every `*.wasm` file in it is a plugin.
-    pub dir: PathBuf,
-    /// Load, reload and unload plugins as files appear, change and disappear.
-    pub watch: bool,
-    /// Linear-memory cap per plugin.
-    pub memory_limit_mb: u32,
-    /// Deadline for one hook call.
-    pub call_timeout_ms: u32,
-    /// Traps within `trap_window_s` that put a plugin in quarantine.
-    pub max_traps: u32,
-    pub trap_window_s: u32,
-    /// Re-instantiation backoff after a trap: initial, doubling up to max.
-    pub backoff_initial_ms: u32,
-    pub backoff_max_ms: u32,
-    /// Work items (sample batches, event batches, timers, requests) queued per
-    /// plugin; beyond it new items are dropped and counted.
-    pub queue_capacity: u32,
-}
-
-impl Default for PluginsConfig {
-    fn default() -> Self {
-        Self {
-            dir: PathBuf::from("sonde-data/plugins"),
-            watch: true,
-            memory_limit_mb: 64,
-            call_timeout_ms: 100,
-            max_traps: 5,
-            trap_window_s: 60,
-            backoff_initial_ms: 100,
-            backoff_max_ms: 10_000,
-            queue_capacity: 256,
-        }
-    }
-}
-
-/// One plugin's settings.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct PluginConfig {
-    pub enabled: bool,
-    /// Handed to the plugin as JSON in `start-info.settings` and `configure`.
-    pub settings: serde_json::Value,
-    pub memory_limit_mb: Option<u32>,
-    pub call_timeout_ms: Option<u32>,
-    /// WASI capabilities; everything is denied unless granted here.
-    pub grants: Grants,
-}
-
-impl Default for PluginConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            settings: serde_json::Value::Object(Default::default()),
-            memory_limit_mb: None,
-            call_timeout_ms: None,
-            grants: Grants::default(),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct Grants {
-    /// Environment variables passed through by name.
-    pub env: Vec<String>,
-    /// Host directories the plugin may open.
-    pub dirs: Vec<DirGrant>,
-    /// TCP/UDP sockets and name lookup.
-    pub network: bool,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct DirGrant {
-    pub host: PathBuf,
-    pub guest: String,
-    #[serde(default = "yes")]
-    pub read_only: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub enum Protocol {
-    #[serde(rename = "grpc")]
-    Grpc,
-    #[serde(rename = "http/protobuf")]
-    HttpProtobuf,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ExportConfig {
-    /// Collector base URL, e.g. "http://127.0.0.1:4317". None: export off.
-    pub endpoint: Option<String>,
-    pub protocol: Protocol,
-    /// Full URLs per signal for http/protobuf (default: endpoint + /v1/metrics, /v1/logs).
-    pub metrics_endpoint: Option<String>,
-    pub logs_endpoint: Option<String>,
-    /// Extra request headers (API keys).
-    pub headers: BTreeMap<String, String>,
-    /// Per-request timeout.
-    pub timeout_ms: u64,
-    /// Batching window: what was emitted during it goes out in one request.
-    /// Each request costs ~0.7 ms of CPU (gRPC round trip) on a 2-core VM, so
-    /// 5 s keeps export well under the cost of sampling; points keep their
-    /// own 100 ms timestamps either way.
-    pub interval_ms: u64,
-    /// Largest number of points (or log records) per request.
-    pub max_batch_points: usize,
-    /// Encoded requests waiting to be sent; when full, the oldest is dropped and counted.
-    pub queue_capacity: usize,
-    /// Retry backoff: first delay, cap, and total time before giving up on a request.
-    pub retry_initial_ms: u64,
-    pub retry_max_ms: u64,
-    pub retry_max_elapsed_ms: u64,
-    /// `service.name` resource attribute.
-    pub service_name: String,
-    /// Extra resource attributes.
-    pub resource: BTreeMap<String, String>,
-    /// How often the host's own metrics (plugin calls, drops, ...) are exported;
-    /// 0 = never (a gateway that should forward only what it receives).
-    pub self_metrics_interval_ms: u64,
-    /// Disk spool for the send queue, in bytes; 0 = off (the queue is in memory).
-    /// On: every encoded or forwarded request is written and synced to disk
-    /// before it counts as queued, removed only once the collector answered,
-    /// and replayed after a restart; retryable failures are retried until
-    /// delivered, and once the spool is full new requests are dropped and counted.
-    pub spool_max_bytes: u64,
-    /// Where the spool lives (default: `<host.data_dir>/spool`).
-    pub spool_dir: Option<PathBuf>,
-}
-
-impl ExportConfig {
-    /// This config with `spool_dir` resolved against the data directory.
-    pub fn with_spool_dir(&self, data_dir: &Path) -> ExportConfig {
-        let mut c = self.clone();
-        c.spool_dir.get_or_insert_with(|| data_dir.join("spool"));
-        c
-    }
-}
-
-impl Default for ExportConfig {
-    fn default() -> Self {
-        Self {
-            endpoint: None,
-            protocol: Protocol::Grpc,
-            metrics_endpoint: None,
-            logs_endpoint: None,
-            headers: BTreeMap::new(),
-            timeout_ms: 10_000,
-            interval_ms: 5_000,
-            max_batch_points: 8_192,
-            queue_capacity: 64,
-            retry_initial_ms: 200,
-            retry_max_ms: 5_000,
-            retry_max_elapsed_ms: 30_000,
-            service_name: "sonde".into(),
-            resource: BTreeMap::new(),
-            self_metrics_interval_ms: 10_000,
-            spool_max_bytes: 0,
-            spool_dir: None,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ApiConfig {
-    /// Where the HTTP API and the dashboard listen.
-    pub listen: String,
-    /// Bearer token for state-changing requests; required when `listen` is not loopback.
-    pub token: Option<String>,
-    /// Serve the dashboard from this directory instead of the built-in page.
-    pub web_dir: Option<PathBuf>,
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        Self {
-            listen: "127.0.0.1:7878".into(),
-            token: None,
-            web_dir: None,
-        }
-    }
-}
-
-/// What jobs report to sonde: see `host/src/ingest/`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct IngestConfig {
-    /// OTLP/gRPC receiver address, or "off". The default is the port every
-    /// OpenTelemetry SDK sends to, so a job needs no exporter settings.
-    pub otlp_grpc_listen: String,
-    /// OTLP/HTTP (protobuf) receiver address (`/v1/metrics`, `/v1/traces`, `/v1/logs`), or "off".
-    pub otlp_http_listen: String,
-    /// Gateway mode: forward every OTLP request received, unchanged, to the
-    /// export endpoint as well (a sonde in front of another sonde or a collector).
-    pub forward: bool,
-    /// Largest request body accepted (OTLP and JSON ingest); larger ones get 413.
-    pub max_body_bytes: usize,
-    /// How often what was received is handed to the plugins, in one batch.
-    pub flush_ms: u64,
-    /// Records waiting for the next hand-over at most; beyond it a request is
-    /// refused (429 / RESOURCE_EXHAUSTED) and counted, never queued unboundedly.
-    pub queue_capacity: usize,
-}
-
-impl Default for IngestConfig {
-    fn default() -> Self {
-        Self {
-            otlp_grpc_listen: "127.0.0.1:4317".into(),
-            otlp_http_listen: "127.0.0.1:4318".into(),
-            forward: false,
-            max_body_bytes: 8 * 1024 * 1024,
-            flush_ms: 50,
-            queue_capacity: 200_000,
-        }
-    }
-}
-
-impl IngestConfig {
-    /// The receiver address, or None when switched off ("off" or empty).
-    pub fn address(listen: &str) -> Option<&str> {
-        let l = listen.trim();
-        (!l.is_empty() && !l.eq_ignore_ascii_case("off")).then_some(l)
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct SinksConfig {
-    /// Directory for plugins' named file sinks. It must exist (sonde does not
-    /// create it, so a typo never scatters files); when it does not, or is not
-    /// writable, sinks fail with that reason and no file is written.
-    pub dir: PathBuf,
-    /// Per-plugin sink directories (`[sinks.plugins.<name>]`), instead of
-    /// `dir`: taken from an environment variable when it is set and not
-    /// blank, else from the entry's `dir`. Built in: `clockwork` follows
-    /// Clockwork's `CLOCKWORK_LOG_DIR`, default `/local` (see `crate::sinks`).
-    pub plugins: BTreeMap<String, crate::sinks::PluginSinkDir>,
-}
-
-impl Default for SinksConfig {
-    fn default() -> Self {
-        Self {
-            dir: PathBuf::from("sonde-data/sinks"),
-            plugins: BTreeMap::from([("clockwork".to_string(), crate::sinks::PluginSinkDir::clockwork())]),
         }
     }
 }
@@ -596,9 +323,9 @@ impl Config {
 
     /// An agent sends to its master unless `export.endpoint` says otherwise.
     fn apply_role(&mut self) {
-        if self.cluster.role == crate::cluster::Role::Agent && self.export.endpoint.is_none() {
+        if self.cluster.role == crate::cluster::config::Role::Agent && self.export.endpoint.is_none() {
             self.export.endpoint.clone_from(&self.cluster.master);
-            self.export.protocol = Protocol::Grpc;
+            self.export.protocol = crate::export::config::Protocol::Grpc;
         }
     }
 
@@ -606,23 +333,6 @@ impl Config {
     pub fn plugin(&self, name: &str) -> PluginConfig {
         self.plugin.get(name).cloned().unwrap_or_default()
     }
-}
-
-/// Plugin names are file stems: lowercase letters, digits, '-' and '_', at most 64.
-pub fn check_plugin_name(name: &str) -> Result<(), String> {
-    let ok_first = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    let ok_rest = name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-    if name.is_empty() || name.len() > 64 || !ok_first || !ok_rest {
-        return Err(format!(
-            "plugin name {name:?} is invalid: use 1-64 of [a-z0-9_-], starting with a letter or digit"
-        ));
-    }
-    Ok(())
 }
 
 fn check_url(u: &str) -> Result<(), String> {
@@ -659,137 +369,6 @@ pub fn parse_override(s: &str) -> Result<(String, toml::Value), ConfigError> {
     Ok((k.to_string(), parse_scalar(v.trim())))
 }
 
-/// The standard OpenTelemetry exporter variables, as a partial config.
-/// Spec: OTEL_EXPORTER_OTLP_{ENDPOINT,PROTOCOL,HEADERS,TIMEOUT}, the per-signal
-/// `_METRICS_`/`_LOGS_` forms, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
-/// OTEL_METRIC_EXPORT_INTERVAL and OTEL_SDK_DISABLED.
-fn otel_env_overlay(env: &BTreeMap<String, String>) -> Result<toml::Table, ConfigErrors> {
-    let mut export = toml::Table::new();
-    let mut errs = Vec::new();
-    let get = |k: &str| env.get(k).map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-    if let Some(v) = get("OTEL_EXPORTER_OTLP_ENDPOINT") {
-        export.insert("endpoint".into(), v.into());
-    }
-    if let Some(v) = get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
-        export.insert("metrics_endpoint".into(), v.clone().into());
-        if !export.contains_key("endpoint") {
-            export.insert("endpoint".into(), v.into());
-        }
-    }
-    if let Some(v) = get("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") {
-        export.insert("logs_endpoint".into(), v.into());
-    }
-    if let Some(v) = get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL").or_else(|| get("OTEL_EXPORTER_OTLP_PROTOCOL")) {
-        match v.as_str() {
-            "grpc" | "http/protobuf" => {
-                export.insert("protocol".into(), v.into());
-            }
-            other => errs.push(ConfigError::new(
-                "OTEL_EXPORTER_OTLP_PROTOCOL",
-                format!("{other:?} is not supported (use grpc or http/protobuf)"),
-            )),
-        }
-    }
-    if let Some(v) = get("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT").or_else(|| get("OTEL_EXPORTER_OTLP_TIMEOUT")) {
-        match v.parse::<i64>() {
-            Ok(ms) => {
-                export.insert("timeout_ms".into(), ms.into());
-            }
-            Err(_) => errs.push(ConfigError::new(
-                "OTEL_EXPORTER_OTLP_TIMEOUT",
-                format!("{v:?} is not milliseconds"),
-            )),
-        }
-    }
-    if let Some(v) = get("OTEL_METRIC_EXPORT_INTERVAL") {
-        match v.parse::<i64>() {
-            Ok(ms) => {
-                export.insert("interval_ms".into(), ms.into());
-            }
-            Err(_) => errs.push(ConfigError::new(
-                "OTEL_METRIC_EXPORT_INTERVAL",
-                format!("{v:?} is not milliseconds"),
-            )),
-        }
-    }
-    for var in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_METRICS_HEADERS"] {
-        if let Some(v) = get(var) {
-            match parse_kv_list(&v) {
-                Ok(kv) => {
-                    let t: toml::Table = kv.into_iter().map(|(k, v)| (k, toml::Value::String(v))).collect();
-                    export.insert("headers".into(), t.into());
-                }
-                Err(reason) => errs.push(ConfigError::new(var, reason)),
-            }
-        }
-    }
-    if let Some(v) = get("OTEL_SERVICE_NAME") {
-        export.insert("service_name".into(), v.into());
-    }
-    if let Some(v) = get("OTEL_RESOURCE_ATTRIBUTES") {
-        match parse_kv_list(&v) {
-            Ok(kv) => {
-                if let Some(name) = kv.iter().find(|(k, _)| k == "service.name").map(|(_, v)| v.clone())
-                    && get("OTEL_SERVICE_NAME").is_none()
-                {
-                    export.insert("service_name".into(), name.into());
-                }
-                let t: toml::Table = kv
-                    .into_iter()
-                    .filter(|(k, _)| k != "service.name")
-                    .map(|(k, v)| (k, toml::Value::String(v)))
-                    .collect();
-                export.insert("resource".into(), t.into());
-            }
-            Err(reason) => errs.push(ConfigError::new("OTEL_RESOURCE_ATTRIBUTES", reason)),
-        }
-    }
-    if get("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-        export.remove("endpoint");
-        export.remove("metrics_endpoint");
-        export.remove("logs_endpoint");
-    }
-    if !errs.is_empty() {
-        return Err(ConfigErrors(errs));
-    }
-    let mut root = toml::Table::new();
-    if !export.is_empty() {
-        root.insert("export".into(), export.into());
-    }
-    Ok(root)
-}
-
-/// `k1=v1,k2=v2` with percent-decoding of values, as the OTel spec defines.
-fn parse_kv_list(s: &str) -> Result<Vec<(String, String)>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or_else(|| format!("{part:?} is not key=value"))?;
-        out.push((k.trim().to_string(), percent_decode(v.trim())));
-    }
-    Ok(out)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(v);
-            i += 3;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// Turns figment's errors into key + reason pairs.
 fn figment_errors(e: figment::Error) -> Vec<ConfigError> {
     e.into_iter()
@@ -814,6 +393,7 @@ fn figment_errors(e: figment::Error) -> Vec<ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::export::config::Protocol;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -923,7 +503,7 @@ mod tests {
 
     #[test]
     fn the_readme_example_is_a_valid_config() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../../README.md");
         let start = readme.find("```toml\n").expect("the README has a TOML example") + 8;
         let end = start + readme[start..].find("```").unwrap();
         let c = Config::from_toml_str(&readme[start..end]).unwrap_or_else(|e| panic!("{e}"));

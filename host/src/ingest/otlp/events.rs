@@ -1,7 +1,9 @@
-//! OTLP → heartbeats, node events and named progress: the generic mapping a
-//! process uses to report liveness, lifecycle and clocks through any
-//! OpenTelemetry SDK (the parameter-server plugin reads all three). Called by
-//! `otlp.rs` for each log record and each `sonde.progress` data point.
+//! OTLP spans and log records (decoded with prost) → timings and custom
+//! events (the table in `otlp/mod.rs`), and the generic mapping a process
+//! uses to report liveness, lifecycle and clocks through any OpenTelemetry
+//! SDK: heartbeats, node events and named progress (the parameter-server
+//! plugin reads all three). `wire.rs` calls [`progress`] for each
+//! `sonde.progress` data point.
 //!
 //! | OTLP | event |
 //! |---|---|
@@ -15,11 +17,15 @@
 //! A record's time is its `time_unix_nano`, else `observed_time_unix_nano`,
 //! else the time of receipt (as for every log record).
 
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
-use super::{MpiSample, NodeEvent, Progress, Report};
-use crate::model::AttrValue;
+use super::resource::{as_int, as_text, attrs, find, origin};
+use super::serving;
+use crate::ingest::{CustomEvent, MpiSample, NodeEvent, Progress, Report, Timing};
+use crate::model::{AttrValue, now_ns};
 
 pub const HEARTBEAT_EVENT: &str = "sonde.heartbeat";
 pub const NODE_EVENT: &str = "sonde.node_event";
@@ -130,10 +136,98 @@ pub fn progress(attributes: &[KeyValue], time: u64, value: f64) -> Option<Progre
     })
 }
 
+/// Span attributes that carry the batch index of a timing.
+pub const BATCH_ATTRIBUTES: [&str; 2] = ["sonde.batch_idx", "batch_idx"];
+
+/// Converts a traces request: every span becomes a timing.
+pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
+    req.resource_spans
+        .iter()
+        .map(|rs| {
+            let mut r = Report {
+                origin: origin(rs.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
+                ..Default::default()
+            };
+            for ss in &rs.scope_spans {
+                for s in &ss.spans {
+                    if serving::span(&mut r, s) != serving::Taken::No {
+                        continue;
+                    }
+                    let step = find(&s.attributes, &BATCH_ATTRIBUTES)
+                        .and_then(as_int)
+                        .filter(|i| *i >= 0)
+                        .unwrap_or(-1);
+                    r.timings.push(Timing {
+                        name: s.name.clone(),
+                        start: s.start_time_unix_nano,
+                        end: s.end_time_unix_nano.max(s.start_time_unix_nano),
+                        step,
+                    });
+                    // Exact to the span's start, where a batch-index metric is
+                    // only as fine as the SDK's metric export interval.
+                    // A timing a sonde agent forwarded comes with its progress.
+                    let forwarded = find(&s.attributes, &[FORWARDED]).is_some();
+                    if step >= 0 && !forwarded {
+                        r.progress.push(Progress {
+                            name: "batch_idx".into(),
+                            time: s.start_time_unix_nano,
+                            value: step as u64,
+                        });
+                    }
+                }
+            }
+            r.progress.sort_by_key(|p| p.time);
+            r.progress.dedup_by_key(|p| (p.time, p.value));
+            r
+        })
+        .collect()
+}
+
+/// Converts a logs request: every record becomes a custom event.
+pub fn log_reports(req: &ExportLogsServiceRequest) -> Vec<Report> {
+    req.resource_logs
+        .iter()
+        .map(|rl| {
+            let mut r = Report {
+                origin: origin(rl.resource.as_ref().map_or(&[][..], |r| &r.attributes)),
+                ..Default::default()
+            };
+            for sl in &rl.scope_logs {
+                for l in &sl.log_records {
+                    if serving::log_record(&mut r, l) != serving::Taken::No {
+                        continue;
+                    }
+                    let name = if !l.event_name.is_empty() {
+                        l.event_name.clone()
+                    } else {
+                        find(&l.attributes, &["event.name"])
+                            .and_then(as_text)
+                            .unwrap_or_else(|| "log".into())
+                    };
+                    let time = [l.time_unix_nano, l.observed_time_unix_nano]
+                        .into_iter()
+                        .find(|t| *t > 0)
+                        .unwrap_or_else(now_ns);
+                    if take_log(&mut r, &name, time, l) {
+                        continue;
+                    }
+                    r.custom.push(CustomEvent {
+                        time,
+                        name,
+                        body: l.body.as_ref().and_then(as_text).unwrap_or_default(),
+                        attributes: attrs(&l.attributes),
+                    });
+                }
+            }
+            r
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ingest::otlp::{log_reports, metrics_reports};
+    use crate::ingest::otlp::metrics_reports;
     use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};

@@ -14,9 +14,8 @@
 
 use serde::Deserialize;
 
-use super::json::{Invalid, invalid};
-use super::{MpiSample, Pending};
-use crate::plugin::bindings::types;
+use crate::ingest::MpiSample;
+use crate::ingest::error::{Invalid, invalid};
 
 /// Longest function or call-site string accepted (demangled C++ symbols run long).
 const MAX_SYMBOL: usize = 1024;
@@ -89,34 +88,6 @@ impl JsonMpiSample {
     }
 }
 
-impl Pending {
-    /// Appends one origin's MPI samples to the batch's `mpi-samples` columns.
-    pub(super) fn add_mpi(&mut self, origin: u32, rows: &[MpiSample]) {
-        for s in rows {
-            let function = self.name(&s.function);
-            let callsite = self.name(&s.callsite);
-            let c = self.batch.mpi_samples.get_or_insert_with(|| types::MpiSampleColumns {
-                origin: Vec::new(),
-                thread: Vec::new(),
-                time: Vec::new(),
-                state: Vec::new(),
-                function: Vec::new(),
-                callsite: Vec::new(),
-                count: Vec::new(),
-                period_ns: Vec::new(),
-            });
-            c.origin.push(origin);
-            c.thread.push(s.thread);
-            c.time.push(s.time);
-            c.state.push(s.state);
-            c.function.push(function);
-            c.callsite.push(callsite);
-            c.count.push(s.count);
-            c.period_ns.push(s.period_ns);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,36 +134,5 @@ mod tests {
             let err = row(body).unwrap_err();
             assert!(err.contains(want), "{body}: {err}");
         }
-    }
-
-    #[test]
-    fn samples_become_mpi_columns_with_interned_names() {
-        use std::sync::Arc;
-        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let s2 = seen.clone();
-        let hub = super::super::IngestHub::new(
-            100,
-            Arc::new(move |b: &types::EventBatch| {
-                s2.lock().push(b.clone());
-                1
-            }),
-        );
-        let body: super::super::json::Body = serde_json::from_str(
-            r#"{"origin":{"job":"j","rank":2},"mpi_samples":[
-                {"thread":1,"time_ns":5,"state":"stall","function":"MPI_Barrier","callsite":"a+0x1","count":4,"period_ns":1000},
-                {"thread":1,"time_ns":5,"state":"not_in_mpi","count":6,"period_ns":1000}]}"#,
-        )
-        .unwrap();
-        let report = body.into_report(0).unwrap();
-        assert_eq!(hub.submit(&report), Ok(2));
-        hub.flush();
-        let b = &seen.lock()[0];
-        let c = b.mpi_samples.as_ref().unwrap();
-        assert_eq!(b.origins[0].rank, 2);
-        assert_eq!(c.state, vec![2, 0]);
-        assert_eq!(c.count, vec![4, 6]);
-        assert_eq!(b.names[c.function[0] as usize], "MPI_Barrier");
-        assert_eq!(b.names[c.callsite[0] as usize], "a+0x1");
-        assert_eq!(b.names[c.function[1] as usize], "");
     }
 }

@@ -1,5 +1,8 @@
-//! `POST /api/ingest`: batches of progress (batch index), timings, points and
-//! events as JSON, for jobs that do not run an OpenTelemetry SDK.
+//! json/: `POST /api/ingest`, batches of progress (batch index), timings,
+//! points and events as JSON, for jobs that do not run an OpenTelemetry SDK.
+//! This file is the endpoint and the body; the two row kinds with their own
+//! vocabulary have their own files: `serving.rs` (a serving controller's
+//! requests and actions) and `mpi.rs` (the MPI probe's state bins).
 //!
 //! ```json
 //! {
@@ -25,18 +28,21 @@
 //! }
 //! ```
 //! `requests` / `actions` are serving telemetry (one row per finished request
-//! or action, controller clock; see `serving.rs`): in a request `request_id`,
+//! or action, controller clock; see `ingest::ServedRequest`): in a request `request_id`,
 //! `model_id`, `arrival_ns` and `departure_ns` are required; in an action
 //! `action_id`, `action_type`, `model_id`, `sent_ns` and `result_received_ns`
 //! (the rest default to 0, `batch_size` to 1, `result_processed_ns` to
 //! `result_received_ns`).
-//! `mpi_samples` rows (from the MPI probe) are described in `ingest/mpi.rs`.
+//! `mpi_samples` rows (from the MPI probe) are described in `json/mpi.rs`.
 //! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
 //! fields are refused (a typo must not silently drop data). Answers: 202 with
 //! the row count; 400 malformed JSON or unknown field (with line and column);
 //! 413 body over `ingest.max_body_bytes`; 415 not JSON; 422 invalid values
 //! (naming the row and field); 429 when the hub is full; 401 without the token
 //! when one is configured.
+
+pub mod mpi;
+pub mod serving;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,7 +57,9 @@ use axum::routing::post;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::serving::{JsonAction, JsonRequest};
+use self::mpi::JsonMpiSample;
+use self::serving::{JsonAction, JsonRequest};
+use super::error::{Invalid, invalid};
 use super::{CustomEvent, ForeignPoint, ForeignSeries, IngestHub, NodeEvent, Origin, Progress, Report, Timing};
 use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
 
@@ -82,7 +90,7 @@ pub struct Body {
     #[serde(default)]
     pub actions: Vec<JsonAction>,
     #[serde(default)]
-    pub mpi_samples: Vec<super::mpi::JsonMpiSample>,
+    pub mpi_samples: Vec<JsonMpiSample>,
 }
 
 #[derive(Deserialize)]
@@ -184,21 +192,6 @@ pub struct JsonNodeEvent {
     pub reason: String,
     #[serde(default)]
     pub attributes: BTreeMap<String, serde_json::Value>,
-}
-
-/// A request that parsed but holds a value that cannot be right.
-#[derive(Debug, PartialEq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct Invalid {
-    pub field: String,
-    pub reason: String,
-}
-
-pub(super) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Invalid {
-    Invalid {
-        field: field.into(),
-        reason: reason.into(),
-    }
 }
 
 fn check_name(field: String, name: &str) -> Result<(), Invalid> {
@@ -580,5 +573,36 @@ mod tests {
         assert!(!authorized(&h, Some("s3")));
         h.insert(header::AUTHORIZATION, "Bearer s3".parse().unwrap());
         assert!(authorized(&h, Some("s3")));
+    }
+
+    #[test]
+    fn samples_become_mpi_columns_with_interned_names() {
+        use std::sync::Arc;
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let hub = IngestHub::new(
+            100,
+            Arc::new(move |b: &crate::plugin::bindings::types::EventBatch| {
+                s2.lock().push(b.clone());
+                1
+            }),
+        );
+        let body: Body = serde_json::from_str(
+            r#"{"origin":{"job":"j","rank":2},"mpi_samples":[
+                {"thread":1,"time_ns":5,"state":"stall","function":"MPI_Barrier","callsite":"a+0x1","count":4,"period_ns":1000},
+                {"thread":1,"time_ns":5,"state":"not_in_mpi","count":6,"period_ns":1000}]}"#,
+        )
+        .unwrap();
+        let report = body.into_report(0).unwrap();
+        assert_eq!(hub.submit(&report), Ok(2));
+        hub.flush();
+        let b = &seen.lock()[0];
+        let c = b.mpi_samples.as_ref().unwrap();
+        assert_eq!(b.origins[0].rank, 2);
+        assert_eq!(c.state, vec![2, 0]);
+        assert_eq!(c.count, vec![4, 6]);
+        assert_eq!(b.names[c.function[0] as usize], "MPI_Barrier");
+        assert_eq!(b.names[c.callsite[0] as usize], "a+0x1");
+        assert_eq!(b.names[c.function[1] as usize], "");
     }
 }

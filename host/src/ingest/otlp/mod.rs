@@ -1,0 +1,62 @@
+//! otlp/: the OTLP receiver. Any OpenTelemetry SDK (or collector, or another sonde)
+//! sends metrics, traces and logs here, over gRPC (`ingest.otlp_grpc_listen`,
+//! default 127.0.0.1:4317) or HTTP/protobuf (`ingest.otlp_http_listen`,
+//! default 127.0.0.1:4318, paths `/v1/metrics`, `/v1/traces`, `/v1/logs`).
+//!
+//! How OTLP maps onto sonde's events (what plugins see):
+//!
+//! | OTLP | event |
+//! |---|---|
+//! | resource `sonde.job`, else `service.name` (else nothing for a sonde agent's own telemetry, marked `sonde.agent`) | origin.job |
+//! | resource `host.name` | origin.node |
+//! | resource `sonde.role`, `sonde.index`, `sonde.rank`, `sonde.local_rank` | origin fields (-1 when absent) |
+//! | metric `sonde.batch_idx` or `batch_idx` (gauge or sum, any number type) | progress "batch_idx" = the value, at the point's time |
+//! | any other gauge / sum number point | a point (`points`), series = metric name + unit + attributes |
+//! | histograms, summaries | not used (counted as skipped; still forwarded) |
+//! | span | a timing: name, start, end; step = span attribute `sonde.batch_idx` / `batch_idx`, else -1 |
+//! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start (not for spans a sonde agent forwarded, marked `sonde.forwarded`) |
+//! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
+//! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event`, `sonde.mpi.sample` | named progress, heartbeats, node events, MPI probe bins: see `events.rs` |
+//! | span or log record named `serving.request` / `serving.action` | a serving request / action row (attributes in `serving.rs`), not a timing or custom event |
+//!
+//! Where each part of the mapping lives:
+//!
+//! ```text
+//!  receiver.rs  gRPC + HTTP services, auth, 429s, gateway forwarding   ──► wire, events
+//!  wire.rs      metrics read in place from their bytes (the hot path)   ──► resource, events
+//!  events.rs    spans and log records (prost-decoded) → timings, custom
+//!               events, heartbeats, node events; named progress          ──► resource, serving
+//!  serving.rs   spans / log records named `serving.*` → serving rows
+//!  resource.rs  resource → origin, key-values → attributes
+//! ```
+//! Metrics requests, the bulk of what arrives, are read in place (no prost
+//! tree, nothing allocated per point); traces and logs are decoded with prost.
+//! Every file makes [`Report`](crate::ingest::Report)s and imports only the
+//! files to its right above; this file only names what the others export.
+//!
+//! With `ingest.forward = true` every request is also queued, unchanged, for
+//! the export endpoint (gateway mode) through the pipeline's bounded queue.
+//! Receivers bound beyond loopback require `authorization: Bearer <api.token>`.
+
+pub mod events;
+pub mod receiver;
+pub mod resource;
+pub mod serving;
+pub mod wire;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use prost::Message;
+
+pub use self::events::{BATCH_ATTRIBUTES, log_reports, trace_reports};
+pub use self::receiver::{Bound, Receiver, grpc_router, http_router, serve};
+pub use self::resource::origin;
+pub use self::wire::BATCH_METRICS;
+use crate::ingest::Report;
+
+/// Converts a metrics request: one report per resource. Returns (reports,
+/// skipped points). The receivers read requests in place (`wire.rs`); this
+/// is the same mapping for a request already decoded.
+pub fn metrics_reports(req: &ExportMetricsServiceRequest) -> (Vec<Report>, usize) {
+    let d = wire::metrics_reports(&req.encode_to_vec()).expect("prost encodes valid protobuf");
+    (d.reports, d.skipped)
+}

@@ -1,0 +1,39 @@
+//! `[sampler]`: what the host samples and how often. Beside the sampler it
+//! configures; `crate::config` assembles and validates the sections.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SamplerConfig {
+    /// The host's sampling period when no plugin asks for a faster one.
+    pub period_ms: u32,
+    /// Report the loopback interface too (off by default: it is not network traffic).
+    pub include_loopback: bool,
+    /// Only these network interfaces (empty: all).
+    pub interfaces: Vec<String>,
+    /// Only these block devices, e.g. "sda", "nvme0n1" (empty: all whole disks).
+    pub disks: Vec<String>,
+    /// One series per logical CPU as well as the total.
+    pub per_core: bool,
+    /// Try NVML for GPU metrics (a machine without a GPU is fine either way).
+    pub gpu: bool,
+    /// Run the sampling thread at real-time priority (SCHED_FIFO 1) when the
+    /// system allows it, so busy cores do not delay samples; it only sleeps and
+    /// reads counters. Falls back to a raised nice value when refused.
+    pub realtime: bool,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            period_ms: 100,
+            include_loopback: false,
+            interfaces: Vec::new(),
+            disks: Vec::new(),
+            per_core: true,
+            gpu: true,
+            realtime: true,
+        }
+    }
+}
