@@ -21,5 +21,5 @@ export default [
   { files: ['src/**/*.js'], languageOptions: { globals: globals.browser } },
   // The build script and the browser tests run in Node; the tests also hand
   // functions to page.evaluate, which run in the page.
-  { files: ['*.mjs', 'tests/**/*.mjs'], languageOptions: { globals: { ...globals.node, ...globals.browser } } },
+  { files: ['*.mjs', 'tests/**/*.mjs', 'bench/**/*.mjs'], languageOptions: { globals: { ...globals.node, ...globals.browser } } },
 ];

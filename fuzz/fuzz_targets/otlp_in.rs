@@ -12,8 +12,8 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use sonde::ingest::Report;
-use sonde::ingest::otlp::{log_reports, metrics_reports, trace_reports};
 use sonde::ingest::otlp::wire;
+use sonde::ingest::otlp::{log_reports, metrics_reports, trace_reports};
 
 /// Each point with its series resolved, its time aside (a point without one
 /// is stamped when it is read).

@@ -157,7 +157,6 @@ export class JobPage {
   }
 
   skeleton(job) {
-    const app = this.app;
     this.head = el('div', { class: 'job-summary' });
     this.rankSel = el('select', { id: 'job-rank', 'aria-label': 'rank' });
     this.rankSel.addEventListener('change', () => { this.params.rank = this.rankSel.value; setParams({ rank: this.rankSel.value }); this.render(this.job, false); });
