@@ -10,12 +10,13 @@ otel := "opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.
 default:
     @just --list
 
-# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests)
+# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests), Prometheus and VictoriaMetrics (remote-write tests)
 setup:
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
     command -v mpicc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
+    command -v prometheus >/dev/null && command -v victoria-metrics >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends prometheus victoria-metrics; }
 
 # the dashboard's npm packages, pinned by web/package-lock.json (installed again only when it changes)
 web-deps:
@@ -43,6 +44,13 @@ run *ARGS: build
     mkdir -p sonde-data/plugins sonde-data/sinks
     for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/plugins/$(basename "$f")" || cp "$f" sonde-data/plugins/; done
     exec target/release/sonde --data-dir sonde-data --plugins-dir sonde-data/plugins --sinks-dir sonde-data/sinks {{ARGS}}
+
+# a cluster agent on this machine beside `./dev run --role master`: named NAME, its API on 127.0.0.1:PORT, its data in sonde-data/NAME; extra args go to sonde
+[no-exit-message]
+agent NAME PORT *ARGS: build
+    mkdir -p "sonde-data/{{NAME}}/plugins" "sonde-data/{{NAME}}/sinks"
+    for f in target/plugins/bundled/*.wasm; do cmp -s "$f" "sonde-data/{{NAME}}/plugins/$(basename "$f")" || cp "$f" "sonde-data/{{NAME}}/plugins/"; done
+    exec target/release/sonde --role agent --master http://127.0.0.1:4317 --listen "127.0.0.1:{{PORT}}" --data-dir "sonde-data/{{NAME}}" --plugins-dir "sonde-data/{{NAME}}/plugins" --sinks-dir "sonde-data/{{NAME}}/sinks" --set "host.name={{NAME}}" --set ingest.otlp_grpc_listen=off --set ingest.otlp_http_listen=off {{ARGS}}
 
 # the whole test suite: unit, plugin runtime with real components, end to end against rotel, plugin logic, the dashboard in chromium, then every fuzz target for 30 s; ends with a table of how long each stage took
 test:
@@ -112,6 +120,11 @@ bench-otlp *ARGS: build
     cargo build --release -p otlp-loadgen
     python3 scripts/bench_otlp.py {{ARGS}}
 
+# one master taking the series of 64 and 256 simulated agents (otlp-loadgen --agents), rotel the peer in the same run: CPU per 100 000 points, RSS, history bytes per node-hour, query p50/p99 of a 1-hour 8-node view
+bench-cluster *ARGS: build
+    cargo build --release -p otlp-loadgen
+    python3 scripts/bench_cluster.py {{ARGS}}
+
 # many nodes: 8 agents directly to rotel, then through one sonde gateway killed for 60 s; every point counted end to end
 many-nodes *ARGS: build
     python3 scripts/many_nodes.py {{ARGS}}
@@ -120,11 +133,11 @@ many-nodes *ARGS: build
 soak *ARGS: build
     python3 scripts/soak.py {{ARGS}}
 
-# fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload) for SECONDS each; `./dev test` runs it for 30 s each
+# fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload, compressed bodies) for SECONDS each; `./dev test` runs it for 30 s each
 fuzz SECONDS="30":
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
     cd fuzz && cargo fuzz build --dev --sanitizer none
-    cd fuzz && passed=0; failed=0; for t in otlp_in ingest_json config plugin_upload; do \
+    cd fuzz && passed=0; failed=0; for t in otlp_in ingest_json config plugin_upload compressed_body; do \
       mkdir -p "target/corpus/$t" "artifacts/$t"; log="target/fuzz-$t.log"; \
       if cargo fuzz run --dev --sanitizer none "$t" "target/corpus/$t" "corpus/$t" -- \
            -max_total_time={{SECONDS}} -timeout=60 -rss_limit_mb=4096 >"$log" 2>&1; then \

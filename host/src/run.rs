@@ -118,6 +118,7 @@ impl Host {
                     .parse::<std::net::SocketAddr>()
                     .is_ok_and(|a| !a.ip().is_loopback())
                     .then(|| cfg.api.token.clone().unwrap_or_default()),
+                max_body: cfg.ingest.max_body_bytes,
             };
             let max = cfg.ingest.max_body_bytes;
             for (protocol, listen) in [

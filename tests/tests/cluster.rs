@@ -397,3 +397,136 @@ fn a_master_killed_and_restarted_still_serves_what_it_had() {
         s["storage"]
     );
 }
+
+/// rotel at its defaults (OTLP/gRPC export, gzip) between an agent and its
+/// master: everything the agent sends goes through the collector, and the
+/// master takes all of it.
+#[test]
+fn a_collector_at_its_defaults_forwards_an_agent_into_its_master() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let args = master_args(grpc);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let master = Sonde::start(&tmp.path().join("master"), &[], &args);
+    let rotel_grpc = free_port();
+    let log = std::fs::File::create(tmp.path().join("rotel.log")).unwrap();
+    let child = std::process::Command::new(rotel_bin())
+        .args(["start", "--exporter", "otlp"])
+        .args(["--otlp-exporter-endpoint", &format!("http://127.0.0.1:{grpc}")])
+        .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{rotel_grpc}")])
+        .args(["--otlp-http-endpoint", &format!("127.0.0.1:{}", free_port())])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("starting rotel-agent");
+    let _rotel = Proc { child, name: "rotel" };
+    assert!(wait_for(Duration::from_secs(10), || std::net::TcpStream::connect((
+        "127.0.0.1",
+        rotel_grpc
+    ))
+    .is_ok()));
+    // The agent's "master" is the collector.
+    let a = agent(tmp.path(), "node-0", rotel_grpc);
+    let (code, body) = post_json(&a.api, "/api/ingest", &step(0, 3, now_ns(), 0));
+    assert_eq!(code, 202, "{body}");
+    let through = wait_for(Duration::from_secs(30), || {
+        let up = node(&nodes(&master), "node-0").is_some_and(|v| v["state"] == "up" && v["agent"] == true);
+        up && master.get("/api/jobs/train-1").0 == 200
+            && !master.json("/api/series?node=node-0")["series"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+    });
+    let ingest = master.json("/api/ingest");
+    let rotel_log = std::fs::read_to_string(tmp.path().join("rotel.log")).unwrap_or_default();
+    assert!(
+        through,
+        "nothing arrived through rotel: {ingest:#}\nrotel:\n{rotel_log}"
+    );
+    let otlp = &ingest["otlp"];
+    assert!(
+        otlp["requests"].as_u64().unwrap() > 0 && otlp["rows"].as_u64().unwrap() > 0,
+        "{otlp}"
+    );
+    assert_eq!(otlp["rejected"], 0, "{otlp}");
+    assert_eq!(otlp["refused_rows"], 0, "{otlp}");
+    let job = master.json("/api/jobs/train-1");
+    assert_eq!(job["steps"][0]["batch"], 3, "{job:#}");
+}
+
+/// What collectors and SDKs send over OTLP/HTTP: gzip and zstd bodies are
+/// taken; one that inflates past `ingest.max_body_bytes` is refused with 413.
+#[test]
+fn compressed_otlp_http_bodies_are_taken_and_a_zip_bomb_is_refused() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let s = Sonde::start(
+        tmp.path(),
+        &[],
+        &[
+            "--set",
+            &format!("ingest.otlp_http_listen=\"127.0.0.1:{http_port}\""),
+            "--set",
+            "ingest.otlp_grpc_listen=\"off\"",
+            "--set",
+            "ingest.max_body_bytes=1048576",
+        ],
+    );
+    let addr = format!("127.0.0.1:{http_port}");
+    // An empty-but-valid logs request is 0 bytes of protobuf; give it one record.
+    let req = sonde::export::otlp::encode_logs(
+        &[("service.name".into(), sonde::model::AttrValue::Str("zjob".into()))],
+        &[sonde::model::LogBatch {
+            scope: std::sync::Arc::new(sonde::model::Scope {
+                name: "t".into(),
+                version: String::new(),
+            }),
+            records: vec![sonde::model::LogRecord {
+                time_ns: now_ns(),
+                severity: sonde::model::Severity::Info,
+                event_name: "hello".into(),
+                body: "compressed".into(),
+                attributes: vec![],
+            }],
+        }],
+    );
+    let raw = prost_bytes(&req);
+    let mut gz = flate2_gzip(&raw);
+    let send = |enc: &str, body: &[u8]| {
+        http_with(
+            &addr,
+            "POST",
+            "/v1/logs",
+            &[("Content-Type", "application/x-protobuf"), ("Content-Encoding", enc)],
+            body,
+        )
+    };
+    assert_eq!(send("gzip", &gz).0, 200);
+    let mut bomb = Vec::new();
+    {
+        let mut e = flate2::write::GzEncoder::new(&mut bomb, flate2::Compression::best());
+        e.write_all(&vec![0u8; 32 << 20]).unwrap();
+        e.finish().unwrap();
+    }
+    let (code, text) = send("gzip", &bomb);
+    assert_eq!(code, 413, "{text}");
+    assert!(text.contains("max_body_bytes"), "{text}");
+    gz.truncate(gz.len() / 2);
+    assert_eq!(send("gzip", &gz).0, 400, "a cut gzip stream is a bad request");
+    assert_eq!(send("br", &raw).0, 415);
+    let ingest = s.json("/api/ingest");
+    assert_eq!(ingest["otlp"]["rows"], 1, "{ingest:#}");
+    assert_eq!(ingest["otlp"]["rejected"], 3, "{ingest:#}");
+}
+
+fn prost_bytes(m: &impl prost::Message) -> Vec<u8> {
+    m.encode_to_vec()
+}
+
+fn flate2_gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}

@@ -327,6 +327,9 @@ impl Config {
             self.export.endpoint.clone_from(&self.cluster.master);
             self.export.protocol = crate::export::config::Protocol::Grpc;
         }
+        if self.cluster.role == crate::cluster::config::Role::Agent && self.export.compression.is_none() {
+            self.export.compression = Some(crate::export::config::Compression::Gzip);
+        }
     }
 
     /// Settings for one plugin (defaults when the config does not name it).

@@ -37,6 +37,17 @@ pub(super) fn otel_env_overlay(env: &BTreeMap<String, String>) -> Result<toml::T
             )),
         }
     }
+    if let Some(v) = get("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION").or_else(|| get("OTEL_EXPORTER_OTLP_COMPRESSION")) {
+        match v.as_str() {
+            "gzip" | "none" => {
+                export.insert("compression".into(), v.into());
+            }
+            other => errs.push(ConfigError::new(
+                "OTEL_EXPORTER_OTLP_COMPRESSION",
+                format!("{other:?} is not supported (use gzip or none)"),
+            )),
+        }
+    }
     if let Some(v) = get("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT").or_else(|| get("OTEL_EXPORTER_OTLP_TIMEOUT")) {
         match v.parse::<i64>() {
             Ok(ms) => {

@@ -103,8 +103,9 @@ impl Client {
             .as_deref()
             .ok_or_else(|| anyhow::anyhow!("export.endpoint is not set"))?;
         let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
+        let gzip = cfg.compression == Some(crate::export::config::Compression::Gzip);
         Ok(match cfg.protocol {
-            Protocol::Grpc => Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout)?)),
+            Protocol::Grpc => Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout, gzip)?)),
             Protocol::HttpProtobuf => {
                 let base = endpoint.trim_end_matches('/');
                 let metrics = cfg
@@ -112,7 +113,7 @@ impl Client {
                     .clone()
                     .unwrap_or_else(|| format!("{base}/v1/metrics"));
                 let logs = cfg.logs_endpoint.clone().unwrap_or_else(|| format!("{base}/v1/logs"));
-                Client::Http(Box::new(HttpClient::new(&metrics, &logs, &cfg.headers, timeout)?))
+                Client::Http(Box::new(HttpClient::new(&metrics, &logs, &cfg.headers, timeout, gzip)?))
             }
         })
     }
@@ -150,6 +151,7 @@ impl GrpcClient {
         endpoint: &str,
         headers: &std::collections::BTreeMap<String, String>,
         timeout: Duration,
+        gzip: bool,
     ) -> anyhow::Result<Self> {
         let channel = Endpoint::from_shared(endpoint.to_string())
             .map_err(|e| anyhow::anyhow!("export.endpoint {endpoint:?}: {e}"))?
@@ -165,8 +167,12 @@ impl GrpcClient {
                 .map_err(|e| anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}"))?;
             metadata.insert(key, val);
         }
+        let mut grpc = tonic::client::Grpc::new(channel);
+        if gzip {
+            grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+        }
         Ok(Self {
-            grpc: tonic::client::Grpc::new(channel),
+            grpc,
             metadata,
             timeout,
             endpoint: endpoint.to_string(),
@@ -316,6 +322,15 @@ impl<R: Message + Default> Decoder for ProstDecoder<R> {
 
 // ---------------------------------------------------------------- HTTP
 
+/// A body gzip-compressed (fast level: it is sent once and read once).
+fn gzip(body: &[u8]) -> Bytes {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 4), flate2::Compression::fast());
+    // Writing into a Vec cannot fail.
+    let _ = e.write_all(body);
+    Bytes::from(e.finish().unwrap_or_default())
+}
+
 /// HTTP/1.1 POSTs of `application/x-protobuf` with hyper's pooled client.
 #[derive(Clone)]
 pub struct HttpClient {
@@ -326,6 +341,8 @@ pub struct HttpClient {
     traces_url: http::Uri,
     headers: http::HeaderMap,
     timeout: Duration,
+    /// Send bodies gzip-compressed (`Content-Encoding: gzip`).
+    gzip: bool,
 }
 
 impl HttpClient {
@@ -334,6 +351,7 @@ impl HttpClient {
         logs_url: &str,
         headers: &std::collections::BTreeMap<String, String>,
         timeout: Duration,
+        gzip: bool,
     ) -> anyhow::Result<Self> {
         let parse = |u: &str, key: &str| -> anyhow::Result<http::Uri> {
             let uri: http::Uri = u.parse().map_err(|e| anyhow::anyhow!("{key} {u:?}: {e}"))?;
@@ -376,6 +394,7 @@ impl HttpClient {
             traces_url,
             headers: map,
             timeout,
+            gzip,
         })
     }
 
@@ -385,6 +404,7 @@ impl HttpClient {
             Signal::Logs => self.logs_url.clone(),
             Signal::Traces => self.traces_url.clone(),
         };
+        let body = if self.gzip { gzip(&body) } else { body };
         let mut req = http::Request::builder()
             .method(http::Method::POST)
             .uri(uri.clone())
@@ -393,6 +413,10 @@ impl HttpClient {
             .body(Full::new(body))
             .map_err(|e| SendError::fatal(format!("building request for {uri}: {e}")))?;
         req.headers_mut().extend(self.headers.clone());
+        if self.gzip {
+            req.headers_mut()
+                .insert(http::header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));
+        }
         let call = async {
             let resp = self.client.request(req).await.map_err(|e| {
                 // Connect failures, resets, closed connections: all transient.

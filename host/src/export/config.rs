@@ -16,12 +16,26 @@ pub enum Protocol {
     HttpProtobuf,
 }
 
+/// Request body compression.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    /// gzip, what OpenTelemetry exporters send by default.
+    Gzip,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExportConfig {
     /// Collector base URL, e.g. "http://127.0.0.1:4317". None: export off.
     pub endpoint: Option<String>,
     pub protocol: Protocol,
+    /// `gzip` or `none` (`OTEL_EXPORTER_OTLP_COMPRESSION`). Default: gzip on
+    /// an agent (to its master, across a network), none otherwise (a
+    /// collector on the same machine gains nothing from it).
+    pub compression: Option<Compression>,
     /// Full URLs per signal for http/protobuf (default: endpoint + /v1/metrics, /v1/logs).
     pub metrics_endpoint: Option<String>,
     pub logs_endpoint: Option<String>,
@@ -73,6 +87,7 @@ impl Default for ExportConfig {
         Self {
             endpoint: None,
             protocol: Protocol::Grpc,
+            compression: None,
             metrics_endpoint: None,
             logs_endpoint: None,
             headers: BTreeMap::new(),

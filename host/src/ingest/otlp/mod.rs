@@ -38,6 +38,7 @@
 //! the export endpoint (gateway mode) through the pipeline's bounded queue.
 //! Receivers bound beyond loopback require `authorization: Bearer <api.token>`.
 
+pub mod compression;
 pub mod events;
 pub mod receiver;
 pub mod resource;

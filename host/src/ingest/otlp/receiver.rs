@@ -18,7 +18,9 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResp
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use prost::Message;
+use tonic::codec::CompressionEncoding;
 
+use super::compression::BodyError;
 use super::{events, wire};
 use crate::export::client::Signal;
 use crate::ingest::{Full, IngestHub, Report};
@@ -32,6 +34,8 @@ pub struct Receiver {
     pub forward: Option<PipelineHandle>,
     /// The bearer token required (receivers bound beyond loopback).
     pub require_token: Option<String>,
+    /// Largest body taken, after decompression (`ingest.max_body_bytes`).
+    pub max_body: usize,
 }
 
 /// Why a request was not taken.
@@ -172,7 +176,10 @@ impl tonic::codegen::Service<tonic::codegen::http::Request<axum::body::Body>> fo
     fn call(&mut self, req: tonic::codegen::http::Request<axum::body::Body>) -> Self::Future {
         let svc = self.clone();
         Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(RawRequestCodec).max_decoding_message_size(svc.max_body);
+            let mut grpc = tonic::server::Grpc::new(RawRequestCodec)
+                .max_decoding_message_size(svc.max_body)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd);
             Ok(grpc.unary(svc, req).await)
         })
     }
@@ -261,11 +268,17 @@ pub fn grpc_router(r: Receiver, max_body: usize) -> axum::Router {
         )
         .route_service(
             "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-            TraceServiceServer::new(r.clone()).max_decoding_message_size(max_body),
+            TraceServiceServer::new(r.clone())
+                .max_decoding_message_size(max_body)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd),
         )
         .route_service(
             "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-            LogsServiceServer::new(r).max_decoding_message_size(max_body),
+            LogsServiceServer::new(r)
+                .max_decoding_message_size(max_body)
+                .accept_compressed(CompressionEncoding::Gzip)
+                .accept_compressed(CompressionEncoding::Zstd),
         )
 }
 
@@ -317,12 +330,18 @@ fn http_export<Resp: Message + Default>(
             format!("content-type {ctype:?}: send application/x-protobuf"),
         );
     }
-    if headers.get(header::CONTENT_ENCODING).is_some_and(|v| v != "identity") {
-        return bad(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "compressed bodies are not supported: send uncompressed protobuf".into(),
-        );
-    }
+    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+    let body = match super::compression::decode(encoding, body, r.max_body) {
+        Ok(b) => b,
+        Err(BodyError::TooLarge { limit }) => {
+            return bad(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body decompresses past ingest.max_body_bytes ({limit} bytes)"),
+            );
+        }
+        Err(BodyError::Unsupported(m)) => return bad(StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
+        Err(BodyError::Corrupt(m)) => return bad(StatusCode::BAD_REQUEST, format!("compressed body: {m}")),
+    };
     let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     match take(auth, body) {
         Ok(()) => (
@@ -558,6 +577,7 @@ mod tests {
             hub: IngestHub::new(10_000, Arc::new(|_: &crate::plugin::bindings::types::EventBatch| 1)),
             forward: None,
             require_token: None,
+            max_body: 1 << 20,
         }
     }
 
