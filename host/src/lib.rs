@@ -6,10 +6,12 @@
 //! ```text
 //!   run ──► api ──► plugin ──► pipeline ──► export
 //!    │       │        └──────► sinks, state
-//!    │       └──► sample
+//!    │       ├──► sample
+//!    │       ├──► cluster ──► ingest, pipeline, export, plugin (decisions)
+//!    │       └──► storage ──► history, export::remote_write, pipeline (its tap)
 //!    └──► ingest ──► plugin (hands batches to the plugins)
 //!   agent ──► run, ingest     (the in-process Rust API)
-//!   history                   (the master's embedded store: depends on model only)
+//!   history                   (the embedded store: depends on model only)
 //! ```
 //! `model` is shared by all. Each component's settings live beside it
 //! (`sample/config.rs`, `plugin/config.rs`, `export/config.rs`,

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::export::remote_write::config::{RemoteQueryConfig, RemoteWriteConfig};
+use crate::export::remote_write::config::RemoteWriteConfig;
 use crate::history::config::HistoryConfig;
 
 /// History beyond the dashboard's live hour.
@@ -20,10 +20,6 @@ pub struct StorageConfig {
     /// or a table with the URL and its tuning (`[storage.remote_write]`).
     #[serde(deserialize_with = "url_or_table")]
     pub remote_write: RemoteWriteConfig,
-    /// Read history back through that engine's Prometheus query API: a base
-    /// URL (`storage.query = "http://vm:8428"`) or a table.
-    #[serde(deserialize_with = "url_or_table")]
-    pub query: RemoteQueryConfig,
 }
 
 /// Something that can be set from a bare URL.
@@ -34,15 +30,6 @@ trait FromUrl: Default {
 impl FromUrl for RemoteWriteConfig {
     fn with_url(url: String) -> Self {
         RemoteWriteConfig {
-            url: Some(url),
-            ..Default::default()
-        }
-    }
-}
-
-impl FromUrl for RemoteQueryConfig {
-    fn with_url(url: String) -> Self {
-        RemoteQueryConfig {
             url: Some(url),
             ..Default::default()
         }
@@ -84,9 +71,6 @@ impl StorageConfig {
         if let Err(e) = self.remote_write.validate() {
             p.push(("storage.remote_write".into(), e));
         }
-        if let Err(e) = self.query.validate() {
-            p.push(("storage.query".into(), e));
-        }
         p
     }
 }
@@ -97,10 +81,7 @@ mod tests {
 
     #[test]
     fn a_bare_url_or_a_table() {
-        let c: StorageConfig = toml::from_str(
-            "remote_write = \"http://127.0.0.1:8428/api/v1/write\"\n[query]\nurl = \"http://127.0.0.1:8428\"\ntimeout_ms = 500\n",
-        )
-        .unwrap();
+        let c: StorageConfig = toml::from_str("remote_write = \"http://127.0.0.1:8428/api/v1/write\"\n").unwrap();
         assert_eq!(
             c.remote_write.url.as_deref(),
             Some("http://127.0.0.1:8428/api/v1/write")
@@ -109,7 +90,9 @@ mod tests {
             c.remote_write.batch_max_samples,
             RemoteWriteConfig::default().batch_max_samples
         );
-        assert_eq!(c.query.timeout_ms, 500);
+        let t: StorageConfig =
+            toml::from_str("[remote_write]\nurl = \"http://vm:8428/api/v1/write\"\ntimeout_ms = 500\n").unwrap();
+        assert_eq!(t.remote_write.timeout_ms, 500);
         assert!(toml::from_str::<StorageConfig>("remote_write = 3").is_err());
     }
 }
