@@ -15,6 +15,18 @@ pub enum AttrValue {
     Bool(bool),
 }
 
+impl AttrValue {
+    /// The value as text, as a label or key carries it (`3`, `0.5`, `true`).
+    pub fn text(&self) -> String {
+        match self {
+            AttrValue::Str(s) => s.clone(),
+            AttrValue::Int(i) => i.to_string(),
+            AttrValue::Float(f) => f.to_string(),
+            AttrValue::Bool(b) => b.to_string(),
+        }
+    }
+}
+
 impl From<&str> for AttrValue {
     fn from(s: &str) -> Self {
         AttrValue::Str(s.to_string())

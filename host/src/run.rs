@@ -288,7 +288,7 @@ fn start_cluster(
     let node = resource
         .iter()
         .find(|(k, _)| k == "host.name")
-        .map(|(_, v)| cluster::forward::attr_text(v))
+        .map(|(_, v)| v.text())
         .unwrap_or_default();
     let master_client = match cfg.cluster.role {
         Role::Agent => match cfg.cluster.master.as_deref().map(|m| {

@@ -48,7 +48,7 @@ use crate::export::otlp::key_values;
 use crate::ingest::otlp::events::{FORWARDED, MPI_SAMPLE};
 use crate::ingest::{MpiSample, Origin, Report, ReportTap};
 use crate::ingest::{ServedAction, ServedRequest};
-use crate::model::{AttrValue, SeriesKind};
+use crate::model::SeriesKind;
 use crate::pipeline::PipelineHandle;
 
 /// The three requests one set of reports becomes; `None` where it has nothing of that signal.
@@ -418,21 +418,12 @@ impl ReportTap for Forwarder {
     }
 }
 
-/// A node's host name as the resource would carry it (`AttrValue` to text).
-pub fn attr_text(v: &AttrValue) -> String {
-    match v {
-        AttrValue::Str(s) => s.clone(),
-        AttrValue::Int(i) => i.to_string(),
-        AttrValue::Float(f) => f.to_string(),
-        AttrValue::Bool(b) => b.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ingest::otlp::{log_reports, metrics_reports, trace_reports};
     use crate::ingest::{CustomEvent, ForeignPoint, ForeignSeries, NodeEvent, Progress, Timing};
+    use crate::model::AttrValue;
 
     fn full_report() -> Report {
         Report {

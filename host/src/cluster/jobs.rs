@@ -249,7 +249,7 @@ impl JobRegistry {
         if r.origin.job.is_empty() {
             return;
         }
-        let latest = report_latest(r);
+        let (earliest, latest) = report_span(r);
         let mut jobs = self.inner.lock();
         if !jobs.map.contains_key(&r.origin.job) && jobs.map.len() >= self.max_jobs {
             // Make room: the job heard from longest ago goes.
@@ -262,7 +262,7 @@ impl JobRegistry {
             first_ns: latest,
             ..Default::default()
         });
-        job.first_ns = job.first_ns.min(report_earliest(r).unwrap_or(latest));
+        job.first_ns = job.first_ns.min(earliest);
         job.last_ns = job.last_ns.max(latest);
         job.rows += r.rows() as u64;
         job.kinds.extend(kinds_of(r));
@@ -370,12 +370,15 @@ fn report_times(r: &Report) -> impl Iterator<Item = u64> + '_ {
         .filter(|t| *t > 0)
 }
 
-fn report_earliest(r: &Report) -> Option<u64> {
-    report_times(r).min()
-}
-
-fn report_latest(r: &Report) -> u64 {
-    report_times(r).max().unwrap_or_else(crate::model::now_ns)
+/// (earliest, latest) time a report carries, in one pass; now for a report without times.
+fn report_span(r: &Report) -> (u64, u64) {
+    let span = report_times(r).fold(None, |acc: Option<(u64, u64)>, t| {
+        Some(acc.map_or((t, t), |(lo, hi)| (lo.min(t), hi.max(t))))
+    });
+    span.unwrap_or_else(|| {
+        let now = crate::model::now_ns();
+        (now, now)
+    })
 }
 
 #[cfg(test)]

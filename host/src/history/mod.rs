@@ -51,7 +51,7 @@ use serde::Serialize;
 
 pub use config::{HistoryConfig, TierConfig};
 
-use crate::model::{AttrValue, MetricSeries};
+use crate::model::MetricSeries;
 
 /// What identifies a series: metric name, unit and string attributes, sorted
 /// by attribute name (the node's `host.name` and the job's `sonde.job` are
@@ -84,15 +84,10 @@ impl SeriesKey {
     /// The key of a metric series plus resource attributes (`host.name`,
     /// `sonde.job`, …); non-string attribute values are written as text.
     pub fn from_metric(series: &MetricSeries, resource: &[(String, String)]) -> Self {
-        let attrs = resource.iter().cloned().chain(series.attributes.iter().map(|(k, v)| {
-            let v = match v {
-                AttrValue::Str(s) => s.clone(),
-                AttrValue::Int(i) => i.to_string(),
-                AttrValue::Float(f) => f.to_string(),
-                AttrValue::Bool(b) => b.to_string(),
-            };
-            (k.clone(), v)
-        }));
+        let attrs = resource
+            .iter()
+            .cloned()
+            .chain(series.attributes.iter().map(|(k, v)| (k.clone(), v.text())));
         Self::new(series.name.clone(), series.unit.clone(), attrs)
     }
 

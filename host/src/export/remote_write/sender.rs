@@ -222,7 +222,7 @@ impl RemoteWriter {
     /// Queues every point of a batch (one lock for the whole batch); `resource`
     /// is the sender's resource. Returns how many points were refused (no usable name).
     pub fn push_batch(&self, batch: &MetricBatch, resource: &[(String, AttrValue)]) -> usize {
-        let resource: Vec<(String, String)> = resource.iter().map(|(k, v)| (k.clone(), attr_string(v))).collect();
+        let resource: Vec<(String, String)> = resource.iter().map(|(k, v)| (k.clone(), v.text())).collect();
         // Translate each distinct series of the batch once.
         let mut index: HashMap<*const crate::model::MetricSeries, Option<usize>> = HashMap::new();
         let mut entries: Vec<Entry> = Vec::new();
@@ -232,7 +232,7 @@ impl RemoteWriter {
             let slot = *index.entry(key).or_insert_with(|| {
                 let s = &p.series;
                 let attributes: Vec<(String, String)> =
-                    s.attributes.iter().map(|(k, v)| (k.clone(), attr_string(v))).collect();
+                    s.attributes.iter().map(|(k, v)| (k.clone(), v.text())).collect();
                 let labels = series_labels(
                     &s.name,
                     &s.unit,
@@ -346,15 +346,6 @@ fn to_sample(t_ns: u64, value: f64) -> Sample {
     Sample {
         value,
         timestamp: (t_ns / 1_000_000) as i64,
-    }
-}
-
-fn attr_string(v: &AttrValue) -> String {
-    match v {
-        AttrValue::Str(s) => s.clone(),
-        AttrValue::Int(i) => i.to_string(),
-        AttrValue::Float(f) => f.to_string(),
-        AttrValue::Bool(b) => b.to_string(),
     }
 }
 
