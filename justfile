@@ -10,13 +10,17 @@ otel := "opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.
 default:
     @just --list
 
-# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests), Prometheus and VictoriaMetrics (remote-write tests)
-setup:
+# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests), Prometheus and VictoriaMetrics (remote-write tests), the OpenTelemetry JS SDK (a real OTLP/JSON sender)
+setup: js-sender
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
     command -v mpicc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
     command -v prometheus >/dev/null && command -v victoria-metrics >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends prometheus victoria-metrics; }
+
+# the official OpenTelemetry JS SDK in tests/otlp-js/, pinned by its package-lock.json (the OTLP/JSON tests send with it)
+js-sender:
+    cd tests/otlp-js && { cmp -s package-lock.json node_modules/.sonde-lock || { npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.sonde-lock; }; }
 
 # the dashboard's npm packages, pinned by web/package-lock.json (installed again only when it changes)
 web-deps:

@@ -1,7 +1,8 @@
 //! otlp/: the OTLP receiver. Any OpenTelemetry SDK (or collector, or another sonde)
 //! sends metrics, traces and logs here, over gRPC (`ingest.otlp_grpc_listen`,
-//! default 127.0.0.1:4317) or HTTP/protobuf (`ingest.otlp_http_listen`,
-//! default 127.0.0.1:4318, paths `/v1/metrics`, `/v1/traces`, `/v1/logs`).
+//! default 127.0.0.1:4317) or HTTP (`ingest.otlp_http_listen`, default
+//! 127.0.0.1:4318, paths `/v1/metrics`, `/v1/traces`, `/v1/logs`), as
+//! protobuf or OTLP/JSON, each optionally gzip- or zstd-compressed.
 //!
 //! How OTLP maps onto sonde's events (what plugins see):
 //!
@@ -22,7 +23,8 @@
 //! Where each part of the mapping lives:
 //!
 //! ```text
-//!  receiver.rs  gRPC + HTTP services, auth, 429s, gateway forwarding   ──► wire, events
+//!  receiver.rs  gRPC + HTTP services, auth, 429s, gateway forwarding   ──► json, wire, events
+//!  json.rs      OTLP/JSON bodies rewritten as protobuf (one format after it)
 //!  wire.rs      metrics read in place from their bytes (the hot path)   ──► resource, events
 //!  events.rs    spans and log records (prost-decoded) → timings, custom
 //!               events, heartbeats, node events; named progress          ──► resource, serving
@@ -40,6 +42,7 @@
 
 pub mod compression;
 pub mod events;
+pub mod json;
 pub mod receiver;
 pub mod resource;
 pub mod serving;

@@ -1,5 +1,5 @@
 //! The OTLP receivers themselves: gRPC (tonic, metrics kept as bytes) and
-//! HTTP/protobuf (axum), the bearer-token check, refusals when the hub is
+//! HTTP with protobuf or JSON bodies (axum), the bearer-token check, refusals when the hub is
 //! full, and gateway forwarding. What a request becomes is the business of
 //! the other files in `otlp/` (see the table in `otlp/mod.rs`).
 
@@ -292,46 +292,83 @@ pub fn http_router(r: Receiver, max_body: usize) -> axum::Router {
         .with_state(r)
 }
 
-fn http_error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain")], msg.to_string()).into_response()
+/// The two encodings of OTLP over HTTP; an answer uses the request's.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Protobuf,
+    Json,
+}
+
+impl Encoding {
+    fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Protobuf => "application/x-protobuf",
+            Encoding::Json => "application/json",
+        }
+    }
+}
+
+/// An OTLP/HTTP failure: a `google.rpc.Status` (code, message) in the
+/// request's encoding, as the OTLP spec asks, so SDKs can log the message.
+fn http_error(encoding: Encoding, status: StatusCode, msg: impl std::fmt::Display) -> Response {
+    let msg = msg.to_string();
+    // The gRPC code that means the same as the HTTP status.
+    let code: i32 = match status {
+        StatusCode::UNAUTHORIZED => 16,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::PAYLOAD_TOO_LARGE => 8,
+        _ => 3,
+    };
+    let body = match encoding {
+        Encoding::Json => serde_json::json!({ "code": code, "message": msg })
+            .to_string()
+            .into_bytes(),
+        Encoding::Protobuf => {
+            let mut b = Vec::with_capacity(msg.len() + 8);
+            prost::encoding::int32::encode(1, &code, &mut b);
+            prost::encoding::string::encode(2, &msg, &mut b);
+            b
+        }
+    };
+    (status, [(header::CONTENT_TYPE, encoding.content_type())], body).into_response()
 }
 
 type BodyResult = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
-/// Checks the content type and body, hands it to `take`; answers the OTLP way.
+/// Checks the content type and body (OTLP/JSON is rewritten as protobuf
+/// here), hands it to `take`; answers the OTLP way, in the request's encoding.
 fn http_export<Resp: Message + Default>(
     r: &Receiver,
+    signal: Signal,
     headers: &HeaderMap,
     body: BodyResult,
     take: impl FnOnce(Option<&str>, Bytes) -> Result<(), Rejected>,
 ) -> Response {
+    let ctype = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let encoding = if ctype.starts_with("application/json") {
+        Encoding::Json
+    } else {
+        Encoding::Protobuf
+    };
     let bad = |status: StatusCode, msg: String| {
         r.hub.otlp.requests.fetch_add(1, Relaxed);
         r.hub.otlp.rejected.fetch_add(1, Relaxed);
-        http_error(status, msg)
+        http_error(encoding, status, msg)
     };
     let body = match body {
         Ok(b) => b,
         Err(e) => return bad(e.status(), format!("request body: {}", e.body_text())),
     };
-    let ctype = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if ctype.starts_with("application/json") {
+    if encoding == Encoding::Protobuf && !ctype.starts_with("application/x-protobuf") {
         return bad(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "OTLP/JSON is not supported here: send application/x-protobuf (the SDKs' default) or use gRPC".into(),
+            format!("content-type {ctype:?}: send application/x-protobuf or application/json"),
         );
     }
-    if !ctype.starts_with("application/x-protobuf") {
-        return bad(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("content-type {ctype:?}: send application/x-protobuf"),
-        );
-    }
-    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
-    let body = match super::compression::decode(encoding, body, r.max_body) {
+    let compressed = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+    let body = match super::compression::decode(compressed, body, r.max_body) {
         Ok(b) => b,
         Err(BodyError::TooLarge { limit }) => {
             return bad(
@@ -342,20 +379,31 @@ fn http_export<Resp: Message + Default>(
         Err(BodyError::Unsupported(m)) => return bad(StatusCode::UNSUPPORTED_MEDIA_TYPE, m),
         Err(BodyError::Corrupt(m)) => return bad(StatusCode::BAD_REQUEST, format!("compressed body: {m}")),
     };
+    let body = match encoding {
+        Encoding::Protobuf => body,
+        Encoding::Json => match super::json::to_protobuf(signal, &body) {
+            Ok(b) => Bytes::from(b),
+            Err(m) => return bad(StatusCode::BAD_REQUEST, m),
+        },
+    };
     let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     match take(auth, body) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/x-protobuf")],
-            Resp::default().encode_to_vec(),
-        )
-            .into_response(),
-        Err(Rejected::Invalid(msg)) => http_error(StatusCode::BAD_REQUEST, msg),
-        Err(Rejected::Refused(Refusal::Unauthorized)) => {
-            http_error(StatusCode::UNAUTHORIZED, "send Authorization: Bearer <api.token>")
+        Ok(()) => {
+            let ok = match encoding {
+                // An empty response: no partial success to report.
+                Encoding::Json => b"{}".to_vec(),
+                Encoding::Protobuf => Resp::default().encode_to_vec(),
+            };
+            (StatusCode::OK, [(header::CONTENT_TYPE, encoding.content_type())], ok).into_response()
         }
+        Err(Rejected::Invalid(msg)) => http_error(encoding, StatusCode::BAD_REQUEST, msg),
+        Err(Rejected::Refused(Refusal::Unauthorized)) => http_error(
+            encoding,
+            StatusCode::UNAUTHORIZED,
+            "send Authorization: Bearer <api.token>",
+        ),
         Err(Rejected::Refused(Refusal::Full(f))) => {
-            let mut resp = http_error(StatusCode::TOO_MANY_REQUESTS, f);
+            let mut resp = http_error(encoding, StatusCode::TOO_MANY_REQUESTS, f);
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             resp
@@ -364,11 +412,13 @@ fn http_export<Resp: Message + Default>(
 }
 
 async fn http_metrics(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportMetricsServiceResponse>(&r, &headers, body, |auth, body| r.take_metrics(auth, body))
+    http_export::<ExportMetricsServiceResponse>(&r, Signal::Metrics, &headers, body, |auth, body| {
+        r.take_metrics(auth, body)
+    })
 }
 
 async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportTraceServiceResponse>(&r, &headers, body, |auth, body| {
+    http_export::<ExportTraceServiceResponse>(&r, Signal::Traces, &headers, body, |auth, body| {
         r.take_decoded(auth, body, Signal::Traces, |m: &ExportTraceServiceRequest| {
             let reports = events::trace_reports(m);
             let spans = reports
@@ -381,7 +431,7 @@ async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyRe
 }
 
 async fn http_logs(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportLogsServiceResponse>(&r, &headers, body, |auth, body| {
+    http_export::<ExportLogsServiceResponse>(&r, Signal::Logs, &headers, body, |auth, body| {
         r.take_decoded(auth, body, Signal::Logs, |m: &ExportLogsServiceRequest| {
             (events::log_reports(m), crate::export::otlp::log_record_count(m))
         })
@@ -660,14 +710,38 @@ mod tests {
         assert_eq!(r.hub.stats().waiting, 3);
         let bad = call(router.clone(), post("application/x-protobuf", vec![0x0a, 0x7f, 0x01])).await;
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
-        let json = call(router.clone(), post("application/json", b"{}".to_vec())).await;
-        assert_eq!(json.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let json = r#"{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"m","gauge":{"dataPoints":[
+            {"timeUnixNano":"1700000000000000000","asDouble":1.5}]}}]}]}]}"#;
+        let ok = call(router.clone(), post("application/json", json.as_bytes().to_vec())).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.headers()["content-type"], "application/json");
+        assert_eq!(r.hub.stats().waiting, 4, "the JSON point taken too");
+        let bad_json = call(
+            router.clone(),
+            post("application/json", br#"{"resourceMetrics":7}"#.to_vec()),
+        )
+        .await;
+        assert_eq!(bad_json.status(), StatusCode::BAD_REQUEST);
+        let status: serde_json::Value = serde_json::from_slice(
+            &http_body_util::BodyExt::collect(bad_json.into_body())
+                .await
+                .unwrap()
+                .to_bytes(),
+        )
+        .unwrap();
+        assert_eq!(status["code"], 3, "{status}");
+        assert!(
+            status["message"].as_str().unwrap().starts_with("resourceMetrics:"),
+            "{status}"
+        );
+        let other = call(router.clone(), post("text/plain", b"hi".to_vec())).await;
+        assert_eq!(other.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         let logs = axum::http::Request::post("/v1/logs")
             .header("content-type", "application/x-protobuf")
             .body(axum::body::Body::from(vec![0xff]))
             .unwrap();
         assert_eq!(call(router, logs).await.status(), StatusCode::BAD_REQUEST);
         let st = r.hub.stats();
-        assert_eq!((st.otlp.requests, st.otlp.rejected, st.waiting), (4, 3, 3));
+        assert_eq!((st.otlp.requests, st.otlp.rejected, st.waiting), (6, 4, 4));
     }
 }
