@@ -10,12 +10,13 @@ otel := "opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.
 default:
     @just --list
 
-# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests), Prometheus and VictoriaMetrics (remote-write tests), the OpenTelemetry JS SDK (a real OTLP/JSON sender)
+# install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests), Prometheus and VictoriaMetrics (remote-write tests), libfaketime (a cluster agent with a skewed clock), the OpenTelemetry JS SDK (a real OTLP/JSON sender)
 setup: js-sender
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
     command -v mpicc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
+    test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends faketime; }
     command -v prometheus >/dev/null && command -v victoria-metrics >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends prometheus victoria-metrics; }
 
 # the official OpenTelemetry JS SDK in tests/otlp-js/, pinned by its package-lock.json (the OTLP/JSON tests send with it)

@@ -171,6 +171,11 @@ impl Sonde {
 
     /// The same on a given API port (to restart a sonde where its clients expect it).
     pub fn start_on(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str], port: u16) -> Sonde {
+        Sonde::start_env(dir, plugins, args, port, &[])
+    }
+
+    /// The same with extra environment variables (a faked clock, OTEL_* settings).
+    pub fn start_env(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str], port: u16, env: &[(&str, &str)]) -> Sonde {
         let pdir = dir.join("plugins");
         std::fs::create_dir_all(&pdir).unwrap();
         std::fs::create_dir_all(dir.join("sinks")).unwrap();
@@ -213,6 +218,7 @@ impl Sonde {
             .args(&receivers)
             .args(args.iter().map(|a| a.replace("{port}", &port.to_string())))
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f)

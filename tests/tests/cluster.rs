@@ -242,6 +242,86 @@ fn two_machines_with_one_name_are_flagged_and_an_agent_samples_on_while_its_mast
     assert!(a.output().contains("heartbeat to the master failed"), "{}", a.output());
 }
 
+/// An agent whose clock runs 10 s ahead (Debian's libfaketime, preloaded
+/// into the agent only): the master flags it with the measured skew, says so
+/// as a decision, and keeps the agent's points at the agent's own times.
+#[test]
+fn an_agent_ten_seconds_ahead_is_flagged_and_its_points_keep_their_own_time() {
+    let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(
+        std::path::Path::new(faketime).exists(),
+        "libfaketime is missing (`./dev setup` installs Debian's faketime)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let args = master_args(grpc);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let master = Sonde::start(&tmp.path().join("master"), &[], &args);
+    let master_url = format!("http://127.0.0.1:{grpc}");
+    let _ahead = Sonde::start_env(
+        &tmp.path().join("ahead"),
+        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
+        &[
+            "--role",
+            "agent",
+            "--master",
+            &master_url,
+            "--set",
+            "host.name=\"ahead\"",
+            "--set",
+            "export.interval_ms=300",
+            "--set",
+            "cluster.heartbeat_ms=300",
+        ],
+        free_port(),
+        &[
+            ("LD_PRELOAD", faketime),
+            ("FAKETIME", "+10s"),
+            // Only the wall clock is moved: timers and timeouts run as usual.
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    let flagged = wait_for(Duration::from_secs(20), || {
+        node(&nodes(&master), "ahead").is_some_and(|n| n["clock_skewed"] == true)
+    });
+    assert!(flagged, "{:#?}", nodes(&master));
+    let skew = node(&nodes(&master), "ahead").unwrap()["clock_skew_ms"]
+        .as_i64()
+        .unwrap();
+    assert!((9_000..=11_500).contains(&skew), "measured skew {skew} ms");
+    let mut d = Value::Null;
+    let said = wait_for(Duration::from_secs(10), || {
+        d = master.json("/api/decisions?plugin=sonde.cluster");
+        d["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["kind"] == "clock-skew" && x["subject"] == "ahead")
+    });
+    assert!(said, "{d:#}");
+
+    // The agent's CPU points are at its own (future) times, not moved to the master's.
+    let mut last_ms = 0u64;
+    let arrived = wait_for(Duration::from_secs(20), || {
+        let list = master.json("/api/series?node=ahead&name=system.cpu.utilization");
+        last_ms = list["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["last_ms"].as_u64())
+            .max()
+            .unwrap_or(0);
+        last_ms > 0
+    });
+    assert!(arrived, "no CPU series from the skewed agent");
+    let master_now_ms = now_ns() / 1_000_000;
+    let ahead_by = last_ms as i64 - master_now_ms as i64;
+    assert!(
+        (7_000..=11_500).contains(&ahead_by),
+        "the last point is {ahead_by} ms from the master's now"
+    );
+}
+
 /// A master writing to `engine`, two agents, and a job reporting a known
 /// series to the first agent: the engine ends up with every node's sampled
 /// series and the job's points with the same values and millisecond times.
@@ -396,6 +476,101 @@ fn a_master_killed_and_restarted_still_serves_what_it_had() {
         "{}",
         s["storage"]
     );
+}
+
+/// The master is down for a few seconds while an agent with a disk spool
+/// samples on; once the master is back, the agent delivers what it sampled
+/// meanwhile, and the master serves that stretch point for point as the
+/// agent itself does.
+#[test]
+fn an_agent_with_a_spool_fills_the_gap_of_a_master_outage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let args = master_args(grpc);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mdir = tmp.path().join("master");
+    let mut master = Sonde::start(&mdir, &[], &args);
+    let port: u16 = master.api.rsplit(':').next().unwrap().parse().unwrap();
+    let a = Sonde::start(
+        &tmp.path().join("spooler"),
+        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
+        &[
+            "--role",
+            "agent",
+            "--master",
+            &format!("http://127.0.0.1:{grpc}"),
+            "--set",
+            "host.name=\"spooler\"",
+            "--set",
+            "export.interval_ms=300",
+            "--set",
+            "cluster.heartbeat_ms=300",
+            "--set",
+            "export.spool_max_bytes=67108864",
+            "--set",
+            "export.retry_max_ms=500",
+            // Without the spool a request is given up after 1 s of retries,
+            // so only the spool can bridge the 4 s outage below.
+            "--set",
+            "export.retry_max_elapsed_ms=1000",
+        ],
+    );
+    let from = now_ns() / 1_000_000;
+    let seen = wait_for(Duration::from_secs(30), || {
+        !node_cpu_times(&master, "spooler", from, now_ns() / 1_000_000).is_empty()
+    });
+    assert!(seen, "no CPU series from the agent: {}", master.json("/api/series"));
+
+    let _ = master.proc.child.kill();
+    let _ = master.proc.child.wait();
+    let down_from = now_ns() / 1_000_000;
+    std::thread::sleep(Duration::from_secs(4));
+    let down_to = now_ns() / 1_000_000;
+    let master = Sonde::start_on(&mdir, &[], &args, port);
+
+    // What the agent sampled while the master was away, by its own account.
+    let sampled = node_cpu_times(&a, "", down_from, down_to);
+    assert!(sampled.len() >= 30, "the agent sampled only {} times", sampled.len());
+    let mut got = Vec::new();
+    let filled = wait_for(Duration::from_secs(30), || {
+        got = node_cpu_times(&master, "spooler", down_from, down_to);
+        got.len() >= sampled.len()
+    });
+    assert!(
+        filled,
+        "the master has {} of the {} points sampled during its outage\n{}",
+        got.len(),
+        sampled.len(),
+        a.output()
+    );
+    assert_eq!(got, sampled, "the same sample times on the master as on the agent");
+}
+
+/// The times (ms) of one CPU series' points between `from` and `to`: on a
+/// master for `node`, on the agent itself with an empty `node`.
+fn node_cpu_times(s: &Sonde, node: &str, from: u64, to: u64) -> Vec<u64> {
+    let filter = if node.is_empty() {
+        String::new()
+    } else {
+        format!("&node={node}")
+    };
+    let list = s.json(&format!("/api/series?name=system.cpu.utilization{filter}"));
+    let Some(id) = list["series"]
+        .as_array()
+        .and_then(|a| a.first())
+        .map(|s| s["id"].clone())
+    else {
+        return Vec::new();
+    };
+    // Small enough buckets that each holds at most one 100 ms sample.
+    let max_points = ((to - from) / 50).max(1);
+    let d = s.json(&format!(
+        "/api/series/data?ids={id}&from={from}&to={to}&max_points={max_points}"
+    ));
+    d["data"][0]["t"]
+        .as_array()
+        .map(|t| t.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default()
 }
 
 /// rotel at its defaults (OTLP/gRPC export, gzip) between an agent and its
