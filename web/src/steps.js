@@ -22,7 +22,9 @@ export function ramp(f) {
 export function model(job) {
   const steps = job.steps || [];
   const rankIds = [...new Set([...(Array.isArray(job.ranks) ? job.ranks.map((r) => r.rank) : []), ...steps.flatMap((s) => s.ranks.map((r) => r.rank))])].sort((a, b) => a - b);
-  const phaseSet = new Set();
+  // Phases in the order they run within a step (the API's phase_order), any
+  // it does not list after them.
+  const phaseSet = new Set(Array.isArray(job.phase_order) ? job.phase_order : []);
   for (const s of steps) for (const r of s.ranks) for (const p in r.phases) phaseSet.add(p);
   const phases = [...phaseSet];
   const nB = steps.length;

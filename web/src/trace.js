@@ -1,7 +1,8 @@
 // A job's steps as Chrome trace-event JSON (opens in Perfetto and
 // chrome://tracing): one process for the job, one thread (track) per rank,
 // one complete event per batch with its phases as child events laid end to
-// end from the batch's start (the API gives each phase's total per batch).
+// end from the batch's start, in the order phases run (the API gives each
+// phase's total per batch, and the job's phase order).
 export function chromeTrace(job) {
   const events = [{ ph: 'M', name: 'process_name', pid: 1, tid: 0, args: { name: `job ${job.job}` } }];
   const ranks = Array.isArray(job.ranks) ? job.ranks : [];
@@ -13,6 +14,11 @@ export function chromeTrace(job) {
     events.push({ ph: 'M', name: 'thread_name', pid: 1, tid: rank, args: { name: `rank ${rank}${r && r.node ? ` (${r.node})` : ''}` } });
     events.push({ ph: 'M', name: 'thread_sort_index', pid: 1, tid: rank, args: { sort_index: rank } });
   };
+  const order = Array.isArray(job.phase_order) ? job.phase_order : [];
+  const rankOf = (name) => {
+    const i = order.indexOf(name);
+    return i < 0 ? order.length : i;
+  };
   for (const s of job.steps || []) {
     for (const r of s.ranks) {
       track(r.rank);
@@ -20,7 +26,8 @@ export function chromeTrace(job) {
       events.push({ ph: 'X', name: `batch ${s.batch}`, cat: 'step', pid: 1, tid: r.rank, ts, dur: Math.max(0, (r.end_ns - r.start_ns) / 1000),
         args: { batch: s.batch, total_s: r.total_s, slowest: s.slowest_rank === r.rank } });
       let t = ts;
-      for (const [name, sec] of Object.entries(r.phases)) {
+      const phases = Object.entries(r.phases).sort((a, b) => rankOf(a[0]) - rankOf(b[0]));
+      for (const [name, sec] of phases) {
         events.push({ ph: 'X', name, cat: 'phase', pid: 1, tid: r.rank, ts: t, dur: sec * 1e6, args: { batch: s.batch } });
         t += sec * 1e6;
       }

@@ -107,6 +107,36 @@ test('a two-rank job: every rank drawn, the slower rank highlighted per batch an
   await shot(page, 'job-2-ranks');
 });
 
+test('in greyscale the phases stay apart and the straggler strip still runs light to dark', async ({ page }) => {
+  // What a reader without colour sees: the page through a greyscale filter
+  // (its luma is Rec. 709's, which is also what the measurements use).
+  await page.evaluate(() => { document.documentElement.style.filter = 'grayscale(1)'; });
+  await shot(page, 'job-greyscale');
+  const luma = await page.evaluate(() => {
+    const l = ([r, g, b]) => 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    const keys = [...document.querySelectorAll('.key i')].map((i) => {
+      const [r, g, b] = getComputedStyle(i).backgroundColor.match(/\d+/g).map(Number);
+      return { phase: i.parentElement.textContent, l: l([r, g, b]) };
+    });
+    // The strip's cells in batch 0, which rank 1 lost: rows of 22 px from
+    // 4 px down, the plot from 64 px across (the strip's layout for two ranks).
+    const c = document.querySelector('.straggler-strip canvas');
+    const g = c.getContext('2d');
+    const dpr = window.devicePixelRatio || 1;
+    const px = (x, y) => l(g.getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data);
+    return { keys, fast: px(66, 15), slow: px(66, 37) };
+  });
+  await page.evaluate(() => { document.documentElement.style.filter = ''; });
+  if (luma.keys.length < 3) throw new Error(`legend ${JSON.stringify(luma.keys)}`);
+  for (let i = 0; i < luma.keys.length; i++) {
+    for (let j = i + 1; j < luma.keys.length; j++) {
+      const [a, b] = [luma.keys[i], luma.keys[j]];
+      if (Math.abs(a.l - b.l) < 25) throw new Error(`${a.phase} and ${b.phase} are ${Math.abs(a.l - b.l).toFixed(0)} grey levels apart`);
+    }
+  }
+  if (!(luma.fast - luma.slow > 40)) throw new Error(`strip: fast cell ${luma.fast.toFixed(0)}, slow cell ${luma.slow.toFixed(0)}`);
+});
+
 test('the step chart zooms and pans from the keyboard, and the window is in the URL', async ({ page }) => {
   const chart = page.locator('.step-chart');
   await chart.locator('canvas').focus();
@@ -132,6 +162,9 @@ test('the Perfetto export downloads one track per rank with every step', async (
   const phases = trace.traceEvents.filter((e) => e.ph === 'X' && e.cat === 'phase');
   if (batches.length !== 60 || phases.length !== 180) throw new Error(`${batches.length} steps, ${phases.length} phases`);
   if (!batches.every((e) => e.dur > 0 && e.ts > 1e15)) throw new Error('steps without a time or duration');
+  // Phases are laid out as they ran (dataloader, forward, backward), not alphabetically.
+  const first = phases.filter((e) => e.args.batch === 0 && e.tid === 0).sort((a, b) => a.ts - b.ts).map((e) => e.name);
+  if (first.join(',') !== 'dataloader,forward,backward') throw new Error(`phase order ${first}`);
   if (dl.suggestedFilename() !== `${JOB}.trace.json`) throw new Error(dl.suggestedFilename());
 });
 

@@ -47,8 +47,8 @@ fn kinds_of(r: &Report) -> impl Iterator<Item = &'static str> {
 struct Step {
     start: u64,
     end: u64,
-    /// Phase name → total ns in this batch.
-    phases: Vec<(String, u64)>,
+    /// Phase name → (total ns in this batch, when it first started).
+    phases: Vec<(String, u64, u64)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -133,6 +133,10 @@ pub struct JobView {
     pub ranks: Vec<RankView>,
     /// The last `batches` batch indices any rank reported, oldest first.
     pub steps: Vec<BatchView>,
+    /// The phases of the steps shown, in the order they run within a step
+    /// (by their mean start offset), so charts stack them as they happen
+    /// rather than alphabetically.
+    pub phase_order: Vec<String>,
     pub ranks_refused: u64,
     pub phases_refused: u64,
 }
@@ -191,6 +195,8 @@ impl JobRegistry {
             indices.extend(r.steps.keys().rev().take(batches).copied());
         }
         let keep: Vec<u64> = indices.into_iter().rev().take(batches).collect();
+        // Phase → (sum of its start offsets within its steps, count).
+        let mut order: BTreeMap<&str, (f64, u64)> = BTreeMap::new();
         let steps = keep
             .into_iter()
             .rev()
@@ -200,13 +206,18 @@ impl JobRegistry {
                     .iter()
                     .filter_map(|(rank, r)| {
                         let s = r.steps.get(&batch)?;
-                        let total: u64 = s.phases.iter().map(|(_, d)| d).sum();
+                        let total: u64 = s.phases.iter().map(|(_, d, _)| d).sum();
+                        for (name, _, first) in &s.phases {
+                            let o = order.entry(name.as_str()).or_insert((0.0, 0u64));
+                            o.0 += first.saturating_sub(s.start) as f64;
+                            o.1 += 1;
+                        }
                         Some(RankStep {
                             rank: *rank,
                             start_ns: s.start,
                             end_ns: s.end,
                             total_s: total as f64 / 1e9,
-                            phases: s.phases.iter().map(|(n, d)| (n.clone(), *d as f64 / 1e9)).collect(),
+                            phases: s.phases.iter().map(|(n, d, _)| (n.clone(), *d as f64 / 1e9)).collect(),
                         })
                     })
                     .collect();
@@ -223,6 +234,8 @@ impl JobRegistry {
                 }
             })
             .collect();
+        let mut phase_order: Vec<(&str, f64)> = order.into_iter().map(|(n, (sum, k))| (n, sum / k as f64)).collect();
+        phase_order.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
         Some(JobView {
             summary: summary(name, job),
             node_last_ns: job.nodes.clone(),
@@ -240,6 +253,7 @@ impl JobRegistry {
                 })
                 .collect(),
             steps,
+            phase_order: phase_order.into_iter().map(|(n, _)| n.to_string()).collect(),
             ranks_refused: job.ranks_refused,
             phases_refused: job.phases_refused,
         })
@@ -315,9 +329,12 @@ impl JobRegistry {
             step.start = step.start.min(t.start);
             step.end = step.end.max(t.end);
             let d = t.end.saturating_sub(t.start);
-            match step.phases.iter().position(|(n, _)| *n == t.name) {
-                Some(i) => step.phases[i].1 += d,
-                None if step.phases.len() < MAX_PHASES_PER_STEP => step.phases.push((t.name.clone(), d)),
+            match step.phases.iter().position(|(n, _, _)| *n == t.name) {
+                Some(i) => {
+                    step.phases[i].1 += d;
+                    step.phases[i].2 = step.phases[i].2.min(t.start);
+                }
+                None if step.phases.len() < MAX_PHASES_PER_STEP => step.phases.push((t.name.clone(), d, t.start)),
                 None => job.phases_refused += 1,
             }
         }
@@ -430,6 +447,7 @@ mod tests {
         assert_eq!(b.ranks[0].phases["backward"], 1e-6);
         assert_eq!(b.slowest_rank, 1);
         assert!((b.spread_s - 5e-6).abs() < 1e-12);
+        assert_eq!(v.phase_order, vec!["forward", "backward"], "as they run, not alphabetically");
     }
 
     #[test]
