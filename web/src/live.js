@@ -199,6 +199,7 @@ export class TimeChart {
       cursor: { drag: { x: false, y: false } },
       hooks: { draw: [(u) => { this.box.dataset.bbox = JSON.stringify(u.bbox); }] },
     }, [this.x, ...this.ys], this.box);
+    keyboardLegend(this.plot);
     this.redrawn();
   }
 
@@ -264,7 +265,7 @@ export function barChart(parent, { title, xLabel, names, x, ys, unit, stacked = 
   const order = stacked ? cum.map((_, i) => i).reverse() : ys.map((_, i) => i);
   const data = [x, ...order.map((i) => (stacked ? cum[i] : ys[i]))];
   const bars = uPlot.paths.bars({ size: [0.8, 40] });
-  return new uPlot({
+  const plot = new uPlot({
     title,
     width: Math.max(400, parent.clientWidth - 24),
     height: 320,
@@ -279,4 +280,26 @@ export function barChart(parent, { title, xLabel, names, x, ys, unit, stacked = 
       value: (u, v, s, idx) => fmt(ys[i][idx]),
     }))],
   }, data, parent);
+  keyboardLegend(plot);
+  return plot;
+}
+
+// uPlot's legend shows or hides a series on a mouse click only. Each entry
+// becomes a focusable switch that Enter and Space toggle as well, so the
+// keyboard reaches every control (row 0 is the x axis: not a series).
+function keyboardLegend(plot) {
+  plot.root.querySelectorAll('.u-legend .u-series').forEach((row, i) => {
+    const th = row.querySelector('th');
+    if (i === 0 || !th) return;
+    th.tabIndex = 0;
+    th.setAttribute('role', 'switch');
+    const sync = () => th.setAttribute('aria-checked', String(!row.classList.contains('u-off')));
+    sync();
+    th.addEventListener('keydown', (e) => {
+      if (e.key !== 'Enter' && e.key !== ' ') return;
+      e.preventDefault();
+      th.click();
+      sync();
+    });
+  });
 }

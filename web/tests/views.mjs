@@ -3,7 +3,8 @@
 // two-rank job posted through /api/ingest whose slower rank is highlighted,
 // its Perfetto export, decisions read as sentences (JSON only behind
 // "details"), every deep link opened fresh, the keyboard reaching every
-// control, and a screenshot of every view.
+// control of every view, the job page in greyscale, and a screenshot of
+// every view.
 //
 //   node web/tests/views.mjs       (after `cargo build -p sonde` and the plugins)
 import { readFileSync } from 'node:fs';
@@ -240,27 +241,59 @@ test('every deep link opens its view in a fresh tab, with its rank, batches and 
   }
 });
 
-test('the keyboard reaches every control of the job page', async ({ page, url }) => {
+// Tabs through the page and fails naming every visible control under the
+// header or `view` that focus never reached. Controls are named by what they
+// are (tag, id, name, link, label, text), not marked, because live views
+// redraw their elements while the test tabs through them.
+async function tabReachesEveryControl(page, view) {
+  const describe = () => {
+    window.kbName = (e) => [e.tagName, e.id, e.getAttribute('name'), e.getAttribute('href'), e.getAttribute('aria-label'),
+      (e.textContent || '').trim().slice(0, 40)].join('|');
+  };
+  await page.evaluate(describe);
+  const want = await page.evaluate((v) => {
+    const sel = ['a', 'button', 'select', 'input', 'textarea', 'summary', '[tabindex="0"]'];
+    const all = [...document.querySelectorAll(sel.flatMap((t) => [`header ${t}`, `#${v} ${t}`]).join(', '))];
+    const shown = all.filter((e) => e.offsetParent && !e.disabled);
+    return { names: [...new Set(shown.map(window.kbName))], stops: shown.length };
+  }, view);
+  const reached = new Set();
+  await page.evaluate(() => document.activeElement && document.activeElement.blur());
+  for (let i = 0; i < want.stops * 2 + 10 && want.names.some((k) => !reached.has(k)); i++) {
+    await page.keyboard.press('Tab');
+    reached.add(await page.evaluate(() => document.activeElement && window.kbName(document.activeElement)));
+  }
+  const missed = want.names.filter((k) => !reached.has(k));
+  if (missed.length) throw new Error(`${view}: not reachable by Tab:\n${missed.join('\n')}`);
+  return want.names.length;
+}
+
+test('the keyboard reaches every control of every view', async ({ page, url }) => {
   await page.goto(`${url}/#/jobs/${JOB}`);
   await until('the step chart', async () => (await page.locator('.step-chart canvas').count()) === 1);
   await page.waitForTimeout(500);
-  const want = await page.evaluate(() => {
-    const all = [...document.querySelectorAll('header a, header select, header input, #view-jobs a, #view-jobs button, #view-jobs select, #view-jobs [tabindex="0"]')];
-    all.forEach((e, i) => { e.dataset.kb = String(i); });
-    return all.filter((e) => e.offsetParent).map((e) => e.dataset.kb);
-  });
-  const reached = new Set();
-  await page.evaluate(() => document.activeElement && document.activeElement.blur());
-  for (let i = 0; i < want.length * 2 + 10 && reached.size < want.length; i++) {
-    await page.keyboard.press('Tab');
-    const k = await page.evaluate(() => document.activeElement && document.activeElement.dataset.kb);
-    if (k) reached.add(k);
+  const counts = { 'view-jobs': await tabReachesEveryControl(page, 'view-jobs') };
+  for (const [hash, view] of [['#/system', 'view-system'], ['#/nodes', 'view-nodes'], ['#/timings', 'view-timings'],
+    ['#/plugins', 'view-plugins'], ['#/config', 'view-config']]) {
+    await page.goto(`${url}/${hash}`);
+    await page.waitForTimeout(1200);
+    if (view === 'view-system') {
+      await until('the charts and their legends', async () => (await page.locator('#view-system .u-legend th[role="switch"]').count()) > 2, 20000);
+    }
+    counts[view] = await tabReachesEveryControl(page, view);
   }
-  const missed = want.filter((k) => !reached.has(k));
-  if (missed.length) {
-    const what = await page.evaluate((ks) => ks.map((k) => document.querySelector(`[data-kb="${k}"]`).outerHTML.slice(0, 80)), missed);
-    throw new Error(`not reachable by Tab: ${what.join('\n')}`);
+  // Each view with content has controls of its own beyond the header's eight
+  // (links, window, token); Timings is empty here (no determined plugin).
+  for (const [view, n] of Object.entries(counts)) {
+    if (view !== 'view-timings' && n <= 8) throw new Error(`${view}: no controls of its own (${n})`);
   }
+  // A chart legend entry is a switch: Enter hides its series and says so.
+  await page.goto(`${url}/#/system`);
+  const entry = page.locator('#view-system .u-legend th[role="switch"]').first();
+  await until('a legend switch', async () => (await entry.count()) === 1, 20000);
+  await entry.focus();
+  await page.keyboard.press('Enter');
+  if ((await entry.getAttribute('aria-checked')) !== 'false') throw new Error('Enter did not switch the series off');
 });
 
 test('screenshots of the remaining views', async ({ page, url }) => {
