@@ -7,6 +7,9 @@ agent's export: 40 series sampled every 100 ms, sent every 5 s). Prints, per
 count: the master's CPU per 100 000 points and share of one core, its RSS, the
 history's disk bytes per node-hour, and query latency (p50/p99) of a 1-hour
 view of 8 nodes' series through `/api/series/data`; rotel's CPU and RSS.
+Before the measured run, the 8 queried nodes' last hour is backfilled
+(`otlp-loadgen --backfill-seconds 3600`, not measured), so the query reads a
+full hour of data: the recent window from the live store, the rest from history.
 
     python3 scripts/bench_cluster.py [--agents 64,256] [--seconds 60]
 """
@@ -37,9 +40,10 @@ def dir_bytes(path):
     return total
 
 
-def loadgen(endpoint, agents, seconds):
+def loadgen(endpoint, agents, seconds, backfill=0):
     out = subprocess.run([h.LOADGEN, "--endpoint", endpoint, "--agents", str(agents), "--series", "40",
-                          "--seconds", str(seconds)], capture_output=True, text=True, check=True)
+                          "--seconds", str(seconds), "--backfill-seconds", str(backfill), "--backfill-agents", "8"],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -78,6 +82,7 @@ def one(agents, seconds):
             f"ingest.otlp_grpc_listen=127.0.0.1:{grpc}", "ingest.otlp_http_listen=off",
             f"cluster.max_nodes={agents + 16}"])
         h.wait_ready(api, master)
+        filled = loadgen(f"http://127.0.0.1:{grpc}", 8, 0.01, backfill=3600)
         res, cpu, rss = measure(master, lambda: loadgen(f"http://127.0.0.1:{grpc}", agents, seconds))
         time.sleep(2)  # the last flush
         disk = dir_bytes(os.path.join(work, "history"))
@@ -91,7 +96,8 @@ def one(agents, seconds):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     pts = max(res["points_ok"], 1)
-    node_hours = agents * res["seconds"] / 3600
+    # The backfilled hour of 8 nodes is on disk too: a node-hour is 40 series × 36 000 points.
+    node_hours = agents * res["seconds"] / 3600 + filled["backfilled_points"] / (40 * 36_000)
     return {
         "agents": agents,
         "points": res["points_ok"],
@@ -102,6 +108,7 @@ def one(agents, seconds):
         "master_core_share": cpu / res["seconds"],
         "master_rss_mb": rss,
         "history_disk_bytes_per_node_hour": disk / node_hours,
+        "backfilled_points": filled["backfilled_points"],
         "query_series": series,
         "query_p50_ms": p50,
         "query_p99_ms": p99,

@@ -447,7 +447,11 @@ mod tests {
         assert_eq!(b.ranks[0].phases["backward"], 1e-6);
         assert_eq!(b.slowest_rank, 1);
         assert!((b.spread_s - 5e-6).abs() < 1e-12);
-        assert_eq!(v.phase_order, vec!["forward", "backward"], "as they run, not alphabetically");
+        assert_eq!(
+            v.phase_order,
+            vec!["forward", "backward"],
+            "as they run, not alphabetically"
+        );
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //!
 //!   otlp-loadgen --endpoint http://127.0.0.1:4317 --agents 256 --series 40 --seconds 60
 //!
+//! `--backfill-seconds S` (with `--agents`) first sends the past S seconds of
+//! the first `--backfill-agents K` agents (default 8), as fast as the receiver
+//! takes them, so that a query over the last hour has an hour of data to read
+//! without waiting an hour. It reports those points separately.
+//!
 //! `otlp-loadgen --sink 127.0.0.1:4417` is the other end instead: a blackhole
 //! receiver for an exporter under test (see `sink.rs`).
 
@@ -44,6 +49,8 @@ struct Args {
     points: usize,
     series: usize,
     concurrency: usize,
+    backfill_seconds: u64,
+    backfill_agents: usize,
 }
 
 fn usage(problem: &str) -> ! {
@@ -63,6 +70,8 @@ fn parse_args() -> Args {
         points: 1000,
         series: 100,
         concurrency: 4,
+        backfill_seconds: 0,
+        backfill_agents: 8,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -80,6 +89,8 @@ fn parse_args() -> Args {
             "--agents" => a.agents = num(&value) as usize,
             "--interval-ms" => a.interval_ms = num(&value) as u64,
             "--period-ms" => a.period_ms = num(&value) as u64,
+            "--backfill-seconds" => a.backfill_seconds = num(&value) as u64,
+            "--backfill-agents" => a.backfill_agents = num(&value) as usize,
             _ => usage(&format!("unknown flag {flag}")),
         }
     }
@@ -162,13 +173,22 @@ fn stamp(req: &mut ExportMetricsServiceRequest) {
     }
 }
 
-/// One agent's export: `series` series × (interval / period) points each,
-/// the newest at `now`, from host `agent-<i>`.
-fn agent_request(agent: usize, series: usize, interval_ms: u64, period_ms: u64) -> ExportMetricsServiceRequest {
-    let now = SystemTime::now()
+fn now_ns() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
-        .as_nanos() as u64;
+        .as_nanos() as u64
+}
+
+/// One agent's export: `series` series × (interval / period) points each,
+/// the newest at `now` (ns), from host `agent-<i>`.
+fn agent_request(
+    agent: usize,
+    series: usize,
+    interval_ms: u64,
+    period_ms: u64,
+    now: u64,
+) -> ExportMetricsServiceRequest {
     let n = (interval_ms / period_ms).max(1);
     let metrics = (0..series)
         .map(|s| Metric {
@@ -216,6 +236,42 @@ fn agent_request(agent: usize, series: usize, interval_ms: u64, period_ms: u64) 
     }
 }
 
+/// The past `backfill_seconds` of the first `backfill_agents` agents, one
+/// export interval per request, oldest first, agents in parallel; returns the
+/// points accepted.
+async fn backfill(a: &Args, counts: Arc<Counts>) -> u64 {
+    let end = now_ns();
+    let steps = a.backfill_seconds * 1000 / a.interval_ms;
+    let mut tasks = Vec::new();
+    for agent in 0..a.backfill_agents.min(a.agents) {
+        let (endpoint, counts) = (a.endpoint.clone(), counts.clone());
+        let (series, interval_ms, period_ms) = (a.series, a.interval_ms, a.period_ms);
+        tasks.push(tokio::spawn(async move {
+            let Ok(client) = MetricsServiceClient::connect(endpoint).await else {
+                counts.failed.fetch_add(1, Ordering::Relaxed);
+                return 0;
+            };
+            let mut client = client.max_decoding_message_size(64 << 20);
+            let mut sent = 0;
+            for k in (1..=steps).rev() {
+                let req = agent_request(agent, series, interval_ms, period_ms, end - k * interval_ms * 1_000_000);
+                match client.export(req).await {
+                    Ok(_) => sent += (series as u64) * (interval_ms / period_ms).max(1),
+                    Err(_) => {
+                        counts.failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            sent
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap_or(0);
+    }
+    total
+}
+
 /// Paced like `agents` sonde agents until the deadline.
 async fn run_agents(a: &Args, counts: Arc<Counts>) {
     let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
@@ -237,7 +293,7 @@ async fn run_agents(a: &Args, counts: Arc<Counts>) {
                 if Instant::now() >= deadline {
                     return;
                 }
-                let req = agent_request(agent, series, interval_ms, period_ms);
+                let req = agent_request(agent, series, interval_ms, period_ms, now_ns());
                 let points = (series as u64) * (interval_ms / period_ms).max(1);
                 match client.export(req).await {
                     Ok(_) => {
@@ -281,6 +337,13 @@ async fn main() {
     let a = parse_args();
     let counts = Arc::new(Counts::default());
     if a.agents > 0 {
+        let b0 = Instant::now();
+        let backfilled = if a.backfill_seconds > 0 {
+            backfill(&a, counts.clone()).await
+        } else {
+            0
+        };
+        let backfill_s = b0.elapsed().as_secs_f64();
         let t0 = Instant::now();
         run_agents(&a, counts.clone()).await;
         let secs = t0.elapsed().as_secs_f64();
@@ -295,6 +358,8 @@ async fn main() {
                 "requests_refused": counts.refused.load(Ordering::Relaxed),
                 "requests_failed": counts.failed.load(Ordering::Relaxed),
                 "points_per_second": points_ok as f64 / secs,
+                "backfilled_points": backfilled,
+                "backfill_seconds_taken": backfill_s,
             })
         );
         return;
