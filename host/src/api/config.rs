@@ -15,6 +15,63 @@ pub struct ApiConfig {
     pub token: Option<String>,
     /// Serve the dashboard from this directory instead of the built-in page.
     pub web_dir: Option<PathBuf>,
+    /// How far back the live store behind the dashboard keeps every series at
+    /// full resolution, in ms (10 000 ..= 86 400 000). Older ranges come from
+    /// the history when it is on. Default: an hour; five minutes on a master,
+    /// which holds every node's series and has its history for the rest.
+    pub live_window_ms: Option<u64>,
+    /// Most series the live store keeps (16 ..= 1 048 576). Past it, a new
+    /// series takes the place of one idle for a minute, or is refused and
+    /// counted (`/api/series` `store.refused_series`). Default: 2 048; 16 384
+    /// on a master. The store's memory is at most series × points per
+    /// window × 8 bytes: 590 MB for the default hour of 2 048 series at
+    /// 100 ms, 390 MB for a master's 16 384 series over five minutes.
+    pub live_max_series: Option<usize>,
+}
+
+/// The live store's bounds, as resolved for this sonde's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveLimits {
+    pub window_ms: u64,
+    pub max_series: usize,
+}
+
+impl Default for LiveLimits {
+    fn default() -> Self {
+        LiveLimits {
+            window_ms: 3_600_000,
+            max_series: 2_048,
+        }
+    }
+}
+
+impl ApiConfig {
+    /// The live store's bounds for a sonde whose role is `master` or not.
+    pub fn live_limits(&self, master: bool) -> LiveLimits {
+        let (window_ms, max_series) = if master { (300_000, 16_384) } else { (3_600_000, 2_048) };
+        LiveLimits {
+            window_ms: self.live_window_ms.unwrap_or(window_ms),
+            max_series: self.live_max_series.unwrap_or(max_series),
+        }
+    }
+
+    /// Settings out of range, as (key, reason).
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(w) = self.live_window_ms.filter(|w| !(10_000..=86_400_000).contains(w)) {
+            out.push((
+                "api.live_window_ms".into(),
+                format!("{w} is out of range 10000..=86400000"),
+            ));
+        }
+        if let Some(n) = self.live_max_series.filter(|n| !(16..=1 << 20).contains(n)) {
+            out.push((
+                "api.live_max_series".into(),
+                format!("{n} is out of range 16..=1048576"),
+            ));
+        }
+        out
+    }
 }
 
 impl Default for ApiConfig {
@@ -23,6 +80,8 @@ impl Default for ApiConfig {
             listen: "127.0.0.1:7878".into(),
             token: None,
             web_dir: None,
+            live_window_ms: None,
+            live_max_series: None,
         }
     }
 }

@@ -1,14 +1,15 @@
 //! The live store behind the dashboard: every metric batch any plugin emits
 //! (fed from [`PipelineHandle::subscribe`]), kept per series in a ring buffer
-//! for the last hour at full resolution, and served downsampled.
+//! for a recent window at full resolution (`api.live_window_ms`: an hour, five
+//! minutes on a master), and served downsampled.
 //!
 //! - A series is (scope, metric name, attributes). Counters (cumulative sums)
 //!   are stored as rates per second, which is what a chart shows; gauges and
 //!   up-down counters as they come.
 //! - A point costs 8 bytes (u32 ms offset, f32 value): an hour of 100 ms data
-//!   is 36 000 points, 288 KB per series. At most [`MAX_POINTS`] points per
-//!   series and [`MAX_SERIES`] series are kept; beyond them the oldest point
-//!   goes. Series age out: one that has had no point for the retention window
+//!   is 36 000 points, 288 KB per series. At most a window's worth of 100 ms
+//!   points per series and `api.live_max_series` series are kept ([`LiveLimits`]);
+//!   beyond them the oldest point goes. Series age out: one that has had no point for the window
 //!   is removed (swept once a minute), and when the store is full a new series
 //!   takes the place of the one idle longest, if that one has been idle for
 //!   [`IDLE_EVICT_MS`]; only when every series is busy is a new one refused
@@ -30,12 +31,11 @@ use serde::Serialize;
 use crate::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, now_ns};
 use crate::pipeline::PipelineHandle;
 
-/// How long points are kept.
-pub const RETENTION_MS: u64 = 3_600_000;
-/// Points kept per series: an hour at 100 ms. A faster series keeps a shorter span.
-pub const MAX_POINTS: usize = 36_000;
-/// Series kept; more are refused (and counted).
-pub const MAX_SERIES: usize = 2_048;
+pub use super::config::LiveLimits;
+
+/// The sampling period the per-series point cap assumes: a window's worth of
+/// points at 100 ms. A faster series keeps a shorter span.
+const POINT_PERIOD_MS: u64 = 100;
 /// A full store lets a new series replace one idle at least this long.
 pub const IDLE_EVICT_MS: u64 = 60_000;
 /// How often series without points are swept out.
@@ -101,6 +101,10 @@ struct Store {
     /// Series removed: aged out, or replaced while idle in a full store.
     evicted_series: u64,
     out_of_order: u64,
+    /// The bounds ([`LiveLimits`]), and the per-series point cap they imply.
+    window_ms: u64,
+    max_series: usize,
+    max_points: usize,
 }
 
 type SeriesKey = (String, String, Vec<(String, String)>);
@@ -110,6 +114,7 @@ pub struct LiveStore {
     inner: RwLock<Store>,
     /// When this store started (ms since the epoch): it holds nothing older.
     started_ms: u64,
+    window_ms: u64,
 }
 
 impl Default for LiveStore {
@@ -127,7 +132,9 @@ pub struct StoreStats {
     pub refused_series: u64,
     pub evicted_series: u64,
     pub out_of_order: u64,
+    /// The window kept (`api.live_window_ms`) and the series cap (`api.live_max_series`).
     pub retention_ms: u64,
+    pub max_series: usize,
 }
 
 fn attr_json(v: &AttrValue) -> serde_json::Value {
@@ -147,19 +154,22 @@ fn attr_text(v: &AttrValue) -> String {
 }
 
 impl LiveStore {
+    /// A store with the standalone bounds (an hour, 2 048 series).
     pub fn new() -> Self {
+        Self::with_limits(LiveLimits::default())
+    }
+
+    pub fn with_limits(limits: LiveLimits) -> Self {
         Self {
-            inner: RwLock::new(Store {
-                base_ms: (now_ns() / 1_000_000).saturating_sub(RETENTION_MS),
-                ..Default::default()
-            }),
+            inner: RwLock::new(Store::new(limits)),
             started_ms: now_ns() / 1_000_000,
+            window_ms: limits.window_ms,
         }
     }
 
     /// A store fed from the pipeline's tap on a task of its own.
-    pub fn spawn(pipeline: &PipelineHandle) -> Arc<Self> {
-        let store = Arc::new(Self::new());
+    pub fn spawn(pipeline: &PipelineHandle, limits: LiveLimits) -> Arc<Self> {
+        let store = Arc::new(Self::with_limits(limits));
         let mut rx = pipeline.subscribe();
         let s = store.clone();
         tokio::spawn(async move {
@@ -180,7 +190,8 @@ impl LiveStore {
         let mut st = self.inner.write();
         let now_ms = now_ns() / 1_000_000;
         if now_ms.saturating_sub(st.base_ms) > (1 << 31) {
-            st.rebase(now_ms.saturating_sub(RETENTION_MS));
+            let window = st.window_ms;
+            st.rebase(now_ms.saturating_sub(window));
         }
         if now_ms.saturating_sub(st.last_sweep_ms) >= SWEEP_EVERY_MS {
             st.last_sweep_ms = now_ms;
@@ -196,7 +207,8 @@ impl LiveStore {
 
     /// The oldest time this store can hold: its start, or the retention window.
     pub fn covers_from_ms(&self) -> u64 {
-        self.started_ms.max((now_ns() / 1_000_000).saturating_sub(RETENTION_MS))
+        self.started_ms
+            .max((now_ns() / 1_000_000).saturating_sub(self.window_ms))
     }
 
     /// Makes a series known before it has points here (one the history kept
@@ -221,7 +233,8 @@ impl LiveStore {
             refused_series: st.refused_series,
             evicted_series: st.evicted_series,
             out_of_order: st.out_of_order,
-            retention_ms: RETENTION_MS,
+            retention_ms: st.window_ms,
+            max_series: st.max_series,
         }
     }
 
@@ -346,6 +359,16 @@ impl Acc {
 }
 
 impl Store {
+    fn new(limits: LiveLimits) -> Self {
+        Store {
+            base_ms: (now_ns() / 1_000_000).saturating_sub(limits.window_ms),
+            window_ms: limits.window_ms,
+            max_series: limits.max_series,
+            max_points: (limits.window_ms / POINT_PERIOD_MS).max(1) as usize,
+            ..Default::default()
+        }
+    }
+
     /// The id of a series, looked up by its `Arc` first (one hash of an address).
     fn id_of(&mut self, scope: &str, s: &Arc<MetricSeries>) -> Option<u32> {
         let ptr = Arc::as_ptr(s) as usize;
@@ -353,7 +376,7 @@ impl Store {
             return *id;
         }
         let id = self.id_for(scope, s);
-        if self.by_ptr.len() >= 4 * MAX_SERIES {
+        if self.by_ptr.len() >= 4 * self.max_series {
             // Series declared and dropped over and over: start the cache again.
             self.by_ptr.clear();
         }
@@ -367,7 +390,7 @@ impl Store {
         if let Some(&id) = self.index.get(&key) {
             return Some(id);
         }
-        if self.series.len() >= MAX_SERIES && !self.evict_idle(crate::model::now_ns() / 1_000_000) {
+        if self.series.len() >= self.max_series && !self.evict_idle(crate::model::now_ns() / 1_000_000) {
             self.refused_series += 1;
             return None;
         }
@@ -417,7 +440,7 @@ impl Store {
             value
         };
         let ms = time_ns / 1_000_000;
-        if ms < base || ms + RETENTION_MS < now_ms {
+        if ms < base || ms + self.window_ms < now_ms {
             return;
         }
         let rel = (ms - base).min(u32::MAX as u64) as u32;
@@ -425,12 +448,12 @@ impl Store {
             self.out_of_order += 1;
             return;
         }
-        if s.points.len() >= MAX_POINTS {
+        if s.points.len() >= self.max_points {
             s.points.pop_front();
         }
         s.points.push_back((rel, value as f32));
         // Drop what has aged out of the retention window.
-        let oldest = now_ms.saturating_sub(RETENTION_MS).saturating_sub(base);
+        let oldest = now_ms.saturating_sub(self.window_ms).saturating_sub(base);
         while s.points.front().is_some_and(|p| (p.0 as u64) < oldest) {
             s.points.pop_front();
         }
@@ -468,7 +491,7 @@ impl Store {
         let gone: Vec<u32> = self
             .series
             .iter()
-            .filter(|(_, s)| now_ms.saturating_sub(s.last_write_ms) > RETENTION_MS)
+            .filter(|(_, s)| now_ms.saturating_sub(s.last_write_ms) > self.window_ms)
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -590,15 +613,16 @@ mod tests {
         let st = LiveStore::new();
         let now = now_ns();
         let s = series("g", MetricKind::Gauge, &[]);
-        let start = now - RETENTION_MS * 1_000_000;
-        for chunk in 0..(MAX_POINTS as u64 + 500) / 100 {
+        let hour = LiveLimits::default().window_ms;
+        let start = now - hour * 1_000_000;
+        for chunk in 0..(36_000 + 500) / 100 {
             let pts = (0..100)
                 .map(|i| (s.clone(), start + (chunk * 100 + i) * 100_000_000, (i % 10) as f64))
                 .collect();
             st.ingest(&batch("s", pts));
         }
         let stats = st.stats();
-        assert!(stats.points <= MAX_POINTS, "{stats:?}");
+        assert!(stats.points <= 36_000, "{stats:?}");
         let from = start / 1_000_000;
         let to = now / 1_000_000 + 60_000;
         let w = bucket_width(from, to, 1_000);
@@ -620,7 +644,8 @@ mod tests {
 
     #[test]
     fn a_full_store_replaces_an_idle_series_and_refuses_when_all_are_busy() {
-        let mut st = Store::default();
+        let mut st = Store::new(LiveLimits::default());
+        const MAX_SERIES: usize = 2_048;
         let mk = |i: usize| series(&format!("m{i}"), MetricKind::Gauge, &[]);
         for i in 0..MAX_SERIES {
             assert!(st.id_for("s", &mk(i)).is_some());
@@ -641,13 +666,41 @@ mod tests {
 
     #[test]
     fn series_without_points_for_the_retention_window_are_swept() {
-        let mut st = Store::default();
+        let mut st = Store::new(LiveLimits::default());
         let a = st.id_for("s", &series("a", MetricKind::Gauge, &[])).unwrap();
         let b = st.id_for("s", &series("b", MetricKind::Gauge, &[])).unwrap();
         let now = st.series[&b].last_write_ms;
-        st.series.get_mut(&a).unwrap().last_write_ms = now - RETENTION_MS - 1;
+        st.series.get_mut(&a).unwrap().last_write_ms = now - st.window_ms - 1;
         st.sweep(now);
         assert_eq!(st.series.keys().copied().collect::<Vec<_>>(), vec![b]);
         assert_eq!(st.evicted_series, 1);
+    }
+
+    #[test]
+    fn a_masters_bounds_keep_a_shorter_window_of_more_series() {
+        let limits = crate::api::config::ApiConfig::default().live_limits(true);
+        assert_eq!((limits.window_ms, limits.max_series), (300_000, 16_384));
+        let st = LiveStore::with_limits(LiveLimits {
+            window_ms: 300_000,
+            max_series: 16,
+        });
+        let now = now_ns();
+        // Ten minutes of 100 ms points for 20 series: 16 kept, 3 000 points each.
+        let all: Vec<_> = (0..20)
+            .map(|i| series(&format!("m{i}"), MetricKind::Gauge, &[]))
+            .collect();
+        for k in 0..6_000u64 {
+            let t = now - (6_000 - k) * 100_000_000;
+            st.ingest(&batch("s", all.iter().map(|s| (s.clone(), t, 1.0)).collect()));
+        }
+        let stats = st.stats();
+        assert_eq!((stats.series, stats.max_series, stats.retention_ms), (16, 16, 300_000));
+        assert_eq!(
+            stats.refused_series, 4,
+            "each refused series is counted once (the refusal is cached)"
+        );
+        assert!(stats.points <= 16 * 3_000, "{stats:?}");
+        assert!(stats.points >= 16 * 2_990, "{stats:?}");
+        assert!(st.covers_from_ms() >= now / 1_000_000 - 300_000 - 1_000);
     }
 }

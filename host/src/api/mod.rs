@@ -76,7 +76,11 @@ impl FromRef<Api> for AppState {
 /// pipeline), so call it once, inside the runtime. The result composes with
 /// other routers (`.merge(...)`).
 pub fn router(state: AppState) -> Router {
-    let live = live::LiveStore::spawn(&state.pipeline);
+    let limits = {
+        let cfg = state.config.lock();
+        cfg.api.live_limits(cfg.cluster.role == crate::cluster::Role::Master)
+    };
+    let live = live::LiveStore::spawn(&state.pipeline, limits);
     if let Some(h) = &state.storage.history {
         let n = history::declare_kept(h, &live);
         if n > 0 {

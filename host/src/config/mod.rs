@@ -312,6 +312,9 @@ impl Config {
                 }
             }
         }
+        for (key, reason) in self.api.problems() {
+            errs.push(ConfigError::new(key, reason));
+        }
         for (key, reason) in self.cluster.problems() {
             errs.push(ConfigError::new(key, reason));
         }
