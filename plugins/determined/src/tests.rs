@@ -552,6 +552,71 @@ fn timings_use_their_step_or_the_timeline_and_samples_per_second_is_misc() {
     );
 }
 
+/// Adds batch_idx reports (origin index, time ms, batch index) to a batch.
+fn with_progress(mut b: EventBatch, rows: &[(u32, u64, u64)]) -> EventBatch {
+    let name = b.names.len() as u32;
+    b.names.push("batch_idx".into());
+    b.progress = Some(ProgressColumns {
+        origin: rows.iter().map(|r| r.0).collect(),
+        name: vec![name; rows.len()],
+        time: rows.iter().map(|r| ms(r.1)).collect(),
+        value: rows.iter().map(|r| r.2).collect(),
+    });
+    b
+}
+
+/// Issue 22: a timing that carries its batch index is gated by that index,
+/// whichever order the job reports in; one without keeps the time rule.
+/// Batch b runs from 100 b ms to 100 b + 90 ms.
+#[test]
+fn a_timing_with_its_own_batch_index_is_gated_by_it_in_both_report_orders() {
+    for one_body in [false, true] {
+        let mut host = Fake::at(ms(0));
+        let mut p = start(&mut host, r#"{"begin_on_batch":3,"end_after_batch":8,"lag_ms":0}"#);
+        for b in 0..=10u64 {
+            let (start, end) = (b * 100, b * 100 + 90);
+            let rows = [
+                (0, "train_batch", start, end, b as i64),
+                (0, "dataloader", start, start + 5, -1),
+            ];
+            host.now = ms(end);
+            if one_body {
+                // Progress and timings together, at the step's end.
+                p.on_events(&mut host, with_progress(timings(solo(), &rows), &[(0, end, b)]));
+            } else {
+                p.on_events(&mut host, progress(solo(), &[(0, start, b)]));
+                p.on_events(&mut host, timings(solo(), &rows));
+            }
+        }
+        let (_, rows) = get(&mut p, &mut host, "GET", "/timings", "job=t1");
+        let of = |name: &str| -> Vec<(u64, u64)> {
+            rows.as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["name"] == name)
+                .map(|r| {
+                    (
+                        r["batch_idx"].as_u64().unwrap(),
+                        (r["start_ns"].as_u64().unwrap() - ms(0)) / 1_000_000,
+                    )
+                })
+                .collect()
+        };
+        let case = if one_body { "one body" } else { "progress first" };
+        let want: Vec<(u64, u64)> = (3..=8).map(|b| (b, b * 100)).collect();
+        assert_eq!(of("train_batch"), want, "{case}: batches 3 to 8 by their own index");
+        // Without an index, the time rule: in one body a step's report comes
+        // after its timing started, so the window holds the timings that
+        // started in batches 4..=9, each tied to the batch reported before it.
+        let by_time: Vec<(u64, u64)> = if one_body {
+            (4..=9).map(|b| (b - 1, b * 100)).collect()
+        } else {
+            want.clone()
+        };
+        assert_eq!(of("dataloader"), by_time, "{case}");
+    }
+}
+
 #[test]
 fn distinct_timing_names_are_capped_per_job() {
     let mut host = Fake::at(ms(0));

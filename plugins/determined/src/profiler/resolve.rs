@@ -112,8 +112,15 @@ impl Profiler {
     }
 
     fn resolve_job(&mut self, host: &mut dyn Host, m: JobMeasurement) {
+        let limits = limits(&self.settings);
         let Some(job) = self.jobs.get_mut(&m.job) else { return };
-        if !job.machine.counts(m.time, m.time) {
+        // A timing with its own batch index is judged by that index; anything
+        // else by the time it was taken.
+        let counts = match &m.kind {
+            JobKind::Timing { step, .. } if *step >= 0 => job.machine.counts_batch(*step as u64, m.time, &limits),
+            _ => job.machine.counts(m.time, m.time),
+        };
+        if !counts {
             self.out.counters.ignored_inactive += 1;
             return;
         }
