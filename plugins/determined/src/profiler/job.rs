@@ -3,7 +3,7 @@
 //! timeline, the state record it persists, the decisions and log lines it
 //! reports, and the timer for its active-time cap.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -28,13 +28,33 @@ pub enum JobKind {
     SamplesPerSecond,
 }
 
+/// Ranks listed per job at most; a job with more still reports, unlisted.
+pub const MAX_RANKS: usize = 16_384;
+
+/// One rank of a job as its reports described it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankInfo {
+    /// The node it runs on (its origin's node, an agent's `host.name`).
+    pub node: Arc<str>,
+    pub local_rank: i32,
+    /// Its node's system metrics count for the job (local rank 0).
+    pub system_metrics: bool,
+    /// Its timings and throughput count.
+    pub timings: bool,
+}
+
 pub struct Job {
     pub name: Arc<str>,
     pub machine: Machine,
     pub timeline: Timeline,
-    /// Node of the origin that enabled system metrics / timings (the batch's `agent`).
+    /// Node of the first origin that enabled system metrics / timings.
     pub node_sys: String,
     pub node_timing: String,
+    /// Every rank seen, by global rank (-1, unknown, counts as 0).
+    pub ranks: BTreeMap<i32, RankInfo>,
+    /// Nodes whose system metrics count for the job (a local rank 0 reported
+    /// from there), in the order they were seen.
+    pub sys_nodes: Vec<Arc<str>>,
     pub(super) timing_names: HashSet<Arc<str>>,
     pub(super) names_overflow_logged: bool,
     /// `sonde.batch.index` handle per metric type (`Some(None)`: refused).
@@ -73,12 +93,29 @@ impl Job {
             timeline: Timeline::default(),
             node_sys: String::new(),
             node_timing: String::new(),
+            ranks: BTreeMap::new(),
+            sys_nodes: Vec::new(),
             timing_names: HashSet::new(),
             names_overflow_logged: false,
             batch_handles: [None; 3],
             last_batch_point: [None; 3],
             cap_timer: None,
             persisted: None,
+        }
+    }
+
+    /// Notes a rank and its node; a node where a local rank 0 runs joins the
+    /// job's system-metric nodes.
+    pub(super) fn see_rank(&mut self, rank: i32, info: RankInfo) {
+        if info.system_metrics && !self.sys_nodes.contains(&info.node) {
+            self.sys_nodes.push(info.node.clone());
+        }
+        if self.ranks.len() < MAX_RANKS || self.ranks.contains_key(&rank) {
+            let entry = self.ranks.entry(rank).or_insert_with(|| info.clone());
+            entry.system_metrics |= info.system_metrics;
+            entry.timings |= info.timings;
+            entry.node = info.node;
+            entry.local_rank = info.local_rank;
         }
     }
 

@@ -1,7 +1,10 @@
 //! The profiler end to end against a fake host: events and samples in;
 //! points, batch log records, decisions, state and routes out. One test
 //! (or table) per rule of the spec; the pure pieces have their own tests in
-//! their modules.
+//! their modules. `cluster.rs`: every rank's timings and each node's system
+//! metrics, as on a cluster master.
+
+mod cluster;
 
 use serde_json::Value;
 use sonde_plugin_sdk::types::{
@@ -20,7 +23,7 @@ fn ms(x: u64) -> u64 {
     (1_000_000 + x) * 1_000_000
 }
 
-fn origin(job: &str, node: &str, rank: i32, local_rank: i32) -> Origin {
+pub(crate) fn origin(job: &str, node: &str, rank: i32, local_rank: i32) -> Origin {
     Origin {
         job: job.into(),
         node: node.into(),
@@ -32,7 +35,7 @@ fn origin(job: &str, node: &str, rank: i32, local_rank: i32) -> Origin {
     }
 }
 
-fn empty(origins: Vec<Origin>, names: &[&str]) -> EventBatch {
+pub(crate) fn empty(origins: Vec<Origin>, names: &[&str]) -> EventBatch {
     EventBatch {
         origins,
         names: names.iter().map(|s| s.to_string()).collect(),
@@ -176,6 +179,7 @@ fn manifest_asks_for_samples_and_events() {
 
 #[test]
 fn enabled_by_ranks_and_overrides() {
+    // With timing_ranks = rank0 (Determined's rule):
     // (rank, local rank, settings) -> (sysmetrics, timings)
     let table = [
         (0, 0, "{}", (true, true)),
@@ -189,7 +193,9 @@ fn enabled_by_ranks_and_overrides() {
     ];
     for (rank, local, json, (sys, timing)) in table {
         let mut host = Fake::at(ms(0));
-        let mut p = start(&mut host, json);
+        let mut settings: Value = serde_json::from_str(json).unwrap();
+        settings["timing_ranks"] = "rank0".into();
+        let mut p = start(&mut host, &settings.to_string());
         p.on_events(&mut host, progress(vec![origin("t1", "n1", rank, local)], &[(0, 0, 0)]));
         let j = job_state(&mut p, &mut host, "t1");
         let case = format!("rank {rank} local {local} {json}");
@@ -204,7 +210,7 @@ fn enabled_by_ranks_and_overrides() {
 #[test]
 fn ineligible_rank_is_ignored_and_counted_including_batch_indices() {
     let mut host = Fake::at(ms(0));
-    let mut p = start(&mut host, r#"{"lag_ms":0}"#);
+    let mut p = start(&mut host, r#"{"lag_ms":0,"timing_ranks":"rank0"}"#);
     let origins = vec![origin("t1", "n1", 1, 1), origin("t1", "n1", 2, 0)];
     // Rank 1 / local 1 says batch 50: ignored. Local rank 0 (global 2) says 0: it drives the timeline.
     p.on_events(&mut host, progress(origins.clone(), &[(0, 0, 50), (1, 10, 0)]));
@@ -475,7 +481,8 @@ fn memory_and_gpu_series() {
             "determined.trial",
             "determined.metric",
             "determined.metric_type",
-            "hw.id"
+            "hw.id",
+            "host.name"
         ]
     );
 }
@@ -529,8 +536,8 @@ fn timings_use_their_step_or_the_timeline_and_samples_per_second_is_misc() {
     assert_eq!(
         rows,
         serde_json::json!([
-            {"job":"t1","name":"train_batch","batch_idx":1,"start_ns":ms(110),"duration_s":0.08},
-            {"job":"t1","name":"train_batch.backward","batch_idx":9,"start_ns":ms(150),"duration_s":0.03},
+            {"job":"t1","rank":0,"node":"n1","name":"train_batch","batch_idx":1,"start_ns":ms(110),"duration_s":0.08},
+            {"job":"t1","rank":0,"node":"n1","name":"train_batch.backward","batch_idx":9,"start_ns":ms(150),"duration_s":0.03},
         ])
     );
     assert_eq!(
@@ -802,7 +809,7 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
 #[test]
 fn counters_survive_a_restart() {
     let mut host = Fake::at(ms(0));
-    let mut p = start(&mut host, r#"{"lag_ms":0}"#);
+    let mut p = start(&mut host, r#"{"lag_ms":0,"timing_ranks":"rank0"}"#);
     p.on_events(&mut host, progress(vec![origin("t1", "n1", 1, 1)], &[(0, 0, 0)]));
     p.flush(&mut host);
     let p = Profiler::start(&mut host, Settings::default(), 1);
