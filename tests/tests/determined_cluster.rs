@@ -4,6 +4,7 @@
 //! node's system metrics taken from that node's agent (its forwarded
 //! samples), never from the master's own machine.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -77,6 +78,34 @@ fn series(master: &Sonde, name: &str) -> Vec<(String, Value)> {
             (node, s["attributes"].clone())
         })
         .collect()
+}
+
+/// Mean per bucket (ms) of the one series `id` over [from, to] ms, in 1 ms buckets.
+fn values(master: &Sonde, id: u64, from: u64, to: u64) -> BTreeMap<u64, f64> {
+    let d = master.json(&format!(
+        "/api/series/data?ids={id}&from={from}&to={to}&max_points=10000"
+    ));
+    let s = &d["data"][0];
+    let t = s["t"].as_array().unwrap();
+    let mean = s["mean"].as_array().unwrap();
+    t.iter()
+        .zip(mean)
+        .filter_map(|(t, v)| Some((t.as_u64()?, v.as_f64()?)))
+        .collect()
+}
+
+/// The id of the one series listed by `query` whose attributes satisfy `pick`.
+fn series_id(master: &Sonde, query: &str, pick: impl Fn(&Value) -> bool) -> u64 {
+    let s = master.json(&format!("/api/series?{query}"));
+    let found: Vec<u64> = s["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| pick(&s["attributes"]))
+        .map(|s| s["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(found.len(), 1, "{query}: {s:#}");
+    found[0]
 }
 
 #[test]
@@ -178,5 +207,26 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
                 .all(|(_, a)| a["determined.trial"] == JOB),
             "{metric}"
         );
+    }
+    // The values are that node's agent's readings at the same ticks: the
+    // master keeps a copy of every agent's series to compare with.
+    let to = now_ns() / 1_000_000;
+    let from = to - 9_000;
+    for node in NODES {
+        let profiled = series_id(
+            &master,
+            &format!("plugin=determined&name=system.cpu.utilization&node={node}"),
+            |_| true,
+        );
+        let sampled = series_id(
+            &master,
+            &format!("scope=sonde.cluster.remote&name=system.cpu.utilization&node={node}"),
+            |a| a.get("cpu.logical_number").is_none(),
+        );
+        let (profiled, sampled) = (values(&master, profiled, from, to), values(&master, sampled, from, to));
+        assert!(profiled.len() >= 10, "{node}: {profiled:?}");
+        for (t, v) in &profiled {
+            assert_eq!(sampled.get(t), Some(v), "{node} at {t}: {profiled:?} vs {sampled:?}");
+        }
     }
 }
