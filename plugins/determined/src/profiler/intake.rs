@@ -173,7 +173,7 @@ impl Profiler {
                 if job.machine.window().is_some_and(|(_, end)| time >= end) && job.machine.is_ended() {
                     continue;
                 }
-                job.timeline.record(time, batch_idx);
+                job.record_batch(view.rank, time, batch_idx);
                 for change in job.machine.on_batch(time, batch_idx, &limits) {
                     job.apply(host, change, &self.settings, now);
                 }

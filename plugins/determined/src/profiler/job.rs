@@ -46,7 +46,12 @@ pub struct RankInfo {
 pub struct Job {
     pub name: Arc<str>,
     pub machine: Machine,
+    /// Every eligible origin's batch-index reports: the job's window and
+    /// its system metrics go by these.
     pub timeline: Timeline,
+    /// Each rank's own reports: ranks of one step drift apart, so a rank's
+    /// timing without a batch index is tied by that rank's reports.
+    pub(super) rank_timelines: BTreeMap<i32, Timeline>,
     /// Node of the first origin that enabled system metrics / timings.
     pub node_sys: String,
     pub node_timing: String,
@@ -91,6 +96,7 @@ impl Job {
             name,
             machine,
             timeline: Timeline::default(),
+            rank_timelines: BTreeMap::new(),
             node_sys: String::new(),
             node_timing: String::new(),
             ranks: BTreeMap::new(),
@@ -122,6 +128,29 @@ impl Job {
     /// The batch index current at `time`.
     pub(super) fn batch_at(&self, time: u64) -> u64 {
         self.timeline.at(time).or(self.machine.last_batch).unwrap_or(0)
+    }
+
+    /// The batch index current at `time` for `rank`, by its own reports
+    /// when it made any before then.
+    pub(super) fn rank_batch_at(&self, rank: i32, time: u64) -> u64 {
+        let own = self.rank_timelines.get(&rank).and_then(|t| t.at(time));
+        own.unwrap_or_else(|| self.batch_at(time))
+    }
+
+    /// Records a batch-index report of `rank` at `time`.
+    pub(super) fn record_batch(&mut self, rank: i32, time: u64, batch: u64) {
+        self.timeline.record(time, batch);
+        if self.rank_timelines.len() < MAX_RANKS || self.rank_timelines.contains_key(&rank) {
+            self.rank_timelines.entry(rank).or_default().record(time, batch);
+        }
+    }
+
+    /// Forgets reports no pending measurement at or after `horizon` needs.
+    pub(super) fn prune_before(&mut self, horizon: u64) {
+        self.timeline.prune_before(horizon);
+        for t in self.rank_timelines.values_mut() {
+            t.prune_before(horizon);
+        }
     }
 
     fn state_body(&self, reason: &str) -> String {

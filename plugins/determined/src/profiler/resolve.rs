@@ -70,7 +70,7 @@ impl Profiler {
         .min(horizon);
         let keep_from = oldest.saturating_sub(TIMELINE_MARGIN_NS);
         for job in self.jobs.values_mut() {
-            job.timeline.prune_before(keep_from);
+            job.prune_before(keep_from);
         }
     }
 
@@ -149,7 +149,11 @@ impl Profiler {
         }
         let (output, spec, determined, metric_type, batch) = match &m.kind {
             JobKind::Timing { name, step } => {
-                let batch = if *step >= 0 { *step as u64 } else { job.batch_at(m.time) };
+                let batch = if *step >= 0 {
+                    *step as u64
+                } else {
+                    job.rank_batch_at(m.rank, m.time)
+                };
                 (
                     SeriesKind::Timing(name.clone()),
                     TIMING,
@@ -163,7 +167,7 @@ impl Profiler {
                 SAMPLES_PER_SECOND,
                 Arc::from(SAMPLES_PER_SECOND.determined),
                 MetricType::Misc,
-                job.batch_at(m.time),
+                job.rank_batch_at(m.rank, m.time),
             ),
         };
         let key = SeriesKey {

@@ -200,3 +200,27 @@ fn this_host_stands_in_for_nodes_without_an_agent_unless_told_otherwise() {
         assert!(p.has_agent("node-a"));
     }
 }
+
+#[test]
+fn a_timing_without_a_batch_index_is_tied_by_its_own_ranks_reports() {
+    let mut host = Fake::at(ms(0));
+    let mut p = start(&mut host, r#"{"lag_ms":0}"#);
+    // Batch 1 starts at 100 ms on rank 0 and only at 150 ms on rank 1.
+    p.on_events(
+        &mut host,
+        progress(two_ranks(), &[(0, 0, 0), (1, 0, 0), (0, 100, 1), (1, 150, 1)]),
+    );
+    host.now = ms(500);
+    p.on_events(
+        &mut host,
+        timings(two_ranks(), &[(0, "load", 120, 130, -1), (1, "load", 120, 130, -1)]),
+    );
+    let (_, rows) = get(&mut p, &mut host, "GET", "/timings", "");
+    let got: Vec<(i64, u64)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["rank"].as_i64().unwrap(), r["batch_idx"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, [(0, 1), (1, 0)]);
+}
