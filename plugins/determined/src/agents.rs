@@ -111,21 +111,12 @@ impl AgentSamples {
         self.by_name.contains_key(node)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
-    }
-
     /// The node a source stands for (`""` for this host).
     pub fn node(&self, source: Source) -> &str {
         match source {
             LOCAL => "",
             s => self.nodes.get(s as usize - 1).map_or("", |n| &n.name),
         }
-    }
-
-    /// The node's name as kept here, if it has sent samples.
-    pub fn name(&self, node: &str) -> Option<&Arc<str>> {
-        self.by_name.get(node).map(|&s| &self.nodes[s as usize - 1].name)
     }
 
     pub fn gpu_uuid(&self, source: Source, gpu: u16) -> &str {

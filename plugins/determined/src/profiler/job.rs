@@ -3,7 +3,7 @@
 //! timeline, the state record it persists, the decisions and log lines it
 //! reports, and the timer for its active-time cap.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -58,8 +58,8 @@ pub struct Job {
     /// Every rank seen, by global rank (-1, unknown, counts as 0).
     pub ranks: BTreeMap<i32, RankInfo>,
     /// Nodes whose system metrics count for the job (a local rank 0 reported
-    /// from there), in the order they were seen.
-    pub sys_nodes: Vec<Arc<str>>,
+    /// from there); a set, as every agent sample looks its node up here.
+    pub sys_nodes: BTreeSet<Arc<str>>,
     pub(super) timing_names: HashSet<Arc<str>>,
     pub(super) names_overflow_logged: bool,
     /// `sonde.batch.index` handle per metric type (`Some(None)`: refused).
@@ -100,7 +100,7 @@ impl Job {
             node_sys: String::new(),
             node_timing: String::new(),
             ranks: BTreeMap::new(),
-            sys_nodes: Vec::new(),
+            sys_nodes: BTreeSet::new(),
             timing_names: HashSet::new(),
             names_overflow_logged: false,
             batch_handles: [None; 3],
@@ -114,7 +114,7 @@ impl Job {
     /// job's system-metric nodes.
     pub(super) fn see_rank(&mut self, rank: i32, info: RankInfo) {
         if info.system_metrics && !self.sys_nodes.contains(&info.node) {
-            self.sys_nodes.push(info.node.clone());
+            self.sys_nodes.insert(info.node.clone());
         }
         if self.ranks.len() < MAX_RANKS || self.ranks.contains_key(&rank) {
             let entry = self.ranks.entry(rank).or_insert_with(|| info.clone());
@@ -123,6 +123,14 @@ impl Job {
             entry.node = info.node;
             entry.local_rank = info.local_rank;
         }
+    }
+
+    /// The node this host's own samples are labelled with: the first that
+    /// enabled the job's system metrics, unless `taken` (it has an agent);
+    /// then another of its nodes that is not.
+    pub(super) fn local_node(&self, taken: impl Fn(&str) -> bool) -> Option<Arc<str>> {
+        let first = self.sys_nodes.get(self.node_sys.as_str()).filter(|n| !taken(n));
+        first.or_else(|| self.sys_nodes.iter().find(|n| !taken(n))).cloned()
     }
 
     /// The batch index current at `time`.

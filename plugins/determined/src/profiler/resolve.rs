@@ -96,14 +96,11 @@ impl Profiler {
                 (LOCAL, SystemFrom::Agents) => None,
                 // Every origin is taken to be on this machine: one series per
                 // job, under the first node that enabled its system metrics.
-                (LOCAL, SystemFrom::Local) => job.sys_nodes.first().cloned(),
+                (LOCAL, SystemFrom::Local) => job.local_node(|_| false),
                 // This machine stands in for the nodes without an agent.
-                (LOCAL, SystemFrom::Auto) => job.sys_nodes.iter().find(|n| !agents.has(n)).cloned(),
+                (LOCAL, SystemFrom::Auto) => job.local_node(|n| agents.has(n)),
                 (_, SystemFrom::Local) => None,
-                (source, _) => {
-                    let name = agents.node(source);
-                    job.sys_nodes.iter().find(|n| ***n == *name).cloned()
-                }
+                (source, _) => job.sys_nodes.get(agents.node(source)).cloned(),
             };
             let Some(node) = node else { continue };
             if !job.machine.counts(m.since, m.time) {
