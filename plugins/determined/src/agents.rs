@@ -71,7 +71,8 @@ struct Node {
 pub struct AgentSamples {
     nodes: Vec<Node>,
     by_name: HashMap<Arc<str>, Source>,
-    /// Points of nodes past [`MAX_NODES`] or series past the per-node cap.
+    /// Agents' series refused for the bounds (nodes past [`MAX_NODES`],
+    /// series past the per-node cap), once per event batch each.
     pub ignored: u64,
 }
 
@@ -125,6 +126,30 @@ impl AgentSamples {
             .map_or("", |n| n.reader.gpu_uuid(gpu))
     }
 
+    /// The id of an agent's series on its node (described in `new_series`
+    /// when new), or `None` when it is not a sample or the node is full.
+    fn series_id(&mut self, source: Source, info: &SeriesInfo, new_series: &mut Vec<SeriesInfo>) -> Option<u32> {
+        let (metric, attributes) = sampler_series(info)?;
+        let node = &mut self.nodes[source as usize - 1];
+        let key = series_key(&metric, &attributes);
+        if let Some(&id) = node.ids.get(&key) {
+            return Some(id);
+        }
+        if node.ids.len() >= MAX_SERIES_PER_NODE {
+            self.ignored += 1;
+            return None;
+        }
+        let id = node.ids.len() as u32;
+        node.ids.insert(key, id);
+        new_series.push(SeriesInfo {
+            id,
+            metric,
+            attributes,
+            ..info.clone()
+        });
+        Some(id)
+    }
+
     fn source(&mut self, node: &str) -> Option<Source> {
         if let Some(&s) = self.by_name.get(node) {
             return Some(s);
@@ -149,46 +174,36 @@ impl AgentSamples {
         let Some(c) = &batch.points else { return Vec::new() };
         // Per node: (series id, time, value), and the series first described now.
         let mut per_node: BTreeMap<Source, NodePoints> = BTreeMap::new();
-        let mut mapped: HashMap<u32, Option<(String, Vec<Attribute>)>> = HashMap::new();
+        // An agent sends thousands of points per batch over a few dozen
+        // series: each origin and (origin, series) pair is resolved once.
+        let mut sources: HashMap<u32, Option<Source>> = HashMap::new();
+        let mut ids: HashMap<(u32, u32), Option<u32>> = HashMap::new();
         for i in 0..c.origin.len() {
-            let Some(origin) = batch.origins.get(c.origin[i] as usize).filter(|o| is_agent(o)) else {
-                continue;
-            };
-            let series = c.series[i];
-            let Some((metric, attributes)) = mapped
-                .entry(series)
-                .or_insert_with(|| batch.point_series.get(series as usize).and_then(sampler_series))
-                .clone()
-            else {
-                continue;
-            };
-            let Some(source) = self.source(&origin.node) else {
-                self.ignored += 1;
-                continue;
-            };
-            let node = &mut self.nodes[source as usize - 1];
-            let key = series_key(&metric, &attributes);
-            let entry = per_node.entry(source).or_default();
-            let id = match node.ids.get(&key) {
+            let (o, series) = (c.origin[i], c.series[i]);
+            let id = match ids.get(&(o, series)) {
                 Some(&id) => id,
-                None if node.ids.len() < MAX_SERIES_PER_NODE => {
-                    let id = node.ids.len() as u32;
-                    node.ids.insert(key, id);
-                    let info = batch.point_series[series as usize].clone();
-                    entry.new_series.push(SeriesInfo {
-                        id,
-                        metric,
-                        attributes,
-                        ..info
+                None => {
+                    let source = *sources.entry(o).or_insert_with(|| {
+                        let origin = batch.origins.get(o as usize).filter(|o| is_agent(o))?;
+                        let source = self.source(&origin.node);
+                        self.ignored += u64::from(source.is_none());
+                        source
                     });
+                    let id = source.and_then(|source| {
+                        let info = batch.point_series.get(series as usize)?;
+                        self.series_id(source, info, &mut per_node.entry(source).or_default().new_series)
+                    });
+                    ids.insert((o, series), id);
                     id
                 }
-                None => {
-                    self.ignored += 1;
-                    continue;
-                }
             };
-            entry.points.push((id, c.time[i], c.value[i]));
+            let Some(id) = id else { continue };
+            let source = sources[&o].expect("an id has a source");
+            per_node
+                .entry(source)
+                .or_default()
+                .points
+                .push((id, c.time[i], c.value[i]));
         }
         let mut out = Vec::new();
         for (source, NodePoints { points, new_series }) in per_node {

@@ -92,7 +92,8 @@ pub struct Counters {
     pub malformed: u64,
     /// Measurements discarded by `stop` with at_shutdown = drop.
     pub discarded_at_shutdown: u64,
-    /// Agents' samples of nodes or series past the bounds on them.
+    /// Agents' series refused for the bounds on nodes and series per node
+    /// (once per event batch each).
     pub ignored_node_overflow: u64,
 }
 
