@@ -684,3 +684,74 @@ fn earlier_reports_arriving_later_within_the_lag_set_activation_and_end() {
         .collect();
     assert_eq!(got, vec![BEGIN], "{timings}");
 }
+
+/// Issue 22: a timing that carries its own batch index is judged by that
+/// index against [begin_on_batch, end_after_batch], whichever order the job
+/// reports in: progress first and the timing after it, or both in one body
+/// at the step's end (the README's example, with the report's time its
+/// arrival, after the timing started). A timing without an index keeps the
+/// time rule, so in one body it shifts by one batch at both edges.
+#[test]
+fn a_timing_with_its_own_batch_index_is_gated_by_it_in_both_report_orders_through_the_ingest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start_sonde(tmp.path(), &rotel, &determined_settings(""), &[]);
+    let origin = |job: &str| json!({"job": job, "node": "n", "rank": 0, "local_rank": 0});
+    let post = |body: Value| {
+        let (code, text) = post_json(&sonde.api, "/api/ingest", &body);
+        assert_eq!(code, 202, "{text}");
+    };
+    let timing = |b: u64, start: u64, end: u64| {
+        json!([
+            {"name": "train_batch", "start_ns": start, "end_ns": end, "batch_idx": b},
+            {"name": "dataloader_next", "start_ns": start, "end_ns": start + 1_000_000},
+        ])
+    };
+    // Starts of each job's batches, as the loop saw them.
+    let (mut first, mut together) = (Vec::new(), Vec::new());
+    for b in 0..=END + 2 {
+        // Progress first: the report, then a step that starts after it arrived.
+        post(json!({"origin": origin("progress-first"), "progress": [{"value": b}]}));
+        let start = now_ns();
+        std::thread::sleep(Duration::from_millis(40));
+        post(json!({"origin": origin("progress-first"), "timings": timing(b, start, now_ns())}));
+        first.push(start);
+        // One body at the step's end: the step started before its report.
+        let start = now_ns();
+        std::thread::sleep(Duration::from_millis(40));
+        post(json!({"origin": origin("one-body"), "progress": [{"value": b}], "timings": timing(b, start, now_ns())}));
+        together.push(start);
+    }
+    for job in ["progress-first", "one-body"] {
+        assert!(
+            wait_for(Duration::from_secs(10), || job_state(&sonde, job)
+                .is_some_and(|j| j["ended"] == true)),
+            "{job}: {:?}",
+            job_state(&sonde, job)
+        );
+    }
+    // Past the lag, everything is resolved.
+    std::thread::sleep(Duration::from_millis(LAG_MS + 700));
+    let rows = |job: &str, name: &str| -> Vec<(u64, u64)> {
+        let t = sonde.json(&format!("/api/plugins/determined/timings?job={job}"));
+        t.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["name"] == name)
+            .map(|r| (r["batch_idx"].as_u64().unwrap(), r["start_ns"].as_u64().unwrap()))
+            .collect()
+    };
+    let window = |starts: &[u64], shift: u64| -> Vec<(u64, u64)> {
+        (BEGIN..=END).map(|b| (b, starts[(b + shift) as usize])).collect()
+    };
+    assert_eq!(rows("progress-first", "train_batch"), window(&first, 0));
+    assert_eq!(
+        rows("one-body", "train_batch"),
+        window(&together, 0),
+        "batches {BEGIN} to {END}"
+    );
+    assert_eq!(rows("progress-first", "dataloader_next"), window(&first, 0));
+    // Without its own index: the steps that started in batches BEGIN + 1 ..= END + 1,
+    // each tied to the batch reported before it started.
+    assert_eq!(rows("one-body", "dataloader_next"), window(&together, 1));
+}

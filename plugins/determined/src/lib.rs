@@ -2,7 +2,9 @@
 //! samples the machine; jobs report batch indices, timings and throughput as
 //! events; this plugin runs the enabled/active state machine per job, ties
 //! every measurement to the batch index current when it was taken, and emits
-//! metrics, Determined-format batch log records and state decisions.
+//! metrics, Determined-format batch log records and state decisions. Timings
+//! come from every rank; on a cluster master, each node's system metrics come
+//! from that node's agent.
 //!
 //! Where things live:
 //! - `settings`: the settings JSON, validated key by key.
@@ -10,6 +12,8 @@
 //! - `timeline`: a job's (time, batch index) reports, for tying measurements.
 //! - `samples`: host sample columns -> Determined's system measurements
 //!   (levels, counter rates, GPU free memory).
+//! - `agents`: on a cluster master, agents' forwarded samples -> the same
+//!   measurements, per node.
 //! - `outputs`: Determined metric -> metric name, unit, attributes; the
 //!   Determined batch format.
 //! - `profiler`: every hook's logic (events, lag, resolution, flush, stop,
@@ -20,6 +24,7 @@
 //! All of it is plain Rust with native tests; the `Guest` impl below is only
 //! the glue to the host.
 
+pub mod agents;
 pub mod host;
 pub mod machine;
 pub mod outputs;
@@ -48,7 +53,7 @@ pub fn manifest(settings: &Settings) -> Manifest {
         version: env!("CARGO_PKG_VERSION").to_string(),
         description: "Determined's ProfilerAgent: batch-indexed system metrics and timings of training jobs"
             .to_string(),
-        samples: Some(settings.sample_request()),
+        samples: settings.wanted_samples(),
         events: vec![EventKind::Progress, EventKind::Timings, EventKind::Points],
     }
 }

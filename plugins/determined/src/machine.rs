@@ -310,6 +310,33 @@ impl Machine {
             .is_some_and(|(start, end)| since >= start && time >= start && time < end)
     }
 
+    /// Whether a measurement that carries its own batch index (a timing
+    /// with a step) counts. Determined's window is defined on batch indices,
+    /// so the index decides, not when the measurement started relative to
+    /// the report that moved the window: a step's timing often starts before
+    /// its own report reaches sonde (both sent in one body at the step's
+    /// end). An end that was decided by time (the cap, no resumption) still
+    /// bounds it by time, and a job that never became active in this
+    /// instance collects nothing.
+    pub fn counts_batch(&self, batch: u64, time: u64, limits: &Limits) -> bool {
+        let in_range = batch >= limits.begin_on_batch && limits.end_after_batch.is_none_or(|e| batch <= e);
+        in_range
+            && match self.phase {
+                Phase::Active { .. } => true,
+                Phase::Ended {
+                    reason: EndReason::EndAfterBatch,
+                    start: Some(_),
+                    ..
+                } => true,
+                Phase::Ended {
+                    start: Some(_),
+                    at: Some(at),
+                    ..
+                } => time < at,
+                _ => false,
+            }
+    }
+
     /// Active time spent so far.
     pub fn used_ns(&self, now: u64) -> u64 {
         match self.phase {
@@ -548,6 +575,35 @@ mod tests {
         let l = limits(0, None, None);
         run(&mut m, &l, &[(1, 0)]);
         assert_eq!(m.check_cap(u64::MAX, &l), None);
+    }
+
+    #[test]
+    fn a_batch_index_decides_by_itself_where_the_end_was_by_index() {
+        let l = limits(3, Some(8), Some(100));
+        // (reports, (batch, time s) -> counts)
+        let mut m = enabled();
+        let waiting = [(2, 10, false), (3, 10, false)];
+        for (b, t, want) in waiting {
+            assert_eq!(m.counts_batch(b, t * S, &l), want, "waiting: batch {b}");
+        }
+        run(&mut m, &l, &[(10, 3)]);
+        // Active from 10 s: batch 3 started at 9 s counts by its index; 2 never does.
+        let active = [(2, 11, false), (3, 9, true), (8, 12, true), (9, 12, false)];
+        for (b, t, want) in active {
+            assert_eq!(m.counts_batch(b, t * S, &l), want, "active: batch {b} at {t}");
+        }
+        run(&mut m, &l, &[(20, 9)]);
+        // Ended by index at 20 s: batch 8 counts even after that time, batch 9 never.
+        let ended = [(8, 19, true), (8, 21, true), (9, 19, false)];
+        for (b, t, want) in ended {
+            assert_eq!(m.counts_batch(b, t * S, &l), want, "ended: batch {b} at {t}");
+        }
+        // Ended by the cap: the cap's time still bounds an in-range index.
+        let mut m = enabled();
+        run(&mut m, &limits(3, Some(8), Some(5)), &[(10, 3), (16, 4)]);
+        assert!(m.is_ended());
+        assert!(m.counts_batch(4, 14 * S, &l));
+        assert!(!m.counts_batch(4, 15 * S, &l), "at the cap's end");
     }
 
     #[test]

@@ -233,8 +233,18 @@ pub fn is_samples_per_second(metric: &str) -> bool {
     metric == "samples_per_second" || metric == "determined.samples_per_second"
 }
 
-/// The metric series of one (job, Determined metric, GPU).
-pub fn metric_desc(spec: &Spec, job: &str, determined_name: &str, gpu_uuid: &str) -> MetricDesc {
+/// The metric series of one (job, Determined metric, GPU, node, rank).
+/// `host.name` is the node the measurement was taken on (a job's nodes are
+/// told apart by it); `determined.rank` is the rank a timing or throughput
+/// came from (system metrics belong to a node, not a rank).
+pub fn metric_desc(
+    spec: &Spec,
+    job: &str,
+    determined_name: &str,
+    gpu_uuid: &str,
+    node: &str,
+    rank: Option<i32>,
+) -> MetricDesc {
     let mut attrs = vec![
         Attribute::new("determined.trial", job),
         Attribute::new("determined.metric", determined_name),
@@ -246,8 +256,27 @@ pub fn metric_desc(spec: &Spec, job: &str, determined_name: &str, gpu_uuid: &str
     if !gpu_uuid.is_empty() {
         attrs.push(Attribute::new("hw.id", gpu_uuid));
     }
+    attrs.extend(origin_attributes(node, rank));
     MetricDesc::new(spec.metric, spec.kind, spec.unit, spec.description).with_attributes(attrs)
 }
+
+/// Where a measurement came from, as attributes: its node when known, its rank when it has one.
+pub fn origin_attributes(node: &str, rank: Option<i32>) -> Vec<Attribute> {
+    let mut attrs = Vec::new();
+    if !node.is_empty() {
+        attrs.push(Attribute::new("host.name", node));
+    }
+    if let Some(r) = rank {
+        attrs.push(Attribute {
+            key: RANK_ATTRIBUTE.to_string(),
+            value: sonde_plugin_sdk::types::Value::Int(i64::from(r)),
+        });
+    }
+    attrs
+}
+
+/// The attribute that carries a timing's or throughput's rank.
+pub const RANK_ATTRIBUTE: &str = "determined.rank";
 
 /// `sonde.batch.index` of one job and metric type.
 pub fn batch_index_desc(job: &str, metric_type: MetricType) -> MetricDesc {
@@ -410,7 +439,14 @@ mod tests {
 
     #[test]
     fn descriptions_carry_the_determined_attributes_and_never_a_batch_index() {
-        let d = metric_desc(&SysMetric::GpuUtil.spec(), "trial-1", "gpu_util", "GPU-a");
+        let d = metric_desc(
+            &SysMetric::GpuUtil.spec(),
+            "trial-1",
+            "gpu_util",
+            "GPU-a",
+            "node-a",
+            None,
+        );
         let keys: Vec<_> = d.attributes.iter().map(|a| a.key.as_str()).collect();
         assert_eq!(
             keys,
@@ -418,12 +454,20 @@ mod tests {
                 "determined.trial",
                 "determined.metric",
                 "determined.metric_type",
-                "hw.id"
+                "hw.id",
+                "host.name"
             ]
         );
-        let d = metric_desc(&TIMING, "trial-1", "train_batch", "");
+        let d = metric_desc(&TIMING, "trial-1", "train_batch", "", "node-b", Some(3));
         assert_eq!(d.attributes[1], Attribute::new("determined.metric", "train_batch"));
         assert_eq!(d.attributes[2], Attribute::new("determined.metric_type", "timing"));
+        assert_eq!(d.attributes[3], Attribute::new("host.name", "node-b"));
+        assert_eq!(
+            (d.attributes[4].key.as_str(), &d.attributes[4].value),
+            ("determined.rank", &sonde_plugin_sdk::types::Value::Int(3))
+        );
+        // An unknown node adds nothing.
+        assert_eq!(metric_desc(&TIMING, "t", "x", "", "", None).attributes.len(), 3);
         let d = batch_index_desc("trial-1", MetricType::Misc);
         assert_eq!((d.name.as_str(), d.unit.as_str()), ("sonde.batch.index", "{batch}"));
         assert_eq!(d.attributes.len(), 2);

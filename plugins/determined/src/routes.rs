@@ -83,6 +83,14 @@ fn job_json(job: &Job, now: u64) -> Value {
         "batch_idx": m.last_batch,
         "agent": &job.node_sys,
         "timing_agent": &job.node_timing,
+        "system_nodes": job.sys_nodes.iter().map(|n| n.as_ref()).collect::<Vec<&str>>(),
+        "ranks": job.ranks.iter().map(|(rank, r)| json!({
+            "rank": rank,
+            "node": &*r.node,
+            "local_rank": r.local_rank,
+            "system_metrics": r.system_metrics,
+            "timings": r.timings,
+        })).collect::<Vec<_>>(),
     })
 }
 

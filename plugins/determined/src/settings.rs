@@ -17,6 +17,31 @@ pub enum AtShutdown {
     Drop,
 }
 
+/// Which ranks' timings and throughput count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingRanks {
+    /// Every rank's, each labelled with its rank: the slow rank of a
+    /// distributed step is what a user looks for.
+    All,
+    /// Global rank 0's only, as Determined's ProfilerAgent did.
+    Rank0,
+}
+
+/// Where a job's system metrics come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemFrom {
+    /// Per node: an agent's forwarded samples where that node has an agent
+    /// (cluster master), this host's own samples for a node without one.
+    Auto,
+    /// This host's own samples only: every origin is taken to be on this
+    /// machine (a standalone sonde).
+    Local,
+    /// Agents' forwarded samples only, by node; this host's own are unused.
+    Agents,
+}
+
 /// Determined's own profiler stopped collecting for good after 5 minutes of
 /// active time (`harness/determined/profiler.py`, from release 0.16.0 until
 /// it was replaced in 0.30.0), to spare its master's database and keep the
@@ -48,9 +73,11 @@ pub struct Settings {
     pub global_rank: Option<i32>,
     /// Override of the local rank every origin reports.
     pub local_rank: Option<i32>,
+    pub timing_ranks: TimingRanks,
+    pub system_metrics_from: SystemFrom,
 }
 
-pub const KNOWN_KEYS: [&str; 14] = [
+pub const KNOWN_KEYS: [&str; 16] = [
     "enabled",
     "job",
     "begin_on_batch",
@@ -65,6 +92,8 @@ pub const KNOWN_KEYS: [&str; 14] = [
     "max_pending",
     "global_rank",
     "local_rank",
+    "timing_ranks",
+    "system_metrics_from",
 ];
 
 /// The host series this plugin reads, as metric-name prefixes for the
@@ -103,6 +132,8 @@ impl Default for Settings {
             max_pending: 100_000,
             global_rank: None,
             local_rank: None,
+            timing_ranks: TimingRanks::All,
+            system_metrics_from: SystemFrom::Auto,
         }
     }
 }
@@ -207,11 +238,11 @@ impl Settings {
         };
         let at_shutdown = match get("at_shutdown") {
             None => d.at_shutdown,
-            Some(v) => match v.as_str() {
-                Some("flush") => AtShutdown::Flush,
-                Some("drop") => AtShutdown::Drop,
-                _ => return Err(bad("at_shutdown", "\"flush\" or \"drop\"", v)),
-            },
+            Some(v) => choice(
+                "at_shutdown",
+                v,
+                &[("flush", AtShutdown::Flush), ("drop", AtShutdown::Drop)],
+            )?,
         };
         let max_pending = match get("max_pending") {
             None => d.max_pending,
@@ -232,6 +263,26 @@ impl Settings {
                     .ok_or_else(|| bad(key, "an integer >= 0 or null", v)),
             }
         };
+        let timing_ranks = match get("timing_ranks") {
+            None => d.timing_ranks,
+            Some(v) => choice(
+                "timing_ranks",
+                v,
+                &[("all", TimingRanks::All), ("rank0", TimingRanks::Rank0)],
+            )?,
+        };
+        let system_metrics_from = match get("system_metrics_from") {
+            None => d.system_metrics_from,
+            Some(v) => choice(
+                "system_metrics_from",
+                v,
+                &[
+                    ("auto", SystemFrom::Auto),
+                    ("local", SystemFrom::Local),
+                    ("agents", SystemFrom::Agents),
+                ],
+            )?,
+        };
         Ok(Settings {
             enabled,
             job,
@@ -247,6 +298,8 @@ impl Settings {
             max_pending,
             global_rank: rank("global_rank")?,
             local_rank: rank("local_rank")?,
+            timing_ranks,
+            system_metrics_from,
         })
     }
 
@@ -257,6 +310,11 @@ impl Settings {
             deliver_every_ms: self.deliver_every_ms,
             metrics: SAMPLED_METRICS.iter().map(|m| m.to_string()).collect(),
         }
+    }
+
+    /// What to ask the host for: nothing when only agents' samples are used.
+    pub fn wanted_samples(&self) -> Option<SampleRequest> {
+        (self.system_metrics_from != SystemFrom::Agents).then(|| self.sample_request())
     }
 
     /// The cap on active time in ns; `None` when there is none.
@@ -289,6 +347,15 @@ fn u32_of(v: &Value) -> Option<u32> {
     v.as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
+/// One of a few named values; the error lists them.
+fn choice<T: Copy>(key: &str, v: &Value, options: &[(&str, T)]) -> Result<T, String> {
+    let found = v.as_str().and_then(|s| options.iter().find(|(name, _)| *name == s));
+    found.map(|(_, t)| *t).ok_or_else(|| {
+        let names: Vec<String> = options.iter().map(|(name, _)| format!("\"{name}\"")).collect();
+        bad(key, &format!("one of {}", names.join(", ")), v)
+    })
+}
+
 fn bad(key: &str, want: &str, got: &Value) -> String {
     format!("setting `{key}` must be {want}, got {got}")
 }
@@ -308,6 +375,10 @@ mod tests {
         assert_eq!((d.sample_period_ms, d.deliver_every_ms, d.lag_ms), (100, 500, 500));
         assert_eq!((d.max_active_s, d.flush_every_s), (300.0, 10.0));
         assert_eq!((d.at_shutdown, d.max_pending), (AtShutdown::Flush, 100_000));
+        assert_eq!(
+            (d.timing_ranks, d.system_metrics_from),
+            (TimingRanks::All, SystemFrom::Auto)
+        );
         assert_eq!(d.cap_ns(), Some(300_000_000_000));
         assert_eq!(d.flush_every_ms(), 10_000);
         let req = d.sample_request();
@@ -321,7 +392,7 @@ mod tests {
             r#"{"enabled":false,"job":"trial-7","begin_on_batch":5,"end_after_batch":9,"max_active_s":0,
                 "sample_period_ms":50,"deliver_every_ms":250,"flush_every_s":2.5,"lag_ms":0,
                 "resume_after_restart":false,"at_shutdown":"drop","max_pending":10,
-                "global_rank":0,"local_rank":3}"#,
+                "global_rank":0,"local_rank":3,"timing_ranks":"rank0","system_metrics_from":"agents"}"#,
         )
         .unwrap();
         assert!(!s.enabled && !s.resume_after_restart);
@@ -332,6 +403,10 @@ mod tests {
         assert_eq!((s.flush_every_ms(), s.lag_ms), (2500, 0));
         assert_eq!((s.at_shutdown, s.max_pending), (AtShutdown::Drop, 10));
         assert_eq!((s.global_rank, s.local_rank), (Some(0), Some(3)));
+        assert_eq!(
+            (s.timing_ranks, s.system_metrics_from),
+            (TimingRanks::Rank0, SystemFrom::Agents)
+        );
         // The JSON the /state route shows parses back to the same settings.
         assert_eq!(Settings::parse(&s.to_json().to_string()).unwrap(), s);
     }
@@ -377,6 +452,8 @@ mod tests {
             (r#"{"max_pending":0}"#, "`max_pending`"),
             (r#"{"global_rank":-1}"#, "`global_rank`"),
             (r#"{"local_rank":"0"}"#, "`local_rank`"),
+            (r#"{"timing_ranks":0}"#, "`timing_ranks`"),
+            (r#"{"system_metrics_from":"master"}"#, "`system_metrics_from`"),
             (r#"[1]"#, "must be a JSON object"),
             (r#"{"enabled":"#, "not valid JSON"),
         ];

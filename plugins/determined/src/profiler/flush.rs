@@ -9,14 +9,14 @@ use sonde_plugin_sdk::types::{Attribute, LogRecord, Severity};
 use super::series::{Row, SeriesDef, declare};
 use super::{BATCH_EVENT, COUNTERS_KEY, MAX_ROWS_PER_RECORD, Profiler};
 use crate::host::Host;
-use crate::outputs::{self, BatchBody, DROP_REASONS, MetricType};
+use crate::outputs::{self, BatchBody, DROP_REASONS};
 
 /// One Determined-format batch for `rows` of a series.
-fn batch_record(def: &SeriesDef, agent: &str, rows: &[Row], now: u64) -> LogRecord {
+fn batch_record(def: &SeriesDef, rows: &[Row], now: u64) -> LogRecord {
     let spec = &def.spec;
     let body = BatchBody {
         trial: &def.job,
-        agent,
+        agent: &def.node,
         gpu_uuid: &def.gpu_uuid,
         metric: &def.determined,
         metric_type: spec.metric_type.label(),
@@ -33,6 +33,7 @@ fn batch_record(def: &SeriesDef, agent: &str, rows: &[Row], now: u64) -> LogReco
     if !def.gpu_uuid.is_empty() {
         attributes.push(Attribute::new("hw.id", def.gpu_uuid.as_str()));
     }
+    attributes.extend(outputs::origin_attributes(&def.node, def.rank));
     LogRecord {
         time: now,
         severity: Severity::Info,
@@ -56,12 +57,8 @@ impl Profiler {
             let mut records = Vec::new();
             for (idx, rows) in by_series {
                 let def = &self.out.series[idx as usize];
-                let agent = self.jobs.get(&def.job).map_or("", |j| match def.spec.metric_type {
-                    MetricType::System => j.node_sys.as_str(),
-                    _ => j.node_timing.as_str(),
-                });
                 for chunk in rows.chunks(MAX_ROWS_PER_RECORD) {
-                    records.push(batch_record(def, agent, chunk, now));
+                    records.push(batch_record(def, chunk, now));
                 }
             }
             self.out.counters.flushed += rows.len() as u64;

@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use sonde_plugin_sdk::types::{EventBatch, Origin, SampleBatch, Severity};
 
-use super::job::{Job, JobKind, limits};
-use super::{BATCH_IDX, MAX_TIMING_NAMES, Profiler};
+use super::job::{Job, JobKind, RankInfo, limits};
+use super::{BATCH_IDX, MAX_TIMING_NAMES, PendingSys, Profiler};
+use crate::agents::LOCAL;
 use crate::host::Host;
 use crate::machine::Machine;
 use crate::outputs::is_samples_per_second;
+use crate::settings::TimingRanks;
 
 /// A timing or a throughput point, waiting for the lag.
 #[derive(Debug, Clone)]
@@ -21,6 +23,9 @@ pub struct JobMeasurement {
     pub time: u64,
     /// Seconds, or samples per second.
     pub value: f64,
+    /// The reporting origin's global rank (-1 counted as 0) and node.
+    pub rank: i32,
+    pub node: Arc<str>,
 }
 
 /// What an origin of the current event batch may do.
@@ -30,12 +35,16 @@ struct OriginView {
     pub(super) job: Option<Arc<str>>,
     pub(super) sys: bool,
     pub(super) timing: bool,
+    pub(super) rank: i32,
+    pub(super) node: Arc<str>,
 }
 
 impl Profiler {
     pub fn on_samples(&mut self, host: &mut dyn Host, batch: SampleBatch) -> Result<(), String> {
         let measurements = self.reader.read(batch)?;
-        self.pending_sys.extend(measurements);
+        // This host's samples are delivered in time order, soon after they were taken.
+        self.pending_sys
+            .extend(measurements.into_iter().map(|m| PendingSys::new(LOCAL, m.time, m)));
         self.settle(host);
         Ok(())
     }
@@ -45,12 +54,14 @@ impl Profiler {
     fn origin_view(&self, o: &Origin) -> OriginView {
         let job =
             (self.settings.job.is_empty() || self.settings.job == o.job).then(|| Arc::<str>::from(o.job.as_str()));
-        let rank = self.settings.global_rank.unwrap_or(o.rank);
+        let rank = self.settings.global_rank.unwrap_or(o.rank).max(0);
         let local = self.settings.local_rank.unwrap_or(o.local_rank);
         OriginView {
             job,
             sys: local <= 0,
-            timing: rank <= 0,
+            timing: self.settings.timing_ranks == TimingRanks::All || rank == 0,
+            rank,
+            node: o.node.as_str().into(),
         }
     }
 
@@ -63,6 +74,18 @@ impl Profiler {
             .jobs
             .entry(name.clone())
             .or_insert_with(|| Job::new(name.clone(), Machine::new(self.settings.enabled)));
+        if view.sys || view.timing {
+            let local_rank = self.settings.local_rank.unwrap_or(origin.local_rank);
+            job.see_rank(
+                view.rank,
+                RankInfo {
+                    node: view.node.clone(),
+                    local_rank,
+                    system_metrics: view.sys,
+                    timings: view.timing,
+                },
+            );
+        }
         let mut gained = Vec::new();
         if view.sys && !job.machine.sys_rank {
             job.machine.sys_rank = true;
@@ -81,7 +104,7 @@ impl Profiler {
         let what = if !m.profiling {
             "profiling off (enabled = false)".to_string()
         } else if !m.enabled() {
-            "profiling off for its origins so far (neither global rank 0 nor local rank 0)".to_string()
+            "profiling off for its origins so far (none may report timings, none is local rank 0)".to_string()
         } else {
             format!(
                 "profiling enabled: system metrics {}, timings {}",
@@ -150,7 +173,7 @@ impl Profiler {
                 if job.machine.window().is_some_and(|(_, end)| time >= end) && job.machine.is_ended() {
                     continue;
                 }
-                job.timeline.record(time, batch_idx);
+                job.record_batch(view.rank, time, batch_idx);
                 for change in job.machine.on_batch(time, batch_idx, &limits) {
                     job.apply(host, change, &self.settings, now);
                 }
@@ -198,6 +221,8 @@ impl Profiler {
                     kind: JobKind::Timing { name, step: c.step[i] },
                     time: start,
                     value: (end - start) as f64 / 1e9,
+                    rank: view.rank,
+                    node: view.node.clone(),
                 });
             }
         }
@@ -222,15 +247,25 @@ impl Profiler {
                     kind: JobKind::SamplesPerSecond,
                     time: c.time[i],
                     value: c.value[i],
+                    rank: view.rank,
+                    node: view.node.clone(),
                 });
             }
         }
+        // Agents' samples arrive an export interval or more after they were
+        // taken: each waits the lag from its arrival, so that the reports it
+        // is judged by (forwarded separately) can arrive too.
+        let ignored = self.agents.ignored;
+        for (source, m) in self.agents.read(&batch) {
+            self.pending_sys.push_back(PendingSys::new(source, m.time.max(now), m));
+        }
+        self.out.counters.ignored_node_overflow += self.agents.ignored - ignored;
         self.settle(host);
     }
 
     /// The job of a timing or throughput report, if the job is known (it
-    /// reported a batch index) and the origin may report them (global rank
-    /// 0, profiling on); otherwise counted and `None`.
+    /// reported a batch index) and the origin may report them (its rank, by
+    /// `timing_ranks`; profiling on); otherwise counted and `None`.
     fn eligible_for_timings(&mut self, view: &OriginView) -> Option<Arc<str>> {
         let Some(name) = &view.job else {
             self.out.counters.ignored_other_job += 1;

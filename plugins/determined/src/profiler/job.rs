@@ -3,7 +3,7 @@
 //! timeline, the state record it persists, the decisions and log lines it
 //! reports, and the timer for its active-time cap.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -28,13 +28,38 @@ pub enum JobKind {
     SamplesPerSecond,
 }
 
+/// Ranks listed per job at most; a job with more still reports, unlisted.
+pub const MAX_RANKS: usize = 16_384;
+
+/// One rank of a job as its reports described it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankInfo {
+    /// The node it runs on (its origin's node, an agent's `host.name`).
+    pub node: Arc<str>,
+    pub local_rank: i32,
+    /// Its node's system metrics count for the job (local rank 0).
+    pub system_metrics: bool,
+    /// Its timings and throughput count.
+    pub timings: bool,
+}
+
 pub struct Job {
     pub name: Arc<str>,
     pub machine: Machine,
+    /// Every eligible origin's batch-index reports: the job's window and
+    /// its system metrics go by these.
     pub timeline: Timeline,
-    /// Node of the origin that enabled system metrics / timings (the batch's `agent`).
+    /// Each rank's own reports: ranks of one step drift apart, so a rank's
+    /// timing without a batch index is tied by that rank's reports.
+    pub(super) rank_timelines: BTreeMap<i32, Timeline>,
+    /// Node of the first origin that enabled system metrics / timings.
     pub node_sys: String,
     pub node_timing: String,
+    /// Every rank seen, by global rank (-1, unknown, counts as 0).
+    pub ranks: BTreeMap<i32, RankInfo>,
+    /// Nodes whose system metrics count for the job (a local rank 0 reported
+    /// from there); a set, as every agent sample looks its node up here.
+    pub sys_nodes: BTreeSet<Arc<str>>,
     pub(super) timing_names: HashSet<Arc<str>>,
     pub(super) names_overflow_logged: bool,
     /// `sonde.batch.index` handle per metric type (`Some(None)`: refused).
@@ -71,8 +96,11 @@ impl Job {
             name,
             machine,
             timeline: Timeline::default(),
+            rank_timelines: BTreeMap::new(),
             node_sys: String::new(),
             node_timing: String::new(),
+            ranks: BTreeMap::new(),
+            sys_nodes: BTreeSet::new(),
             timing_names: HashSet::new(),
             names_overflow_logged: false,
             batch_handles: [None; 3],
@@ -82,9 +110,55 @@ impl Job {
         }
     }
 
+    /// Notes a rank and its node; a node where a local rank 0 runs joins the
+    /// job's system-metric nodes.
+    pub(super) fn see_rank(&mut self, rank: i32, info: RankInfo) {
+        if info.system_metrics && !self.sys_nodes.contains(&info.node) {
+            self.sys_nodes.insert(info.node.clone());
+        }
+        if self.ranks.len() < MAX_RANKS || self.ranks.contains_key(&rank) {
+            let entry = self.ranks.entry(rank).or_insert_with(|| info.clone());
+            entry.system_metrics |= info.system_metrics;
+            entry.timings |= info.timings;
+            entry.node = info.node;
+            entry.local_rank = info.local_rank;
+        }
+    }
+
+    /// The node this host's own samples are labelled with: the first that
+    /// enabled the job's system metrics, unless `taken` (it has an agent);
+    /// then another of its nodes that is not.
+    pub(super) fn local_node(&self, taken: impl Fn(&str) -> bool) -> Option<Arc<str>> {
+        let first = self.sys_nodes.get(self.node_sys.as_str()).filter(|n| !taken(n));
+        first.or_else(|| self.sys_nodes.iter().find(|n| !taken(n))).cloned()
+    }
+
     /// The batch index current at `time`.
     pub(super) fn batch_at(&self, time: u64) -> u64 {
         self.timeline.at(time).or(self.machine.last_batch).unwrap_or(0)
+    }
+
+    /// The batch index current at `time` for `rank`, by its own reports
+    /// when it made any before then.
+    pub(super) fn rank_batch_at(&self, rank: i32, time: u64) -> u64 {
+        let own = self.rank_timelines.get(&rank).and_then(|t| t.at(time));
+        own.unwrap_or_else(|| self.batch_at(time))
+    }
+
+    /// Records a batch-index report of `rank` at `time`.
+    pub(super) fn record_batch(&mut self, rank: i32, time: u64, batch: u64) {
+        self.timeline.record(time, batch);
+        if self.rank_timelines.len() < MAX_RANKS || self.rank_timelines.contains_key(&rank) {
+            self.rank_timelines.entry(rank).or_default().record(time, batch);
+        }
+    }
+
+    /// Forgets reports no pending measurement at or after `horizon` needs.
+    pub(super) fn prune_before(&mut self, horizon: u64) {
+        self.timeline.prune_before(horizon);
+        for t in self.rank_timelines.values_mut() {
+            t.prune_before(horizon);
+        }
     }
 
     fn state_body(&self, reason: &str) -> String {

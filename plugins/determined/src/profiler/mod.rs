@@ -26,7 +26,7 @@ mod job;
 mod resolve;
 mod series;
 
-pub use job::{Job, JobKind};
+pub use job::{Job, JobKind, RankInfo};
 pub use series::TimingRow;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -35,6 +35,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sonde_plugin_sdk::types::Severity;
 
+use crate::agents::{AgentSamples, Source};
 use crate::host::Host;
 use crate::machine::{Machine, Persisted, Phase};
 use crate::samples::{SampleReader, SysMeasurement};
@@ -91,13 +92,34 @@ pub struct Counters {
     pub malformed: u64,
     /// Measurements discarded by `stop` with at_shutdown = drop.
     pub discarded_at_shutdown: u64,
+    /// Agents' series refused for the bounds on nodes and series per node
+    /// (once per event batch each).
+    pub ignored_node_overflow: u64,
+}
+
+/// A system measurement waiting for the lag, with where it was sampled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingSys {
+    pub source: Source,
+    /// When the lag starts: the measurement's time for this host's samples,
+    /// its arrival for an agent's.
+    pub ready: u64,
+    pub m: SysMeasurement,
+}
+
+impl PendingSys {
+    pub(crate) fn new(source: Source, ready: u64, m: SysMeasurement) -> PendingSys {
+        PendingSys { source, ready, m }
+    }
 }
 
 pub struct Profiler {
     pub settings: Settings,
     reader: SampleReader,
+    /// Agents' samples, per node (on a cluster master).
+    agents: AgentSamples,
     pub jobs: BTreeMap<Arc<str>, Job>,
-    pending_sys: VecDeque<SysMeasurement>,
+    pending_sys: VecDeque<PendingSys>,
     pending_job: VecDeque<JobMeasurement>,
     out: Resolved,
     dropped_handles: Vec<Option<u32>>,
@@ -128,6 +150,7 @@ impl Profiler {
         let mut p = Profiler {
             settings,
             reader: SampleReader::default(),
+            agents: AgentSamples::default(),
             jobs: BTreeMap::new(),
             pending_sys: VecDeque::new(),
             pending_job: VecDeque::new(),
@@ -219,8 +242,8 @@ impl Profiler {
     pub fn configure(&mut self, host: &mut dyn Host, new: Settings) {
         let old = std::mem::replace(&mut self.settings, new);
         let now = host.now();
-        if old.sample_request() != self.settings.sample_request() {
-            host.request_samples(Some(&self.settings.sample_request()));
+        if old.wanted_samples() != self.settings.wanted_samples() {
+            host.request_samples(self.settings.wanted_samples().as_ref());
         }
         if old.flush_every_ms() != self.settings.flush_every_ms() {
             self.set_flush_timer(host);
@@ -291,6 +314,11 @@ impl Profiler {
 
     pub fn recent_timings(&self) -> &VecDeque<TimingRow> {
         &self.out.recent
+    }
+
+    /// Whether `node` has an agent whose samples arrive here.
+    pub fn has_agent(&self, node: &str) -> bool {
+        self.agents.has(node)
     }
 
     /// Forgets a job (memory and state store) so the next report of that name

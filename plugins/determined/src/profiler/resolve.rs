@@ -7,10 +7,12 @@ use std::sync::Arc;
 use super::intake::JobMeasurement;
 use super::job::{JobKind, limits};
 use super::series::{SeriesKey, SeriesKind, TimingRow};
-use super::{Profiler, RECENT_TIMINGS, TIMELINE_MARGIN_NS};
+use super::{PendingSys, Profiler, RECENT_TIMINGS, TIMELINE_MARGIN_NS};
+use crate::agents::LOCAL;
 use crate::host::Host;
 use crate::outputs::{MetricType, SAMPLES_PER_SECOND, TIMING};
-use crate::samples::{NO_GPU, SysMeasurement};
+use crate::samples::NO_GPU;
+use crate::settings::SystemFrom;
 
 impl Profiler {
     /// Every hook's common tail: end jobs whose cap passed, resolve what the
@@ -47,9 +49,9 @@ impl Profiler {
         } else {
             now.saturating_sub(self.settings.lag_ns())
         };
-        while self.pending_sys.front().is_some_and(|m| m.time <= horizon) {
-            let m = self.pending_sys.pop_front().expect("checked");
-            self.resolve_sys(host, &m);
+        while self.pending_sys.front().is_some_and(|p| p.ready <= horizon) {
+            let p = self.pending_sys.pop_front().expect("checked");
+            self.resolve_sys(host, &p);
         }
         while self.pending_job.front().is_some_and(|m| m.time <= horizon) {
             let m = self.pending_job.pop_front().expect("checked");
@@ -58,7 +60,7 @@ impl Profiler {
         // Reports older than anything still pending (with a margin for
         // timings reported long after they started) are no longer needed.
         let oldest = [
-            self.pending_sys.front().map(|m| m.time),
+            self.pending_sys.front().map(|p| p.m.time),
             self.pending_job.front().map(|m| m.time),
         ]
         .into_iter()
@@ -68,24 +70,39 @@ impl Profiler {
         .min(horizon);
         let keep_from = oldest.saturating_sub(TIMELINE_MARGIN_NS);
         for job in self.jobs.values_mut() {
-            job.timeline.prune_before(keep_from);
+            job.prune_before(keep_from);
         }
     }
 
-    fn resolve_sys(&mut self, host: &mut dyn Host, m: &SysMeasurement) {
+    fn resolve_sys(&mut self, host: &mut dyn Host, p: &PendingSys) {
+        let m = &p.m;
         let spec = m.metric.spec();
         let determined: Arc<str> = spec.determined.into();
-        let gpu_uuid = if m.gpu == NO_GPU {
-            ""
-        } else {
-            self.reader.gpu_uuid(m.gpu)
+        let gpu_uuid = match (m.gpu, p.source) {
+            (NO_GPU, _) => "",
+            (gpu, LOCAL) => self.reader.gpu_uuid(gpu),
+            (gpu, source) => self.agents.gpu_uuid(source, gpu),
         };
         let only = self.settings.job.as_str();
+        let from = self.settings.system_metrics_from;
+        let agents = &self.agents;
         for job in self.jobs.values_mut() {
             // A job the `job` setting no longer selects gets no more samples.
             if !job.machine.sys_enabled() || (!only.is_empty() && *job.name != *only) {
                 continue;
             }
+            // Which of the job's nodes this measurement stands for, if any.
+            let node = match (p.source, from) {
+                (LOCAL, SystemFrom::Agents) => None,
+                // Every origin is taken to be on this machine: one series per
+                // job, under the first node that enabled its system metrics.
+                (LOCAL, SystemFrom::Local) => job.local_node(|_| false),
+                // This machine stands in for the nodes without an agent.
+                (LOCAL, SystemFrom::Auto) => job.local_node(|n| agents.has(n)),
+                (_, SystemFrom::Local) => None,
+                (source, _) => job.sys_nodes.get(agents.node(source)).cloned(),
+            };
+            let Some(node) = node else { continue };
             if !job.machine.counts(m.since, m.time) {
                 // Before activation (or while waiting to resume) it is
                 // ignored-while-inactive; a rate whose first reading is
@@ -103,7 +120,10 @@ impl Profiler {
             let key = SeriesKey {
                 job: job.name.clone(),
                 output: SeriesKind::Sys(m.metric),
+                source: p.source,
                 gpu: m.gpu,
+                node,
+                rank: None,
             };
             self.out
                 .push(host, key, spec, &determined, gpu_uuid, m.time, batch, m.value);
@@ -112,14 +132,25 @@ impl Profiler {
     }
 
     fn resolve_job(&mut self, host: &mut dyn Host, m: JobMeasurement) {
+        let limits = limits(&self.settings);
         let Some(job) = self.jobs.get_mut(&m.job) else { return };
-        if !job.machine.counts(m.time, m.time) {
+        // A timing with its own batch index is judged by that index; anything
+        // else by the time it was taken.
+        let counts = match &m.kind {
+            JobKind::Timing { step, .. } if *step >= 0 => job.machine.counts_batch(*step as u64, m.time, &limits),
+            _ => job.machine.counts(m.time, m.time),
+        };
+        if !counts {
             self.out.counters.ignored_inactive += 1;
             return;
         }
         let (output, spec, determined, metric_type, batch) = match &m.kind {
             JobKind::Timing { name, step } => {
-                let batch = if *step >= 0 { *step as u64 } else { job.batch_at(m.time) };
+                let batch = if *step >= 0 {
+                    *step as u64
+                } else {
+                    job.rank_batch_at(m.rank, m.time)
+                };
                 (
                     SeriesKind::Timing(name.clone()),
                     TIMING,
@@ -133,13 +164,16 @@ impl Profiler {
                 SAMPLES_PER_SECOND,
                 Arc::from(SAMPLES_PER_SECOND.determined),
                 MetricType::Misc,
-                job.batch_at(m.time),
+                job.rank_batch_at(m.rank, m.time),
             ),
         };
         let key = SeriesKey {
             job: job.name.clone(),
             output,
+            source: LOCAL,
             gpu: NO_GPU,
+            node: m.node.clone(),
+            rank: Some(m.rank),
         };
         self.out.push(host, key, spec, &determined, "", m.time, batch, m.value);
         job.batch_point(host, &mut self.out.points, metric_type, m.time, batch);
@@ -149,6 +183,8 @@ impl Profiler {
             }
             self.out.recent.push_back(TimingRow {
                 job: m.job,
+                rank: m.rank,
+                node: m.node,
                 name,
                 batch_idx: batch,
                 start_ns: m.time,
@@ -165,7 +201,7 @@ impl Profiler {
         let excess = total.saturating_sub(self.settings.max_pending);
         for _ in 0..excess {
             if self.out.unflushed.pop_front().is_none() {
-                let sys = self.pending_sys.front().map(|m| m.time);
+                let sys = self.pending_sys.front().map(|p| p.ready);
                 let job = self.pending_job.front().map(|m| m.time);
                 match (sys, job) {
                     (Some(s), Some(j)) if j < s => drop(self.pending_job.pop_front()),

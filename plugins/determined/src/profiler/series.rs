@@ -1,5 +1,5 @@
 //! Where resolved measurements go: one declared series per (job, Determined
-//! metric, GPU), its points emitted at once, its rows kept until the next
+//! metric, GPU, node, rank), its points emitted at once, its rows kept until the next
 //! flush, and the recent timings `GET /timings` lists.
 
 use std::collections::{HashMap, VecDeque};
@@ -10,6 +10,7 @@ use sonde_plugin_sdk::PointBuffer;
 use sonde_plugin_sdk::types::Severity;
 
 use super::Counters;
+use crate::agents::Source;
 use crate::host::Host;
 use crate::outputs::{self, Spec, SysMetric};
 
@@ -24,16 +25,24 @@ pub(super) enum SeriesKind {
 pub(super) struct SeriesKey {
     pub(super) job: Arc<str>,
     pub(super) output: SeriesKind,
+    /// Where a system measurement was sampled (GPU indices are per source).
+    pub(super) source: Source,
     pub(super) gpu: u16,
+    pub(super) node: Arc<str>,
+    /// A timing's or throughput's rank; `None` for system metrics.
+    pub(super) rank: Option<i32>,
 }
 
-/// One (job, Determined metric, GPU) series.
+/// One (job, Determined metric, GPU, node, rank) series.
 #[derive(Debug)]
 pub(super) struct SeriesDef {
     pub(super) job: Arc<str>,
     pub(super) determined: Arc<str>,
     pub(super) spec: Spec,
     pub(super) gpu_uuid: String,
+    /// The node it was measured on (the batch record's `agent`).
+    pub(super) node: Arc<str>,
+    pub(super) rank: Option<i32>,
     /// `None` when the host refused the declaration (logged once).
     pub(super) handle: Option<u32>,
 }
@@ -53,6 +62,9 @@ pub(super) struct Row {
 pub struct TimingRow {
     #[serde(serialize_with = "arc_str")]
     pub job: Arc<str>,
+    pub rank: i32,
+    #[serde(serialize_with = "arc_str")]
+    pub node: Arc<str>,
     #[serde(serialize_with = "arc_str")]
     pub name: Arc<str>,
     pub batch_idx: u64,
@@ -104,7 +116,7 @@ impl Resolved {
         let idx = match self.index.get(&key) {
             Some(&i) => i,
             None => {
-                let desc = outputs::metric_desc(&spec, &key.job, determined, gpu_uuid);
+                let desc = outputs::metric_desc(&spec, &key.job, determined, gpu_uuid, &key.node, key.rank);
                 let handle = declare(host, &desc);
                 let i = self.series.len() as u32;
                 self.series.push(SeriesDef {
@@ -112,6 +124,8 @@ impl Resolved {
                     determined: determined.clone(),
                     spec,
                     gpu_uuid: gpu_uuid.to_string(),
+                    node: key.node.clone(),
+                    rank: key.rank,
                     handle,
                 });
                 self.index.insert(key, i);

@@ -1,7 +1,10 @@
 //! The profiler end to end against a fake host: events and samples in;
 //! points, batch log records, decisions, state and routes out. One test
 //! (or table) per rule of the spec; the pure pieces have their own tests in
-//! their modules.
+//! their modules. `cluster.rs`: every rank's timings and each node's system
+//! metrics, as on a cluster master.
+
+mod cluster;
 
 use serde_json::Value;
 use sonde_plugin_sdk::types::{
@@ -20,7 +23,7 @@ fn ms(x: u64) -> u64 {
     (1_000_000 + x) * 1_000_000
 }
 
-fn origin(job: &str, node: &str, rank: i32, local_rank: i32) -> Origin {
+pub(crate) fn origin(job: &str, node: &str, rank: i32, local_rank: i32) -> Origin {
     Origin {
         job: job.into(),
         node: node.into(),
@@ -32,7 +35,7 @@ fn origin(job: &str, node: &str, rank: i32, local_rank: i32) -> Origin {
     }
 }
 
-fn empty(origins: Vec<Origin>, names: &[&str]) -> EventBatch {
+pub(crate) fn empty(origins: Vec<Origin>, names: &[&str]) -> EventBatch {
     EventBatch {
         origins,
         names: names.iter().map(|s| s.to_string()).collect(),
@@ -176,6 +179,7 @@ fn manifest_asks_for_samples_and_events() {
 
 #[test]
 fn enabled_by_ranks_and_overrides() {
+    // With timing_ranks = rank0 (Determined's rule):
     // (rank, local rank, settings) -> (sysmetrics, timings)
     let table = [
         (0, 0, "{}", (true, true)),
@@ -189,7 +193,9 @@ fn enabled_by_ranks_and_overrides() {
     ];
     for (rank, local, json, (sys, timing)) in table {
         let mut host = Fake::at(ms(0));
-        let mut p = start(&mut host, json);
+        let mut settings: Value = serde_json::from_str(json).unwrap();
+        settings["timing_ranks"] = "rank0".into();
+        let mut p = start(&mut host, &settings.to_string());
         p.on_events(&mut host, progress(vec![origin("t1", "n1", rank, local)], &[(0, 0, 0)]));
         let j = job_state(&mut p, &mut host, "t1");
         let case = format!("rank {rank} local {local} {json}");
@@ -204,7 +210,7 @@ fn enabled_by_ranks_and_overrides() {
 #[test]
 fn ineligible_rank_is_ignored_and_counted_including_batch_indices() {
     let mut host = Fake::at(ms(0));
-    let mut p = start(&mut host, r#"{"lag_ms":0}"#);
+    let mut p = start(&mut host, r#"{"lag_ms":0,"timing_ranks":"rank0"}"#);
     let origins = vec![origin("t1", "n1", 1, 1), origin("t1", "n1", 2, 0)];
     // Rank 1 / local 1 says batch 50: ignored. Local rank 0 (global 2) says 0: it drives the timeline.
     p.on_events(&mut host, progress(origins.clone(), &[(0, 0, 50), (1, 10, 0)]));
@@ -475,7 +481,8 @@ fn memory_and_gpu_series() {
             "determined.trial",
             "determined.metric",
             "determined.metric_type",
-            "hw.id"
+            "hw.id",
+            "host.name"
         ]
     );
 }
@@ -529,8 +536,8 @@ fn timings_use_their_step_or_the_timeline_and_samples_per_second_is_misc() {
     assert_eq!(
         rows,
         serde_json::json!([
-            {"job":"t1","name":"train_batch","batch_idx":1,"start_ns":ms(110),"duration_s":0.08},
-            {"job":"t1","name":"train_batch.backward","batch_idx":9,"start_ns":ms(150),"duration_s":0.03},
+            {"job":"t1","rank":0,"node":"n1","name":"train_batch","batch_idx":1,"start_ns":ms(110),"duration_s":0.08},
+            {"job":"t1","rank":0,"node":"n1","name":"train_batch.backward","batch_idx":9,"start_ns":ms(150),"duration_s":0.03},
         ])
     );
     assert_eq!(
@@ -550,6 +557,71 @@ fn timings_use_their_step_or_the_timeline_and_samples_per_second_is_misc() {
         (sps[0]["type"].as_str(), sps[0]["values"][0].as_f64()),
         (Some("MISC"), Some(256.0))
     );
+}
+
+/// Adds batch_idx reports (origin index, time ms, batch index) to a batch.
+fn with_progress(mut b: EventBatch, rows: &[(u32, u64, u64)]) -> EventBatch {
+    let name = b.names.len() as u32;
+    b.names.push("batch_idx".into());
+    b.progress = Some(ProgressColumns {
+        origin: rows.iter().map(|r| r.0).collect(),
+        name: vec![name; rows.len()],
+        time: rows.iter().map(|r| ms(r.1)).collect(),
+        value: rows.iter().map(|r| r.2).collect(),
+    });
+    b
+}
+
+/// Issue 22: a timing that carries its batch index is gated by that index,
+/// whichever order the job reports in; one without keeps the time rule.
+/// Batch b runs from 100 b ms to 100 b + 90 ms.
+#[test]
+fn a_timing_with_its_own_batch_index_is_gated_by_it_in_both_report_orders() {
+    for one_body in [false, true] {
+        let mut host = Fake::at(ms(0));
+        let mut p = start(&mut host, r#"{"begin_on_batch":3,"end_after_batch":8,"lag_ms":0}"#);
+        for b in 0..=10u64 {
+            let (start, end) = (b * 100, b * 100 + 90);
+            let rows = [
+                (0, "train_batch", start, end, b as i64),
+                (0, "dataloader", start, start + 5, -1),
+            ];
+            host.now = ms(end);
+            if one_body {
+                // Progress and timings together, at the step's end.
+                p.on_events(&mut host, with_progress(timings(solo(), &rows), &[(0, end, b)]));
+            } else {
+                p.on_events(&mut host, progress(solo(), &[(0, start, b)]));
+                p.on_events(&mut host, timings(solo(), &rows));
+            }
+        }
+        let (_, rows) = get(&mut p, &mut host, "GET", "/timings", "job=t1");
+        let of = |name: &str| -> Vec<(u64, u64)> {
+            rows.as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["name"] == name)
+                .map(|r| {
+                    (
+                        r["batch_idx"].as_u64().unwrap(),
+                        (r["start_ns"].as_u64().unwrap() - ms(0)) / 1_000_000,
+                    )
+                })
+                .collect()
+        };
+        let case = if one_body { "one body" } else { "progress first" };
+        let want: Vec<(u64, u64)> = (3..=8).map(|b| (b, b * 100)).collect();
+        assert_eq!(of("train_batch"), want, "{case}: batches 3 to 8 by their own index");
+        // Without an index, the time rule: in one body a step's report comes
+        // after its timing started, so the window holds the timings that
+        // started in batches 4..=9, each tied to the batch reported before it.
+        let by_time: Vec<(u64, u64)> = if one_body {
+            (4..=9).map(|b| (b - 1, b * 100)).collect()
+        } else {
+            want.clone()
+        };
+        assert_eq!(of("dataloader"), by_time, "{case}");
+    }
 }
 
 #[test]
@@ -737,7 +809,7 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
 #[test]
 fn counters_survive_a_restart() {
     let mut host = Fake::at(ms(0));
-    let mut p = start(&mut host, r#"{"lag_ms":0}"#);
+    let mut p = start(&mut host, r#"{"lag_ms":0,"timing_ranks":"rank0"}"#);
     p.on_events(&mut host, progress(vec![origin("t1", "n1", 1, 1)], &[(0, 0, 0)]));
     p.flush(&mut host);
     let p = Profiler::start(&mut host, Settings::default(), 1);
