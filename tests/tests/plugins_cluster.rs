@@ -1,8 +1,9 @@
-//! The determined plugin on a cluster master (issue 19): a two-rank job
+//! The bundled plugins on a cluster master. determined: a two-rank job
 //! reports one rank to each of two agents; the master's determined plugin
 //! has both ranks' timings, each labelled with its rank and node, and each
 //! node's system metrics taken from that node's agent (its forwarded
-//! samples), never from the master's own machine.
+//! samples), never from the master's own machine. dlrover: the master's job
+//! master sees every worker node's usage from that node's agent.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,7 +18,10 @@ const NODES: [&str; 2] = ["node-0", "node-1"];
 fn master(dir: &std::path::Path, grpc: u16) -> Sonde {
     Sonde::start(
         dir,
-        &[(plugin_file("bundled/determined.wasm"), "determined")],
+        &[
+            (plugin_file("bundled/determined.wasm"), "determined"),
+            (plugin_file("bundled/dlrover.wasm"), "dlrover"),
+        ],
         &[
             "--role",
             "master",
@@ -229,4 +233,30 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
             assert_eq!(sampled.get(t), Some(v), "{node} at {t}: {profiled:?} vs {sampled:?}");
         }
     }
+}
+
+#[test]
+fn a_masters_dlrover_sees_every_worker_nodes_usage_from_its_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let master = master(&tmp.path().join("master"), grpc);
+    let agents: Vec<Sonde> = NODES.iter().map(|n| agent(tmp.path(), n, grpc)).collect();
+    // Each worker announces itself through the sonde on its node.
+    for (rank, a) in agents.iter().enumerate() {
+        let (code, body) = post_json(&a.api, "/api/ingest", &step(rank as i32, 0, now_ns(), 20));
+        assert_eq!(code, 202, "{body}");
+    }
+    let mut nodes = Value::Null;
+    let seen = wait_for(Duration::from_secs(30), || {
+        nodes = master.json("/api/plugins/dlrover/nodes");
+        NODES.iter().all(|name| {
+            nodes.as_array().unwrap().iter().any(|n| {
+                n["name"] == *name
+                    && n["source"] == "gateway"
+                    && n["cpu"].as_f64().is_some_and(|c| c >= 0.0)
+                    && n["memory_mib"].as_f64().is_some_and(|m| m > 0.0)
+            })
+        })
+    });
+    assert!(seen, "dlrover on the master lacks a worker's usage: {nodes:#}");
 }
