@@ -56,6 +56,8 @@ pub struct AppState {
     pub cluster: Arc<crate::cluster::Cluster>,
     /// History beyond the live hour (`crate::storage`).
     pub storage: Arc<crate::storage::Storage>,
+    /// What jobs report: its counters appear in `/api/status`.
+    pub ingest: Arc<crate::ingest::IngestHub>,
 }
 
 /// What the handlers share: the host's state plus the live store. Handlers
@@ -214,6 +216,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
             "rows_forwarded": st.cluster.forwarder.as_ref().map(|f| f.rows_forwarded.load(Ordering::Relaxed)),
         },
         "storage": st.storage.stats(),
+        "ingest": st.ingest.stats(),
         "plugins_dir": st.plugins.dir().display().to_string(),
         "sinks_dir": cfg.sinks.dir.display().to_string(),
     }))
