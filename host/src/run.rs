@@ -182,7 +182,12 @@ impl Host {
             );
             let mut stop = stop_rx.clone();
             server = Some(tokio::spawn(async move {
-                axum::serve(listener, api::router(app).merge(ingest_api))
+                // The JSON ingest is inside the error layer too, so that its
+                // 405s answer in the API's shape.
+                let routes = api::router(app)
+                    .merge(ingest_api)
+                    .layer(axum::middleware::from_fn(api::errors::json_errors));
+                axum::serve(listener, routes)
                     .with_graceful_shutdown(async move {
                         let _ = stop.wait_for(|s| *s).await;
                     })

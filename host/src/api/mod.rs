@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod config_api;
+pub mod errors;
 pub mod history;
 pub mod live;
 pub mod openapi;
@@ -134,11 +135,12 @@ pub fn router(state: AppState) -> Router {
 /// 400 with the offending parameter and why.
 pub fn bad_request(key: &str, reason: impl Into<String>) -> Response {
     let reason = reason.into();
-    (
+    errors::error(
         StatusCode::BAD_REQUEST,
-        Json(json!({"error": format!("{key}: {reason}"), "key": key, "reason": reason})),
+        format!("{key}: {reason}"),
+        Some(key),
+        Some(&reason),
     )
-        .into_response()
 }
 
 async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -168,7 +170,7 @@ async fn ready(State(st): State<AppState>) -> Response {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ready": false, "reason": "still loading plugins"})),
+            Json(json!({"ready": false, "error": "not ready", "reason": "still loading plugins"})),
         )
             .into_response()
     }

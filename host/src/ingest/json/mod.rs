@@ -381,8 +381,15 @@ pub fn router(state: IngestState, max_body_bytes: usize) -> axum::Router {
         .with_state(state)
 }
 
-fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    (status, Json(json!({"error": msg.to_string()}))).into_response()
+/// The API's error shape (`api/errors.rs`): `key` and `reason` come from
+/// the field at fault, when there is one.
+fn error(status: StatusCode, msg: impl std::fmt::Display, at: Option<Invalid>) -> Response {
+    let mut body = json!({"error": msg.to_string()});
+    if let Some(at) = at {
+        body["key"] = at.field.into();
+        body["reason"] = at.reason.into();
+    }
+    (status, Json(body)).into_response()
 }
 
 /// Checks `Authorization: Bearer <token>` when a token is configured.
@@ -408,19 +415,27 @@ async fn ingest(
 ) -> Response {
     let counters = &st.hub.json;
     counters.requests.fetch_add(1, Relaxed);
-    let reject = |status: StatusCode, msg: String| {
+    let reject = |status: StatusCode, msg: String, at: Option<Invalid>| {
         counters.rejected.fetch_add(1, Relaxed);
-        error(status, msg)
+        error(status, msg, at)
     };
     if !authorized(&headers, (st.token)().as_deref()) {
         return reject(
             StatusCode::UNAUTHORIZED,
             "this request changes state: send Authorization: Bearer <api.token>".into(),
+            None,
         );
     }
     let body = match body {
         Ok(b) => b,
-        Err(e) => return reject(e.status(), format!("request body: {}", e.body_text())),
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let at = invalid(
+                "ingest.max_body_bytes",
+                "the body is over it; send fewer rows per request",
+            );
+            return reject(e.status(), format!("request body: {at}"), Some(at));
+        }
+        Err(e) => return reject(e.status(), format!("request body: {}", e.body_text()), None),
     };
     let ctype = headers
         .get(header::CONTENT_TYPE)
@@ -430,21 +445,21 @@ async fn ingest(
         return reject(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("content-type {ctype:?}: send application/json"),
+            None,
         );
     }
     let parsed: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
-        Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}")),
+        Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}"), None),
     };
     let report = match parsed.into_report(now_ns(), &st.limits) {
         Ok(r) => r,
         Err(e) => {
-            counters.rejected.fetch_add(1, Relaxed);
-            return (
+            return reject(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                Json(json!({"error": format!("invalid ingest body: {e}"), "key": e.field, "reason": e.reason})),
-            )
-                .into_response();
+                format!("invalid ingest body: {e}"),
+                Some(e),
+            );
         }
     };
     match st.hub.submit(&report) {
@@ -454,7 +469,7 @@ async fn ingest(
         }
         Err(full) => {
             counters.refused_rows.fetch_add(report.rows() as u64, Relaxed);
-            let mut r = error(StatusCode::TOO_MANY_REQUESTS, full);
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, full, None);
             r.headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             r
