@@ -32,7 +32,8 @@
 //! `model_id`, `arrival_ns` and `departure_ns` are required; in an action
 //! `action_id`, `action_type`, `model_id`, `sent_ns` and `result_received_ns`
 //! (the rest default to 0, `batch_size` to 1, `result_processed_ns` to
-//! `result_received_ns`).
+//! `result_received_ns`; an infer action without `requests_in_time` gets it
+//! from the requests that name it, in the clockwork plugin).
 //! `mpi_samples` rows (from the MPI probe) are described in `json/mpi.rs`.
 //! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
 //! fields are refused (a typo must not silently drop data). Answers: 202 with
