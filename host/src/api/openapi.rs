@@ -117,7 +117,7 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/status",
-            "version, sampling period and its error, export counters, plugins in brief",
+            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief",
         ),
         op(
             "get",
