@@ -308,9 +308,7 @@ impl Body {
         }
         for (i, p) in self.points.into_iter().enumerate() {
             check_name(limits, format!("points[{i}].metric"), &p.metric)?;
-            if !p.unit.is_empty() {
-                limits.check_name(format!("points[{i}].unit"), &p.unit)?;
-            }
+            limits.check_name(format!("points[{i}].unit"), &p.unit)?;
             if !p.value.is_finite() {
                 return Err(invalid(format!("points[{i}].value"), "must be a finite number"));
             }
