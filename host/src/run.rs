@@ -13,6 +13,7 @@ use crate::cluster::{self, Cluster, Role};
 use crate::config::Config;
 use crate::export::resource::resource_attributes;
 use crate::ingest::config::IngestConfig;
+use crate::ingest::limits::Limits;
 use crate::ingest::{self, IngestHub};
 use crate::model::{MetricBatch, MetricKind, MetricSeries, Point, Scope, now_ns};
 use crate::pipeline::{Pipeline, PipelineHandle};
@@ -119,6 +120,7 @@ impl Host {
                     .is_ok_and(|a| !a.ip().is_loopback())
                     .then(|| cfg.api.token.clone().unwrap_or_default()),
                 max_body: cfg.ingest.max_body_bytes,
+                limits: Limits::from(&cfg.ingest),
             };
             let max = cfg.ingest.max_body_bytes;
             for (protocol, listen) in [
@@ -168,17 +170,24 @@ impl Host {
                 started,
                 cluster: cluster.clone(),
                 storage: storage.clone(),
+                ingest: hub.clone(),
             };
             let ingest_api = ingest::json::router(
                 ingest::json::IngestState {
                     hub: hub.clone(),
+                    limits: Limits::from(&cfg.ingest),
                     token: Arc::new(move || live_config.lock().api.token.clone()),
                 },
                 cfg.ingest.max_body_bytes,
             );
             let mut stop = stop_rx.clone();
             server = Some(tokio::spawn(async move {
-                axum::serve(listener, api::router(app).merge(ingest_api))
+                // The JSON ingest is inside the error layer too, so that its
+                // 405s answer in the API's shape.
+                let routes = api::router(app)
+                    .merge(ingest_api)
+                    .layer(axum::middleware::from_fn(api::errors::json_errors));
+                axum::serve(listener, routes)
                     .with_graceful_shutdown(async move {
                         let _ = stop.wait_for(|s| *s).await;
                     })
@@ -190,6 +199,7 @@ impl Host {
             0 => tokio::spawn(async {}),
             ms => tokio::spawn(self_metrics_loop(
                 plugins.clone(),
+                hub.clone(),
                 pipeline_handle.clone(),
                 sampler.clone(),
                 Duration::from_millis(ms),
@@ -434,6 +444,7 @@ fn print_banner(
 /// sampler's period error and the exporter's counters.
 async fn self_metrics_loop(
     plugins: Arc<PluginManager>,
+    hub: Arc<IngestHub>,
     pipeline: PipelineHandle,
     sampler: Arc<Mutex<Option<driver::SamplerHandle>>>,
     every: Duration,
@@ -516,6 +527,14 @@ async fn self_metrics_loop(
                 ),
             ]);
         }
+        let i = hub.stats();
+        rows.push((
+            "sonde.ingest.truncated",
+            "{value}",
+            Counter,
+            None,
+            (i.otlp.truncated + i.json.truncated + i.agent.truncated) as f64,
+        ));
         let e = pipeline.stats();
         rows.extend([
             (

@@ -58,8 +58,9 @@ fn sse(addr: &str, path: &str, n: usize, limit: Duration) -> Vec<(String, Value)
 }
 
 /// A request whose body the server may refuse unread (413): sends
-/// `Expect: 100-continue` and the body only when asked for it.
-fn http_big(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> u16 {
+/// `Expect: 100-continue` and the body only when asked for it. Returns the
+/// final status and, parsed, the body that came with it.
+fn http_big(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
@@ -81,13 +82,18 @@ fn http_big(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
             .and_then(|c| c.parse::<u16>().ok())
             .unwrap_or(0)
     };
-    match status(&mut s) {
+    let code = match status(&mut s) {
         100 => {
             let _ = s.write_all(body);
             status(&mut s)
         }
         code => code,
-    }
+    };
+    // Connection: close, so the body runs to the end of the stream.
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    let text = String::from_utf8_lossy(&rest).into_owned();
+    (code, serde_json::from_str(&text).unwrap_or(Value::String(text)))
 }
 
 #[test]
@@ -156,6 +162,71 @@ fn every_documented_operation_answers() {
     assert_eq!(http(&s.api, "DELETE", "/api/status", b"").0, 405);
 }
 
+/// Every error is `{"error", "key"?, "reason"?}` JSON, the ones axum answers
+/// before any handler runs included.
+#[test]
+fn every_error_is_json_in_one_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Sonde::start(tmp.path(), &[], &["--set", "ingest.max_body_bytes=4096"]);
+    let is_error = |code: u16, want: u16, body: &Value| {
+        assert_eq!(code, want, "{body}");
+        assert!(body["error"].is_string(), "{want}: not the JSON shape: {body}");
+    };
+    let (code, body) = call(&s, "GET", "/api/nope", b"");
+    is_error(code, 404, &body);
+    let (code, body) = call(&s, "DELETE", "/api/status", b"");
+    is_error(code, 405, &body);
+    let (code, body) = call(&s, "PUT", "/api/ingest", b"");
+    is_error(code, 405, &body);
+    let (code, body) = call(&s, "GET", "/api/series/data?window_s=x", b"");
+    is_error(code, 400, &body);
+
+    let ingest = |body: &[u8]| {
+        let (code, text) = http_with(
+            &s.api,
+            "POST",
+            "/api/ingest",
+            &[("content-type", "application/json")],
+            body,
+        );
+        (
+            code,
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)),
+        )
+    };
+    let (code, body) = ingest(b"{\"progress\": [");
+    is_error(code, 400, &body);
+    let (code, body) = http_big(
+        &s.api,
+        "POST",
+        "/api/ingest",
+        &[("content-type", "application/json")],
+        &vec![b' '; 8192],
+    );
+    is_error(code, 413, &body);
+    assert_eq!(body["key"], "ingest.max_body_bytes", "{body}");
+    let (code, body) = call(&s, "POST", "/api/ingest", b"{}");
+    assert_eq!(code, 202, "no content type is taken as JSON: {body}");
+    let (code, text) = http_with(&s.api, "POST", "/api/ingest", &[("content-type", "text/csv")], b"{}");
+    is_error(code, 415, &serde_json::from_str(&text).unwrap());
+
+    // A name over ingest.max_name_bytes: 422 naming the field and the limit.
+    let long = json!({"origin": {"job": "j".repeat(300)}}).to_string();
+    let (code, body) = ingest(long.as_bytes());
+    is_error(code, 422, &body);
+    assert_eq!(body["key"], "origin.job", "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("at most 256 (ingest.max_name_bytes)"),
+        "{body}"
+    );
+    let st = s.json("/api/status");
+    assert_eq!(st["ingest"]["json"]["rejected"], 4, "{st:#}");
+    assert_eq!(st["ingest"]["otlp"]["truncated"], 0, "{st:#}");
+}
+
 #[test]
 fn config_changes_are_validated_applied_live_and_atomic() {
     let tmp = tempfile::tempdir().unwrap();
@@ -211,7 +282,9 @@ fn config_changes_are_validated_applied_live_and_atomic() {
     assert_eq!((code, body["key"].as_str()), (409, Some("api.listen")), "{body}");
     assert!(body["reason"].as_str().unwrap().contains("needs a restart"), "{body}");
     let big = format!(r#"{{"export": {{"resource": {{"k": "{}"}}}}}}"#, "x".repeat(5 << 20));
-    assert_eq!(http_big(&s.api, "PATCH", "/api/config", &auth, big.as_bytes()), 413);
+    let (code, body) = http_big(&s.api, "PATCH", "/api/config", &auth, big.as_bytes());
+    assert_eq!(code, 413);
+    assert!(body["error"].is_string(), "a JSON error: {body}");
     assert_eq!(period(&s), 50, "refused changes left the running config alone");
 
     // A plugin refuses its new settings: the other plugin's change is undone
@@ -316,7 +389,7 @@ fn plugins_are_uploaded_managed_and_names_are_checked() {
     assert_eq!(code, 422, "{body}");
     let mut big = b"\0asm\x0d\0\x01\0".to_vec();
     big.resize(33 << 20, 0);
-    assert_eq!(http_big(&s.api, "PUT", "/api/admin/plugins/big", &[], &big), 413);
+    assert_eq!(http_big(&s.api, "PUT", "/api/admin/plugins/big", &[], &big).0, 413);
     assert!(!pdir.join("big.wasm").exists() && !pdir.join("junk.wasm").exists());
 
     // A component that fails to load is kept and reported.

@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod config_api;
+pub mod errors;
 pub mod history;
 pub mod live;
 pub mod openapi;
@@ -56,6 +57,8 @@ pub struct AppState {
     pub cluster: Arc<crate::cluster::Cluster>,
     /// History beyond the live hour (`crate::storage`).
     pub storage: Arc<crate::storage::Storage>,
+    /// What jobs report: its counters appear in `/api/status`.
+    pub ingest: Arc<crate::ingest::IngestHub>,
 }
 
 /// What the handlers share: the host's state plus the live store. Handlers
@@ -136,11 +139,12 @@ pub fn router(state: AppState) -> Router {
 /// 400 with the offending parameter and why.
 pub fn bad_request(key: &str, reason: impl Into<String>) -> Response {
     let reason = reason.into();
-    (
+    errors::error(
         StatusCode::BAD_REQUEST,
-        Json(json!({"error": format!("{key}: {reason}"), "key": key, "reason": reason})),
+        format!("{key}: {reason}"),
+        Some(key),
+        Some(&reason),
     )
-        .into_response()
 }
 
 async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
@@ -170,7 +174,7 @@ async fn ready(State(st): State<AppState>) -> Response {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ready": false, "reason": "still loading plugins"})),
+            Json(json!({"ready": false, "error": "not ready", "reason": "still loading plugins"})),
         )
             .into_response()
     }
@@ -218,6 +222,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
             "rows_forwarded": st.cluster.forwarder.as_ref().map(|f| f.rows_forwarded.load(Ordering::Relaxed)),
         },
         "storage": st.storage.stats(),
+        "ingest": st.ingest.stats(),
         "plugins_dir": st.plugins.dir().display().to_string(),
         "sinks_dir": cfg.sinks.dir.display().to_string(),
     }))

@@ -104,7 +104,7 @@ fn operations() -> Vec<Op> {
             (401, "missing or wrong bearer token (when a token is set)"),
             (413, "body over ingest.max_body_bytes"),
             (415, "not application/json"),
-            (422, "an invalid value, naming the row and field"),
+            (422, "an invalid value, or a name or attribute over its ingest.max_* limit: key names the row and field, reason the limit"),
             (429, "the ingest queue is full; retry after a second"),
         ]),
         op("get", "/api/ingest", "ingest counters per source (otlp, json, agent) and the hub's queue"),
@@ -117,7 +117,7 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/status",
-            "version, sampling period and its error, export counters, plugins in brief",
+            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief",
         ),
         op(
             "get",
@@ -325,6 +325,25 @@ fn operations() -> Vec<Op> {
     ]
 }
 
+/// The shape of every error body (`api/errors.rs`).
+fn error_schema() -> Value {
+    let key_reason = json!({
+        "key": {"type": "string", "description": "the parameter, field or setting at fault, e.g. origin.job, window_s, ingest.max_body_bytes"},
+        "reason": {"type": "string", "description": "what is wrong with it, e.g. the limit it is over"},
+    });
+    let mut props = json!({"error": {"type": "string", "description": "what went wrong, for a person to read"}});
+    props
+        .as_object_mut()
+        .unwrap()
+        .extend(key_reason.as_object().unwrap().clone());
+    props["errors"] = json!({
+        "type": "array",
+        "description": "configuration changes only: every key at fault",
+        "items": {"type": "object", "required": ["key", "reason"], "properties": key_reason},
+    });
+    json!({"type": "object", "required": ["error"], "properties": props})
+}
+
 /// The whole document.
 pub fn document() -> Value {
     let mut paths = Map::new();
@@ -339,7 +358,11 @@ pub fn document() -> Value {
         ));
         let mut responses = Map::new();
         for (code, d) in &o.responses {
-            responses.insert(code.to_string(), json!({"description": d}));
+            let mut r = json!({"description": d});
+            if *code >= 400 {
+                r["content"] = json!({"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}});
+            }
+            responses.insert(code.to_string(), r);
         }
         let mut v = json!({"summary": o.summary, "responses": responses});
         if !params.is_empty() {
@@ -361,9 +384,14 @@ pub fn document() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "The HTTP API of the sonde host. Binds to loopback by default; when api.token is set \
                 (required beyond loopback) every request but GET/HEAD needs Authorization: Bearer <token> \
-                and is refused with 401 without it. Errors are JSON: {error, key?, reason?, errors?}.",
+                and is refused with 401 without it. Every error, including a body over its limit (413), an \
+                unknown route (404) or method (405) and malformed JSON (400), is JSON in the Error shape; \
+                routes a plugin answers are the plugin's own.",
         },
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {"Error": error_schema()},
+        },
         "paths": paths,
     })
 }
@@ -413,6 +441,25 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn every_error_response_points_at_the_one_error_shape() {
+        let doc = document();
+        assert_eq!(doc["components"]["schemas"]["Error"]["required"], json!(["error"]));
+        let mut errors = 0;
+        for ops in doc["paths"].as_object().unwrap().values() {
+            for op in ops.as_object().unwrap().values() {
+                for (code, r) in op["responses"].as_object().unwrap() {
+                    let schema = &r["content"]["application/json"]["schema"]["$ref"];
+                    if code.parse::<u16>().unwrap() >= 400 {
+                        errors += 1;
+                        assert_eq!(schema, "#/components/schemas/Error", "{code}: {r}");
+                    }
+                }
+            }
+        }
+        assert!(errors > 20, "{errors}");
     }
 
     #[test]

@@ -209,6 +209,17 @@ impl Config {
             1 << 30,
         );
         range("ingest.flush_ms", self.ingest.flush_ms, 1, 60_000);
+        for (key, v) in [
+            ("ingest.max_name_bytes", self.ingest.max_name_bytes),
+            ("ingest.max_attribute_key_bytes", self.ingest.max_attribute_key_bytes),
+            (
+                "ingest.max_attribute_value_bytes",
+                self.ingest.max_attribute_value_bytes,
+            ),
+            ("ingest.max_attributes", self.ingest.max_attributes),
+        ] {
+            range(key, v as u64, 1, 1 << 20);
+        }
         range(
             "ingest.queue_capacity",
             self.ingest.queue_capacity as u64,

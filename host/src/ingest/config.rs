@@ -23,6 +23,18 @@ pub struct IngestConfig {
     /// Records waiting for the next hand-over at most; beyond it a request is
     /// refused (429 / RESOURCE_EXHAUSTED) and counted, never queued unboundedly.
     pub queue_capacity: usize,
+    /// Longest name taken, in bytes: an origin's job, node and role, and the
+    /// name of a progress counter, timing, metric (and its unit), event or
+    /// node event. A name becomes a series attribute and a key in every
+    /// plugin, so one runaway string would be copied everywhere.
+    pub max_name_bytes: usize,
+    /// Longest attribute key, in bytes (origin, point, event and node-event attributes).
+    pub max_attribute_key_bytes: usize,
+    /// Longest attribute value as text, in bytes; also bounds an event's body
+    /// and a node event's reason.
+    pub max_attribute_value_bytes: usize,
+    /// Most attributes on one origin or one row (a point's series, an event).
+    pub max_attributes: usize,
 }
 
 impl Default for IngestConfig {
@@ -34,6 +46,10 @@ impl Default for IngestConfig {
             max_body_bytes: 8 * 1024 * 1024,
             flush_ms: 50,
             queue_capacity: 200_000,
+            max_name_bytes: 256,
+            max_attribute_key_bytes: 128,
+            max_attribute_value_bytes: 4096,
+            max_attributes: 64,
         }
     }
 }

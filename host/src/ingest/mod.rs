@@ -14,8 +14,9 @@
 //!     ▼  every `ingest.flush_ms`, or early when 8192 rows wait
 //!  PluginManager::publish_events: each plugin gets the column groups it asked for
 //! ```
-//! `error.rs` holds the validation error all receivers share, `config.rs` the
-//! `[ingest]` settings. Imports point inward only: receivers → this file →
+//! `error.rs` holds the validation error all receivers share, `limits.rs` the
+//! bounds on names and attributes they enforce, `config.rs` the `[ingest]`
+//! settings. Imports point inward only: receivers → this file →
 //! `error`; nothing here imports a receiver.
 //!
 //! Sources never wait for plugins: a full hub refuses the report (the source
@@ -24,6 +25,7 @@
 pub mod config;
 pub mod error;
 pub mod json;
+pub mod limits;
 pub mod otlp;
 
 use std::collections::HashMap;
@@ -317,6 +319,9 @@ pub struct SourceCounters {
     pub refused_rows: AtomicU64,
     /// Rows of kinds no plugin takes (e.g. histograms) or that were invalid.
     pub skipped_rows: AtomicU64,
+    /// Strings cut to their limit plus attributes dropped past the count
+    /// (OTLP only: the JSON ingest refuses instead; see `limits.rs`).
+    pub truncated: AtomicU64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -326,6 +331,7 @@ pub struct SourceStats {
     pub rejected: u64,
     pub refused_rows: u64,
     pub skipped_rows: u64,
+    pub truncated: u64,
 }
 
 impl SourceCounters {
@@ -336,6 +342,7 @@ impl SourceCounters {
             rejected: self.rejected.load(Relaxed),
             refused_rows: self.refused_rows.load(Relaxed),
             skipped_rows: self.skipped_rows.load(Relaxed),
+            truncated: self.truncated.load(Relaxed),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! - `tsv`: the two telemetry logs exactly as Clockwork's code writes them.
 //! - `estimator`: INFER5's per (model, batch size) p99 sliding-window estimator.
 //! - `infer5`: SLO and deadline formulas, the batching decision, load/evict priorities.
+//! - `in_time`: `requests_in_time` of infer actions sent without it, from their requests.
 //! - `analysis`: goodput, SLO, latency, cold starts, batch, errors, GPU
 //!   utilisation per window; each request's time split and miss cause.
 //! - `settings`, `plugin` (every hook's logic), `routes`, `host` (trait + fake).
@@ -15,6 +16,7 @@
 pub mod analysis;
 pub mod estimator;
 pub mod host;
+pub mod in_time;
 pub mod infer5;
 pub mod plugin;
 pub mod routes;

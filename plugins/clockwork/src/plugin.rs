@@ -11,6 +11,7 @@ use sonde_plugin_sdk::types::{
 use crate::analysis::{Analysis, Metric};
 use crate::estimator::ModelEstimator;
 use crate::host::Host;
+use crate::in_time::InTime;
 use crate::rows::{Action, INFER, LOAD_WEIGHTS, Request, action_at, request_at};
 use crate::settings::Settings;
 use crate::tsv::{self, Col};
@@ -28,6 +29,8 @@ pub struct LogFile {
 pub struct Clockwork {
     pub settings: Settings,
     pub analysis: Analysis,
+    /// Infer actions without `requests_in_time`, waiting for their requests.
+    pub in_time: InTime,
     pub estimators: BTreeMap<u64, ModelEstimator>,
     pub request_log: LogFile,
     pub action_log: LogFile,
@@ -104,6 +107,7 @@ impl Clockwork {
         let timer = host.set_timer(settings.emit_every_ms, true);
         Clockwork {
             analysis: Analysis::new(settings.window_ns(), settings.lag_ms * 1_000_000),
+            in_time: InTime::new(settings.lag_ms * 1_000_000),
             estimators: BTreeMap::new(),
             request_log,
             action_log,
@@ -157,15 +161,14 @@ impl Clockwork {
                         _ => {}
                     }
                 }
-                self.analysis.add_action(a);
             }
-            if let Some(h) = self.action_log.handle {
-                let rows: Vec<_> = actions.iter().map(tsv::action_row).collect();
-                match host.write_rows(h, &cols(tsv::action_columns(&rows))) {
-                    Ok(()) => self.action_log.rows += rows.len() as u64,
-                    Err(e) => problems.push(format!("{}: {e}", tsv::ACTION_LOG)),
-                }
+            // Goodput needs the in-time count: an action without one waits
+            // for its requests (`in_time.rs`); the rest go on now.
+            let (held, complete): (Vec<Action>, Vec<Action>) = actions.into_iter().partition(InTime::needs);
+            for a in held {
+                self.in_time.hold(now, a);
             }
+            self.take_actions(host, &complete, &mut problems);
         }
         if let Some(c) = &batch.requests {
             let requests: Vec<Request> = (0..c.request_id.len()).map(|i| request_at(c, i)).collect();
@@ -178,10 +181,42 @@ impl Clockwork {
                 }
             }
             for r in requests {
+                self.in_time.request(&r);
                 self.analysis.add_request(now, r);
             }
         }
+        let ready = self.in_time.ready(now, false);
+        self.take_actions(host, &ready, &mut problems);
         self.analysis.resolve(now, false);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// Actions whose goodput is known: into the analysis and the action log.
+    fn take_actions(&mut self, host: &mut dyn Host, actions: &[Action], problems: &mut Vec<String>) {
+        if actions.is_empty() {
+            return;
+        }
+        for a in actions {
+            self.analysis.add_action(a);
+        }
+        if let Some(h) = self.action_log.handle {
+            let rows: Vec<_> = actions.iter().map(tsv::action_row).collect();
+            match host.write_rows(h, &cols(tsv::action_columns(&rows))) {
+                Ok(()) => self.action_log.rows += rows.len() as u64,
+                Err(e) => problems.push(format!("{}: {e}", tsv::ACTION_LOG)),
+            }
+        }
+    }
+
+    /// Held actions that are ready (all of them when `force`) are taken.
+    fn take_ready(&mut self, host: &mut dyn Host, now: u64, force: bool) -> Result<(), String> {
+        let ready = self.in_time.ready(now, force);
+        let mut problems = Vec::new();
+        self.take_actions(host, &ready, &mut problems);
         if problems.is_empty() {
             Ok(())
         } else {
@@ -191,14 +226,17 @@ impl Clockwork {
 
     pub fn on_timer(&mut self, host: &mut dyn Host) -> Result<(), String> {
         let now = host.now();
+        // Released actions first, so that the requests resolved next find them.
+        let taken = self.take_ready(host, now, false);
         self.analysis.resolve(now, false);
         let mut m = self.analysis.close(now, false);
         m.extend(self.analysis.counters(now));
-        self.emit(host, &m)
+        self.emit(host, &m).and(taken)
     }
 
     pub fn stop(&mut self, host: &mut dyn Host) {
         let now = host.now();
+        let _ = self.take_ready(host, now, true);
         self.analysis.resolve(now, true);
         let mut m = self.analysis.close(now, true);
         m.extend(self.analysis.counters(now));

@@ -196,6 +196,7 @@ pub fn summary(p: &Clockwork) -> Value {
         "actions_seen": p.actions_seen,
         "pending": p.analysis.pending(),
         "late_rows": p.analysis.late_rows,
+        "in_time_derived": p.in_time.derived,
         "logs": [&p.request_log, &p.action_log],
         "models": models,
     })

@@ -144,6 +144,70 @@ fn events_become_both_logs_metrics_and_estimates() {
     assert_eq!(summary["logs"][0]["rows"], 2);
 }
 
+/// The goodput column (ns) of every row of the action log written so far.
+fn logged_goodput(host: &Fake) -> Vec<String> {
+    let log = &host.files.iter().find(|f| f.0 == "clockwork_action_log.tsv").unwrap().1;
+    log.lines()
+        .skip(1)
+        .map(|l| l.split('\t').nth(20).unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn an_infer_action_without_requests_in_time_gets_goodput_from_its_requests() {
+    let (reqs, acts) = workload();
+    let unset = |mut a: Action| {
+        a.requests_in_time = 0;
+        a
+    };
+    // Together in one batch, and the action first with its requests later.
+    for split in [false, true] {
+        let mut host = Fake {
+            now: T0,
+            ..Default::default()
+        };
+        let mut p = Clockwork::start(&mut host, Settings::default());
+        let acts: Vec<Action> = acts.iter().cloned().map(unset).collect();
+        if split {
+            p.on_events(&mut host, &batch(&[], &acts)).unwrap();
+            assert!(logged_goodput(&host).is_empty(), "held until its requests come");
+            host.now += MS;
+            p.on_events(&mut host, &batch(&reqs, &[])).unwrap();
+        } else {
+            p.on_events(&mut host, &batch(&reqs, &acts)).unwrap();
+        }
+        // Both requests met their deadline: the whole 4 ms counts.
+        assert_eq!(logged_goodput(&host), ["4000000"], "split: {split}");
+        assert_eq!(p.in_time.derived, 1);
+        host.now = T0 + 10_000 * MS;
+        p.on_timer(&mut host).unwrap();
+        let util: Vec<_> = host
+            .points
+            .iter()
+            .filter(|pt| pt.0 == "clockwork.gpu.goodput_utilization")
+            .collect();
+        assert!((util[0].3 - 0.004 / 4.0).abs() < 1e-12, "{util:?}");
+    }
+    // One of the two late: half; its requests never all come: what came, after lag_ms.
+    let mut host = Fake {
+        now: T0,
+        ..Default::default()
+    };
+    let mut p = Clockwork::start(&mut host, Settings::default());
+    let mut late = reqs[1].clone();
+    late.deadline = T0 + 5 * MS;
+    let acts: Vec<Action> = acts.into_iter().map(unset).collect();
+    p.on_events(&mut host, &batch(&[reqs[0].clone(), late], &acts)).unwrap();
+    assert_eq!(logged_goodput(&host), ["2000000"]);
+    let mut lone = acts[0].clone();
+    lone.action_id = 9;
+    p.on_events(&mut host, &batch(&[], &[lone])).unwrap();
+    assert_eq!(logged_goodput(&host).len(), 1);
+    host.now += 1000 * MS;
+    p.on_timer(&mut host).unwrap();
+    assert_eq!(logged_goodput(&host), ["2000000", "0"], "no request in time came");
+}
+
 #[test]
 fn an_unwritable_sink_directory_writes_no_file_and_loses_no_analysis() {
     let mut host = Fake {

@@ -112,7 +112,6 @@ impl Scaler {
         let mut plan = o.plan.clone();
         let mut notes = apply_user(&mut plan, &s.user);
         notes.extend(apply_auto(&mut plan, s.auto_worker, s.auto_ps));
-        notes.extend(apply_clamp(&mut plan, &s.clamp));
         if plan.is_empty() {
             self.last_skip = format!(
                 "{kind}: {}{}",
@@ -125,7 +124,8 @@ impl Scaler {
             );
             return None;
         }
-        if let Some(w) = plan.groups.get(&NodeType::Worker) {
+        let rec = self.record(s, kind, o, plan, notes, now);
+        if let Some(w) = rec.plan.groups.get(&NodeType::Worker) {
             self.worker = *w;
             // The initial plan is the job's creation: a job already running
             // under sonde keeps the count it was launched with.
@@ -134,11 +134,30 @@ impl Scaler {
                 self.target_set_ns = now;
             }
         }
-        if let Some(p) = plan.groups.get(&NodeType::Ps) {
+        if let Some(p) = rec.plan.groups.get(&NodeType::Ps) {
             self.ps = *p;
         }
+        Some(rec)
+    }
+
+    /// The one way out for every plan, whichever rule made it (the loop's,
+    /// the OOM relaunch, the pending halving): the clamp table applies to
+    /// `plan` (what is left of `o.plan` after any earlier adjustments, told
+    /// in `notes`) and the plan gets its id. The README promises the table
+    /// for every emitted plan; a rule that built its record itself would
+    /// skip it, as the OOM plan once did.
+    pub fn record(
+        &mut self,
+        s: &Settings,
+        kind: &str,
+        o: Outcome,
+        mut plan: Plan,
+        mut notes: Vec<String>,
+        now: u64,
+    ) -> PlanRecord {
+        notes.extend(apply_clamp(&mut plan, &s.clamp));
         self.next_id += 1;
-        Some(PlanRecord {
+        PlanRecord {
             id: self.next_id,
             time_ns: now,
             strategy: Self::strategy_name(s),
@@ -148,7 +167,7 @@ impl Scaler {
             plan,
             proposed: o.plan,
             adjustments: notes,
-        })
+        }
     }
 
     /// CREATE: the initial plan (the default plan when the rule has none),
@@ -314,8 +333,12 @@ impl Scaler {
         kind: NodeType,
         config: Resource,
     ) -> (f64, String) {
+        // The rule's memory becomes the group's, so it is held to the clamp
+        // table like any plan: unclamped, 2 x 60000 MiB would lift the
+        // relaunch past the cap that the table sets.
         let plan_mem = if kind == NodeType::Ps || (s.auto_worker && self.stage == Stage::WorkerInitial) {
-            let o = opt.oom(ctx, name, kind, config);
+            let mut o = opt.oom(ctx, name, kind, config);
+            apply_clamp(&mut o.plan, &s.clamp);
             o.plan
                 .nodes
                 .get(name)
@@ -325,6 +348,7 @@ impl Scaler {
         } else {
             let mut o = opt.worker_initial(ctx, Phase::Initial);
             apply_user(&mut o.plan, &s.user);
+            apply_clamp(&mut o.plan, &s.clamp);
             o.plan.groups.get(&NodeType::Worker).map_or(0.0, |g| g.memory_mib)
         };
         let (group, user) = if kind == NodeType::Ps {

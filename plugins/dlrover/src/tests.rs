@@ -621,20 +621,23 @@ fn exit_codes_release_shards_and_decide_relaunches() {
     assert_eq!((s, v["requeued"].clone()), (200, json!(1)));
 }
 
+/// A PS is pending with the given CPU and memory (MiB).
+fn pending_ps(m: &mut Master, h: &mut Fake, name: &str, cpu: i64, memory_mib: i64) {
+    let attrs = [("cpu", V::Int(cpu)), ("memory_mib", V::Int(memory_mib))];
+    m.on_events(h, node_event(name, "ps", "pending", None, &attrs));
+}
+
+/// A worker starts with the given memory (MiB) and CPU.
+fn start_worker(m: &mut Master, h: &mut Fake, name: &str, memory_mib: i64, cpu: i64) {
+    let attrs = [("memory_mib", V::Int(memory_mib)), ("cpu", V::Int(cpu))];
+    m.on_events(h, node_event(name, "worker", "started", None, &attrs));
+}
+
 #[test]
 fn oom_relaunch_memory_is_planned() {
     let mut h = Fake::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"clamp": {"enabled": false}}"#), 0);
-    m.on_events(
-        &mut h,
-        node_event(
-            "worker-3",
-            "worker",
-            "started",
-            None,
-            &[("memory_mib", V::Int(16384)), ("cpu", V::Int(4))],
-        ),
-    );
+    start_worker(&mut m, &mut h, "worker-3", 16384, 4);
     m.on_events(&mut h, node_event("worker-3", "worker", "oom", None, &[]));
     let plan = get(&mut m, &mut h, "/plans")["current"]["latest"].clone();
     assert_eq!(plan["kind"], "oom");
@@ -654,19 +657,116 @@ fn oom_relaunch_memory_is_planned() {
 }
 
 #[test]
+fn an_oom_relaunch_from_60000_mib_is_capped_at_65536() {
+    // The reference's worker cap and the limits table both say 65536: the
+    // plan must not reach 60000 + 8192 through an unclamped group memory.
+    let mut h = Fake::at(T0);
+    let mut m = Master::start(&mut h, settings("{}"), 0);
+    start_worker(&mut m, &mut h, "worker-0", 60000, 8);
+    m.on_events(&mut h, node_event("worker-0", "worker", "exited", Some(247), &[]));
+    let plan = get(&mut m, &mut h, "/plans")["current"]["latest"].clone();
+    assert_eq!(plan["kind"], "oom", "{plan}");
+    assert_eq!(
+        plan["plan"]["nodes"]["worker-0"],
+        json!({"cpu": 8.0, "memory_mib": 65536.0})
+    );
+    let relaunch = &h.decisions_of("relaunch")[0];
+    assert!(relaunch.reason.contains("65536"), "{}", relaunch.reason);
+    assert!(!relaunch.reason.contains("68192"), "{}", relaunch.reason);
+}
+
+/// Whether a plan keeps to the default limits table (R5.4).
+fn within_the_table(plan: &Value) -> bool {
+    let cpu_ok = |v: &Value| v.as_f64().is_some_and(|c| c == 0.0 || (4.0..=32.0).contains(&c));
+    let mem_ok = |v: &Value| v.as_f64().is_some_and(|m| m == 0.0 || (6144.0..=65536.0).contains(&m));
+    let groups = plan["groups"].as_object().unwrap().iter().all(|(t, g)| {
+        let max = if t == "ps" { 15 } else { 60 };
+        cpu_ok(&g["cpu"]) && mem_ok(&g["memory_mib"]) && g["count"].as_u64().unwrap() <= max
+    });
+    let nodes = plan["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .all(|r| cpu_ok(&r["cpu"]) && mem_ok(&r["memory_mib"]));
+    groups && nodes
+}
+
+#[test]
+fn every_kind_of_plan_passes_the_clamps() {
+    use crate::model::{GroupResource, NodeType, Outcome, Plan, Resource};
+    let mut h = Fake::at(T0);
+    // initial: the CREATE rule's 2 CPU / 1639 MiB are under the table's minimum.
+    let s = r#"{"limits": {"cpu": 10, "memory": "8192Mi"}, "pending_timeout_s": 900}"#;
+    let mut m = Master::start(&mut h, settings(s), 0);
+    // The loop's kinds leave their rules through Scaler::finish: each gets a
+    // plan past every bound of the table.
+    let wild = Plan::default()
+        .group(NodeType::Worker, GroupResource::new(500, 100.0, 200_000.0))
+        .group(NodeType::Ps, GroupResource::new(40, 0.5, 100.0))
+        .node("ps-0", Resource::new(64.0, 500_000.0));
+    for kind in ["worker", "ps", "running", "worker-sample", "worker-stable"] {
+        let now = h.now;
+        let rec = m
+            .scaler
+            .finish(&m.settings, kind, Outcome::with(wild.clone(), kind), now)
+            .unwrap();
+        m.emit_plan(&mut h, rec);
+    }
+    // oom: a worker of 60000 MiB and 2 CPU ends with an OOM.
+    start_worker(&mut m, &mut h, "worker-9", 60000, 2);
+    m.on_events(&mut h, node_event("worker-9", "worker", "oom", None, &[]));
+    // pending: a node so large that half of it is still past the table.
+    pending_ps(&mut m, &mut h, "ps-1", 128, 400_000);
+    for _ in 0..17 {
+        tick(&mut m, &mut h, 60.0);
+    }
+    let plans = get(&mut m, &mut h, "/plans")["history"].clone();
+    let mut kinds: Vec<&str> = plans
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        [
+            "initial",
+            "oom",
+            "pending",
+            "ps",
+            "running",
+            "worker",
+            "worker-sample",
+            "worker-stable"
+        ],
+        "{plans:#}"
+    );
+    for p in plans.as_array().unwrap() {
+        assert!(within_the_table(&p["plan"]), "{} past the table: {p:#}", p["kind"]);
+        assert!(
+            !within_the_table(&p["proposed"]),
+            "{}: the test must propose past the table",
+            p["kind"]
+        );
+        assert!(
+            p["adjustments"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a.as_str().unwrap().contains("limits table")),
+            "{}: {p:#}",
+            p["kind"]
+        );
+    }
+}
+
+#[test]
 fn pending_nodes_are_halved_before_auto_scaling_starts() {
     let mut h = Fake::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"pending_timeout_s": 900}"#), 0);
-    m.on_events(
-        &mut h,
-        node_event(
-            "ps-1",
-            "ps",
-            "pending",
-            None,
-            &[("cpu", V::Int(16)), ("memory_mib", V::Int(32768))],
-        ),
-    );
+    pending_ps(&mut m, &mut h, "ps-1", 16, 32768);
     tick(&mut m, &mut h, 60.0);
     assert!(h.decisions_of("resource-plan").len() == 1, "only the initial plan");
     for _ in 0..15 {

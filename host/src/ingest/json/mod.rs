@@ -32,14 +32,16 @@
 //! `model_id`, `arrival_ns` and `departure_ns` are required; in an action
 //! `action_id`, `action_type`, `model_id`, `sent_ns` and `result_received_ns`
 //! (the rest default to 0, `batch_size` to 1, `result_processed_ns` to
-//! `result_received_ns`).
+//! `result_received_ns`; an infer action without `requests_in_time` gets it
+//! from the requests that name it, in the clockwork plugin).
 //! `mpi_samples` rows (from the MPI probe) are described in `json/mpi.rs`.
 //! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
 //! fields are refused (a typo must not silently drop data). Answers: 202 with
 //! the row count; 400 malformed JSON or unknown field (with line and column);
 //! 413 body over `ingest.max_body_bytes`; 415 not JSON; 422 invalid values
-//! (naming the row and field); 429 when the hub is full; 401 without the token
-//! when one is configured.
+//! or a name or attribute over its `ingest.max_*` limit (`key` names the row
+//! and field, `reason` the limit; see `ingest/limits.rs`); 429 when the hub is
+//! full; 401 without the token when one is configured.
 
 pub mod mpi;
 pub mod serving;
@@ -60,13 +62,12 @@ use serde_json::json;
 use self::mpi::JsonMpiSample;
 use self::serving::{JsonAction, JsonRequest};
 use super::error::{Invalid, invalid};
+use super::limits::Limits;
 use super::{CustomEvent, ForeignPoint, ForeignSeries, IngestHub, NodeEvent, Origin, Progress, Report, Timing};
 use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
 
 /// Rows one request may carry.
 pub const MAX_ROWS: usize = 100_000;
-/// Longest name (timing, metric, event) accepted.
-const MAX_NAME: usize = 256;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -194,17 +195,15 @@ pub struct JsonNodeEvent {
     pub attributes: BTreeMap<String, serde_json::Value>,
 }
 
-fn check_name(field: String, name: &str) -> Result<(), Invalid> {
+fn check_name(limits: &Limits, field: String, name: &str) -> Result<(), Invalid> {
     if name.trim().is_empty() {
         return Err(invalid(field, "must not be empty"));
     }
-    if name.len() > MAX_NAME {
-        return Err(invalid(field, format!("longer than {MAX_NAME} bytes")));
-    }
-    Ok(())
+    limits.check_name(field, name)
 }
 
-fn attributes(field: &str, m: BTreeMap<String, serde_json::Value>) -> Result<Attributes, Invalid> {
+fn attributes(limits: &Limits, field: &str, m: BTreeMap<String, serde_json::Value>) -> Result<Attributes, Invalid> {
+    limits.check_attributes(field, m.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
     m.into_iter()
         .map(|(k, v)| {
             let v = match v {
@@ -240,7 +239,7 @@ impl Body {
     }
 
     /// Validates every row and converts; the first invalid row names itself.
-    pub fn into_report(self, now: u64) -> Result<Report, Invalid> {
+    pub fn into_report(self, now: u64, limits: &Limits) -> Result<Report, Invalid> {
         if self.rows() > MAX_ROWS {
             return Err(invalid(
                 "(body)",
@@ -257,6 +256,17 @@ impl Body {
                 return Err(invalid(k, format!("{v}: must be >= 0 (or -1 for unknown)")));
             }
         }
+        for (k, v) in [
+            ("origin.job", &o.job),
+            ("origin.node", &o.node),
+            ("origin.role", &o.role),
+        ] {
+            limits.check_name(k, v)?;
+        }
+        limits.check_attributes(
+            "origin",
+            o.attributes.iter().map(|(k, v)| (k.as_str(), Some(v.as_str()))),
+        )?;
         let mut r = Report {
             origin: Origin {
                 job: o.job,
@@ -270,7 +280,7 @@ impl Body {
             ..Default::default()
         };
         for (i, p) in self.progress.into_iter().enumerate() {
-            check_name(format!("progress[{i}].name"), &p.name)?;
+            check_name(limits, format!("progress[{i}].name"), &p.name)?;
             r.progress.push(Progress {
                 name: p.name,
                 time: p.time_ns.unwrap_or(now),
@@ -278,7 +288,7 @@ impl Body {
             });
         }
         for (i, t) in self.timings.into_iter().enumerate() {
-            check_name(format!("timings[{i}].name"), &t.name)?;
+            check_name(limits, format!("timings[{i}].name"), &t.name)?;
             if t.end_ns < t.start_ns {
                 return Err(invalid(format!("timings[{i}].end_ns"), "is before start_ns"));
             }
@@ -297,13 +307,14 @@ impl Body {
             });
         }
         for (i, p) in self.points.into_iter().enumerate() {
-            check_name(format!("points[{i}].metric"), &p.metric)?;
+            check_name(limits, format!("points[{i}].metric"), &p.metric)?;
+            limits.check_name(format!("points[{i}].unit"), &p.unit)?;
             if !p.value.is_finite() {
                 return Err(invalid(format!("points[{i}].value"), "must be a finite number"));
             }
             // One series per point; the hub interns equal ones.
             r.series.push(ForeignSeries {
-                attributes: attributes(&format!("points[{i}]"), p.attributes)?,
+                attributes: attributes(limits, &format!("points[{i}]"), p.attributes)?,
                 metric: p.metric,
                 unit: p.unit,
                 kind: match p.kind {
@@ -318,9 +329,10 @@ impl Body {
             });
         }
         for (i, e) in self.events.into_iter().enumerate() {
-            check_name(format!("events[{i}].name"), &e.name)?;
+            check_name(limits, format!("events[{i}].name"), &e.name)?;
+            limits.check_text(format!("events[{i}].body"), &e.body)?;
             r.custom.push(CustomEvent {
-                attributes: attributes(&format!("events[{i}]"), e.attributes)?,
+                attributes: attributes(limits, &format!("events[{i}]"), e.attributes)?,
                 time: e.time_ns.unwrap_or(now),
                 name: e.name,
                 body: e.body,
@@ -328,9 +340,10 @@ impl Body {
         }
         r.heartbeats = self.heartbeats.iter().map(|h| h.time_ns.unwrap_or(now)).collect();
         for (i, e) in self.node_events.into_iter().enumerate() {
-            check_name(format!("node_events[{i}].kind"), &e.kind)?;
+            check_name(limits, format!("node_events[{i}].kind"), &e.kind)?;
+            limits.check_text(format!("node_events[{i}].reason"), &e.reason)?;
             r.node_events.push(NodeEvent {
-                attributes: attributes(&format!("node_events[{i}]"), e.attributes)?,
+                attributes: attributes(limits, &format!("node_events[{i}]"), e.attributes)?,
                 time: e.time_ns.unwrap_or(now),
                 kind: e.kind,
                 exit_code: e.exit_code,
@@ -353,6 +366,8 @@ impl Body {
 #[derive(Clone)]
 pub struct IngestState {
     pub hub: Arc<IngestHub>,
+    /// How long names and attributes may be (`ingest.max_name_bytes` and its neighbours).
+    pub limits: Limits,
     /// The current `api.token` (it can change live): required on POST when set.
     pub token: Arc<dyn Fn() -> Option<String> + Send + Sync>,
 }
@@ -365,8 +380,15 @@ pub fn router(state: IngestState, max_body_bytes: usize) -> axum::Router {
         .with_state(state)
 }
 
-fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
-    (status, Json(json!({"error": msg.to_string()}))).into_response()
+/// The API's error shape (`api/errors.rs`): `key` and `reason` come from
+/// the field at fault, when there is one.
+fn error(status: StatusCode, msg: impl std::fmt::Display, at: Option<Invalid>) -> Response {
+    let mut body = json!({"error": msg.to_string()});
+    if let Some(at) = at {
+        body["key"] = at.field.into();
+        body["reason"] = at.reason.into();
+    }
+    (status, Json(body)).into_response()
 }
 
 /// Checks `Authorization: Bearer <token>` when a token is configured.
@@ -392,19 +414,27 @@ async fn ingest(
 ) -> Response {
     let counters = &st.hub.json;
     counters.requests.fetch_add(1, Relaxed);
-    let reject = |status: StatusCode, msg: String| {
+    let reject = |status: StatusCode, msg: String, at: Option<Invalid>| {
         counters.rejected.fetch_add(1, Relaxed);
-        error(status, msg)
+        error(status, msg, at)
     };
     if !authorized(&headers, (st.token)().as_deref()) {
         return reject(
             StatusCode::UNAUTHORIZED,
             "this request changes state: send Authorization: Bearer <api.token>".into(),
+            None,
         );
     }
     let body = match body {
         Ok(b) => b,
-        Err(e) => return reject(e.status(), format!("request body: {}", e.body_text())),
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let at = invalid(
+                "ingest.max_body_bytes",
+                "the body is over it; send fewer rows per request",
+            );
+            return reject(e.status(), format!("request body: {at}"), Some(at));
+        }
+        Err(e) => return reject(e.status(), format!("request body: {}", e.body_text()), None),
     };
     let ctype = headers
         .get(header::CONTENT_TYPE)
@@ -414,15 +444,22 @@ async fn ingest(
         return reject(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("content-type {ctype:?}: send application/json"),
+            None,
         );
     }
     let parsed: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
-        Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}")),
+        Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}"), None),
     };
-    let report = match parsed.into_report(now_ns()) {
+    let report = match parsed.into_report(now_ns(), &st.limits) {
         Ok(r) => r,
-        Err(e) => return reject(StatusCode::UNPROCESSABLE_ENTITY, format!("invalid ingest body: {e}")),
+        Err(e) => {
+            return reject(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("invalid ingest body: {e}"),
+                Some(e),
+            );
+        }
     };
     match st.hub.submit(&report) {
         Ok(n) => {
@@ -431,7 +468,7 @@ async fn ingest(
         }
         Err(full) => {
             counters.refused_rows.fetch_add(report.rows() as u64, Relaxed);
-            let mut r = error(StatusCode::TOO_MANY_REQUESTS, full);
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, full, None);
             r.headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
             r
@@ -445,7 +482,7 @@ mod tests {
 
     fn parse(s: &str) -> Result<Report, String> {
         let b: Body = serde_json::from_str(s).map_err(|e| e.to_string())?;
-        b.into_report(99).map_err(|e| e.to_string())
+        b.into_report(99, &Limits::default()).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -510,6 +547,81 @@ mod tests {
             let err = parse(body).unwrap_err();
             assert!(err.contains(want), "{body}: {err}");
         }
+    }
+
+    #[test]
+    fn every_string_limit_is_refused_naming_the_field_and_the_setting() {
+        let long = |n: usize| "x".repeat(n);
+        let many: Vec<String> = (0..65).map(|i| format!(r#""k{i}":"v""#)).collect();
+        let many = many.join(",");
+        for (body, field, setting) in [
+            (
+                format!(r#"{{"origin":{{"job":"{}"}}}}"#, long(257)),
+                "origin.job",
+                "at most 256 (ingest.max_name_bytes)",
+            ),
+            (
+                format!(r#"{{"origin":{{"node":"{}"}}}}"#, long(257)),
+                "origin.node",
+                "ingest.max_name_bytes",
+            ),
+            (
+                format!(r#"{{"origin":{{"role":"{}"}}}}"#, long(257)),
+                "origin.role",
+                "ingest.max_name_bytes",
+            ),
+            (
+                format!(r#"{{"origin":{{"attributes":{{{many}}}}}}}"#),
+                "origin.attributes",
+                "65 attributes; at most 64 (ingest.max_attributes)",
+            ),
+            (
+                format!(r#"{{"origin":{{"attributes":{{"{}":"v"}}}}}}"#, long(129)),
+                "origin.attributes.xxxx",
+                "at most 128 (ingest.max_attribute_key_bytes)",
+            ),
+            (
+                format!(r#"{{"origin":{{"attributes":{{"k":"{}"}}}}}}"#, long(4097)),
+                "origin.attributes.k",
+                "at most 4096 (ingest.max_attribute_value_bytes)",
+            ),
+            (
+                format!(r#"{{"timings":[{{"name":"{}","start_ns":1,"end_ns":2}}]}}"#, long(257)),
+                "timings[0].name",
+                "ingest.max_name_bytes",
+            ),
+            (
+                format!(
+                    r#"{{"points":[{{"metric":"m","value":1,"attributes":{{"a":"{}"}}}}]}}"#,
+                    long(4097)
+                ),
+                "points[0].attributes.a",
+                "ingest.max_attribute_value_bytes",
+            ),
+            (
+                format!(r#"{{"points":[{{"metric":"m","value":1,"attributes":{{{many}}}}}]}}"#),
+                "points[0].attributes",
+                "ingest.max_attributes",
+            ),
+            (
+                format!(r#"{{"events":[{{"name":"e","body":"{}"}}]}}"#, long(4097)),
+                "events[0].body",
+                "ingest.max_attribute_value_bytes",
+            ),
+            (
+                format!(r#"{{"node_events":[{{"kind":"{}"}}]}}"#, long(257)),
+                "node_events[0].kind",
+                "ingest.max_name_bytes",
+            ),
+        ] {
+            let b: Body = serde_json::from_str(&body).unwrap();
+            let e = b.into_report(1, &Limits::default()).unwrap_err();
+            assert!(e.field.starts_with(field), "{field}: {e}");
+            assert!(e.reason.contains(setting), "{field}: {e}");
+        }
+        // At the limit is still fine.
+        let ok = format!(r#"{{"origin":{{"job":"{}"}}}}"#, long(256));
+        assert!(parse(&ok).is_ok());
     }
 
     #[test]
@@ -593,7 +705,7 @@ mod tests {
                 {"thread":1,"time_ns":5,"state":"not_in_mpi","count":6,"period_ns":1000}]}"#,
         )
         .unwrap();
-        let report = body.into_report(0).unwrap();
+        let report = body.into_report(0, &Limits::default()).unwrap();
         assert_eq!(hub.submit(&report), Ok(2));
         hub.flush();
         let b = &seen.lock()[0];

@@ -23,6 +23,7 @@ use tonic::codec::CompressionEncoding;
 use super::compression::BodyError;
 use super::{events, wire};
 use crate::export::client::Signal;
+use crate::ingest::limits::Limits;
 use crate::ingest::{Full, IngestHub, Report};
 use crate::pipeline::PipelineHandle;
 
@@ -36,6 +37,9 @@ pub struct Receiver {
     pub require_token: Option<String>,
     /// Largest body taken, after decompression (`ingest.max_body_bytes`).
     pub max_body: usize,
+    /// Names and attributes past these are cut and counted, not refused
+    /// (why: `ingest/limits.rs`).
+    pub limits: Limits,
 }
 
 /// Why a request was not taken.
@@ -58,7 +62,7 @@ impl Receiver {
     fn take(
         &self,
         auth: Option<&str>,
-        reports: Vec<Report>,
+        mut reports: Vec<Report>,
         skipped: usize,
         forward: Option<(Signal, Bytes, usize)>,
     ) -> Result<(), Refusal> {
@@ -68,8 +72,12 @@ impl Receiver {
             c.rejected.fetch_add(1, Relaxed);
             return Err(Refusal::Unauthorized);
         }
+        let cut: u64 = reports.iter_mut().map(|r| self.limits.clip(r)).sum();
         match self.hub.submit_all(&reports) {
-            Ok(n) => c.rows.fetch_add(n as u64, Relaxed),
+            Ok(n) => {
+                c.truncated.fetch_add(cut, Relaxed);
+                c.rows.fetch_add(n as u64, Relaxed)
+            }
             Err(full) => {
                 let rows: usize = reports.iter().map(Report::rows).sum();
                 c.refused_rows.fetch_add(rows as u64, Relaxed);
@@ -628,6 +636,7 @@ mod tests {
             forward: None,
             require_token: None,
             max_body: 1 << 20,
+            limits: Limits::default(),
         }
     }
 
@@ -689,6 +698,42 @@ mod tests {
         assert_eq!(grpc_status_of(bad).await, "3", "INVALID_ARGUMENT");
         let st = r.hub.stats();
         assert_eq!((st.otlp.requests, st.otlp.rejected, st.waiting), (2, 1, 3));
+    }
+
+    #[tokio::test]
+    async fn overlong_names_and_attributes_are_cut_and_counted_not_refused() {
+        let r = receiver();
+        let mut req = metrics_request();
+        let rm = &mut req.resource_metrics[0];
+        let attrs = &mut rm.resource.as_mut().unwrap().attributes;
+        attrs.push(kv("sonde.job", any_value::Value::StringValue("j".repeat(100_000))));
+        let m = &mut rm.scope_metrics[0].metrics[0];
+        m.name = "m".repeat(300);
+        let many: Vec<KeyValue> = (0..70)
+            .map(|i| kv(&format!("k{i}"), any_value::Value::StringValue("v".repeat(5000))))
+            .collect();
+        let m = &mut rm.scope_metrics[0].metrics[0];
+        if let Some(metric::Data::Gauge(g)) = m.data.as_mut() {
+            g.data_points[0].attributes = many;
+        }
+        let router = grpc_router(r.clone(), 1 << 20);
+        let post = axum::http::Request::post("/opentelemetry.proto.collector.metrics.v1.MetricsService/Export")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(grpc_frame(&req.encode_to_vec()))
+            .unwrap();
+        assert_eq!(
+            grpc_status_of(call(router, post).await).await,
+            "0",
+            "taken, not refused"
+        );
+        let st = r.hub.stats();
+        assert_eq!(st.waiting, 3, "every point kept");
+        // The job once, the metric name of both series (the first point's,
+        // with the attributes, and the other two's), 6 attributes past the 64
+        // and the 64 values of 5000 bytes.
+        assert_eq!(st.otlp.truncated, 1 + 2 + 6 + 64, "{st:?}");
+        assert_eq!(st.otlp.rejected, 0);
     }
 
     #[tokio::test]

@@ -11,9 +11,8 @@ use super::Master;
 use super::plans::ctx_of;
 use crate::failures::{self, CheckResult, ExitReason, Failed, OomContext, Relaunch};
 use crate::host::Host;
-use crate::model::{NodeType, Plan, Resource, RuntimeStat, ns, secs};
+use crate::model::{NodeType, Outcome, Plan, Resource, RuntimeStat, ns, secs};
 use crate::nodes::Status;
-use crate::scaler::PlanRecord;
 use crate::sharding::ReportAnswer;
 
 impl Master {
@@ -89,26 +88,30 @@ impl Master {
         };
         match &decision {
             Relaunch::Yes { memory_mib, why } => {
+                // The OOM plan goes through the clamps like every plan; the
+                // relaunch tells the memory the plan ends with.
+                let plan = memory_mib.map(|m| {
+                    let p = Plan::default().node(name, Resource::new(config.cpu, m));
+                    let o = Outcome::with(p.clone(), why.clone());
+                    self.scaler.record(&self.settings, "oom", o, p, Vec::new(), now)
+                });
+                let memory = plan.as_ref().and_then(|r| r.plan.nodes.get(name)).map(|r| r.memory_mib);
+                let clamped = plan.as_ref().is_some_and(|r| !r.adjustments.is_empty());
                 self.record(
                     host,
                     "relaunch",
                     name,
-                    &format!("{}{detail}: relaunch: {why}", reason.name()),
-                    json!({"exit_reason": reason.name(), "exit_code": code, "relaunch": true, "memory_mib": memory_mib}),
+                    &format!(
+                        "{}{detail}: relaunch: {why}{}",
+                        reason.name(),
+                        match (clamped, memory) {
+                            (true, Some(m)) => format!(" (clamped to {m} MiB)"),
+                            _ => String::new(),
+                        }
+                    ),
+                    json!({"exit_reason": reason.name(), "exit_code": code, "relaunch": true, "memory_mib": memory}),
                 );
-                if let Some(m) = memory_mib {
-                    self.scaler.next_id += 1;
-                    let rec = PlanRecord {
-                        id: self.scaler.next_id,
-                        time_ns: now,
-                        strategy: format!("{:?}", self.settings.strategy).to_lowercase(),
-                        kind: "oom".into(),
-                        stage: self.scaler.stage,
-                        reason: why.clone(),
-                        plan: Plan::default().node(name, Resource::new(config.cpu, *m)),
-                        proposed: Plan::default().node(name, Resource::new(config.cpu, *m)),
-                        adjustments: Vec::new(),
-                    };
+                if let Some(rec) = plan {
                     self.emit_plan(host, rec);
                     self.put_scaler(host);
                 }

@@ -7,7 +7,7 @@ use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
 use super::Master;
 use super::store::to_json;
 use crate::host::Host;
-use crate::model::{Plan, Resource, RuntimeStat, ns};
+use crate::model::{Outcome, Plan, Resource, RuntimeStat, ns};
 use crate::nodes::Status;
 use crate::optimizer::Ctx;
 use crate::optimizer::brain::{HistoryJob, JobInfo};
@@ -107,24 +107,15 @@ impl Master {
             .collect();
         for (name, cfg) in stuck {
             let Some(new) = pending_halving(cfg) else { continue };
-            self.scaler.next_id += 1;
             let plan = Plan::default().node(&name, new);
-            let rec = PlanRecord {
-                id: self.scaler.next_id,
-                time_ns: now,
-                strategy: format!("{:?}", self.settings.strategy).to_lowercase(),
-                kind: "pending".into(),
-                stage: self.scaler.stage,
-                reason: format!(
-                    "{name} pending for more than {} s: relaunch with {} CPU, {} MiB (was {}, {})",
-                    self.settings.pending_timeout_s, new.cpu, new.memory_mib, cfg.cpu, cfg.memory_mib
-                ),
-                plan: plan.clone(),
-                proposed: plan,
-                adjustments: Vec::new(),
-            };
+            let reason = format!(
+                "{name} pending for more than {} s: relaunch with {} CPU, {} MiB (was {}, {})",
+                self.settings.pending_timeout_s, new.cpu, new.memory_mib, cfg.cpu, cfg.memory_mib
+            );
+            let o = Outcome::with(plan.clone(), reason);
+            let rec = self.scaler.record(&self.settings, "pending", o, plan, Vec::new(), now);
             if let Some(n) = self.nodes.get_mut(&name) {
-                n.config = new;
+                n.config = rec.plan.nodes.get(&name).copied().unwrap_or(new);
                 n.pending_since_ns = Some(now);
             }
             self.nodes_dirty = true;
