@@ -111,13 +111,16 @@ impl Host {
         );
         let mut receivers = Vec::new();
         if opts.otlp {
+            // The config check loaded these files already; loading them again
+            // here cannot half-start the host, nothing listens yet.
+            let ingest_tls = match &cfg.ingest.tls {
+                Some(t) => Some(crate::tls::server_config(t, "ingest.tls")?),
+                None => None,
+            };
             let receiver = |listen: &str| ingest::otlp::Receiver {
                 hub: hub.clone(),
                 forward: cfg.ingest.forward.then(|| pipeline_handle.clone()),
-                require_token: listen
-                    .parse::<std::net::SocketAddr>()
-                    .is_ok_and(|a| !a.ip().is_loopback())
-                    .then(|| cfg.api.token.clone().unwrap_or_default()),
+                tokens: receiver_tokens(&cfg, listen),
                 max_body: cfg.ingest.max_body_bytes,
             };
             let max = cfg.ingest.max_body_bytes;
@@ -132,7 +135,11 @@ impl Host {
                     "gRPC" => ingest::otlp::grpc_router(receiver(l), max),
                     _ => ingest::otlp::http_router(receiver(l), max),
                 };
-                receivers.push(ingest::otlp::serve(protocol, l, router, stop_rx.clone()).await);
+                let tls = ingest_tls.as_ref().map(|c| ingest::otlp::ServeTls {
+                    config: c.clone(),
+                    refused: hub.tls_refused.clone(),
+                });
+                receivers.push(ingest::otlp::serve(protocol, l, router, tls, stop_rx.clone()).await);
             }
         }
 
@@ -147,6 +154,10 @@ impl Host {
 
         let (mut api_addr, mut server) = (None, None);
         if opts.api {
+            let api_tls = match &cfg.api.tls {
+                Some(t) => Some(crate::tls::server_config(t, "api.tls")?),
+                None => None,
+            };
             let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
                 .await
                 .with_context(|| format!("binding the API to {} (api.listen)", cfg.api.listen))?;
@@ -177,13 +188,17 @@ impl Host {
                 cfg.ingest.max_body_bytes,
             );
             let mut stop = stop_rx.clone();
-            server = Some(tokio::spawn(async move {
-                axum::serve(listener, api::router(app).merge(ingest_api))
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await
-            }));
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            let app = api::router(app).merge(ingest_api);
+            server = Some(match api_tls {
+                None => tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await }),
+                Some(c) => {
+                    let l = crate::tls::TlsListener::new(listener, c, hub.tls_refused.clone(), "API")?;
+                    tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(stopped).await })
+                }
+            });
         }
 
         let selfm = match cfg.export.self_metrics_interval_ms {
@@ -274,6 +289,29 @@ impl Host {
             self.started,
         );
     }
+}
+
+/// The bearer tokens an OTLP receiver on `listen` accepts (none: open).
+/// Beyond loopback `api.token` is required, as for the API; on a master,
+/// `cluster.token` admits its agents wherever the receiver listens.
+fn receiver_tokens(cfg: &Config, listen: &str) -> Vec<String> {
+    let mut tokens = Vec::new();
+    let wide = listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| !a.ip().is_loopback());
+    let cluster = cfg.cluster.role == Role::Master && cfg.cluster.token.is_some();
+    if wide || cluster {
+        tokens.extend(cfg.api.token.clone().filter(|t| !t.is_empty()));
+    }
+    if cluster {
+        tokens.extend(cfg.cluster.token.clone());
+    }
+    if wide && tokens.is_empty() {
+        // The config check refuses a wide receiver without api.token; should
+        // one get here anyway, the list must not be empty, which would mean open.
+        tokens.push(String::new());
+    }
+    tokens
 }
 
 /// The cluster side for this host's role (see `crate::cluster`).
@@ -380,8 +418,9 @@ fn print_banner(
         env!("CARGO_PKG_VERSION"),
         crate::plugin::engine::CONTRACT_VERSION
     );
-    println!("  dashboard  http://{}/", cfg.api.listen);
-    println!("  API        http://{}/api/status", cfg.api.listen);
+    let scheme = if cfg.api.tls.is_some() { "https" } else { "http" };
+    println!("  dashboard  {scheme}://{}/", cfg.api.listen);
+    println!("  API        {scheme}://{}/api/status", cfg.api.listen);
     println!(
         "  sampling   every {} ms, {series} series; GPU: {gpu}",
         plugins.sample_plan().period_ms.load(Ordering::Relaxed)
@@ -398,11 +437,12 @@ fn print_banner(
     let mut ingest: Vec<String> = receivers
         .iter()
         .map(|b| match (&b.address, &b.error) {
+            (Some(a), _) if cfg.ingest.tls.is_some() => format!("OTLP {} {a} (TLS)", b.protocol),
             (Some(a), _) => format!("OTLP {} {a}", b.protocol),
             (None, e) => format!("OTLP {} off ({})", b.protocol, e.as_deref().unwrap_or("")),
         })
         .collect();
-    ingest.push(format!("JSON POST http://{}/api/ingest", cfg.api.listen));
+    ingest.push(format!("JSON POST {scheme}://{}/api/ingest", cfg.api.listen));
     println!(
         "  ingest     {}{}",
         ingest.join(", "),

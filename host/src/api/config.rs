@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::tls::config::ServerTls;
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
@@ -15,6 +17,10 @@ pub struct ApiConfig {
     pub token: Option<String>,
     /// Serve the dashboard from this directory instead of the built-in page.
     pub web_dir: Option<PathBuf>,
+    /// TLS on the API listener, which also carries the dashboard and
+    /// `POST /api/ingest` (`[api.tls]`: `cert`, `key`, optional `client_ca`).
+    /// Unset: plain HTTP.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for ApiConfig {
@@ -23,6 +29,7 @@ impl Default for ApiConfig {
             listen: "127.0.0.1:7878".into(),
             token: None,
             web_dir: None,
+            tls: None,
         }
     }
 }

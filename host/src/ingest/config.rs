@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::tls::config::ServerTls;
+
 /// What jobs report to sonde: see `host/src/ingest/`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -23,6 +25,11 @@ pub struct IngestConfig {
     /// Records waiting for the next hand-over at most; beyond it a request is
     /// refused (429 / RESOURCE_EXHAUSTED) and counted, never queued unboundedly.
     pub queue_capacity: usize,
+    /// TLS on both OTLP receivers (`[ingest.tls]`: `cert`, `key`, and
+    /// `client_ca` to require client certificates). Unset: plain TCP. A
+    /// master reached across a network sets it; its agents then export to
+    /// `https://MASTER:4317`.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for IngestConfig {
@@ -34,6 +41,7 @@ impl Default for IngestConfig {
             max_body_bytes: 8 * 1024 * 1024,
             flush_ms: 50,
             queue_capacity: 200_000,
+            tls: None,
         }
     }
 }
