@@ -86,9 +86,12 @@ pub fn server_config(t: &ServerTls, prefix: &str) -> Result<Arc<ServerConfig>, T
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut cfg = builder
-        .with_single_cert(chain, key)
-        .map_err(|e| TlsError::new(format!("{prefix}.key"), format!("does not fit {prefix}.cert: {e}")))?;
+    let mut cfg = builder.with_single_cert(chain, key).map_err(|e| {
+        TlsError::new(
+            format!("{prefix}.key"),
+            format!("is not the private key of {prefix}.cert ({e})"),
+        )
+    })?;
     cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(cfg))
 }
@@ -110,9 +113,12 @@ pub fn client_config(t: &ClientTls, prefix: &str) -> Result<ClientConfig, TlsErr
         (Some(cert), Some(key)) => {
             let chain = certs(cert, &format!("{prefix}.cert"))?;
             let k = private_key(key, &format!("{prefix}.key"))?;
-            builder
-                .with_client_auth_cert(chain, k)
-                .map_err(|e| TlsError::new(format!("{prefix}.key"), format!("does not fit {prefix}.cert: {e}")))
+            builder.with_client_auth_cert(chain, k).map_err(|e| {
+                TlsError::new(
+                    format!("{prefix}.key"),
+                    format!("is not the private key of {prefix}.cert ({e})"),
+                )
+            })
         }
         (Some(_), None) => Err(TlsError::new(
             format!("{prefix}.key"),
