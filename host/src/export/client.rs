@@ -60,6 +60,11 @@ pub struct SendError {
     pub msg: String,
     /// The server asked to wait this long before retrying (HTTP `Retry-After`).
     pub retry_after: Option<Duration>,
+    /// The server turned down sonde's credentials (gRPC UNAUTHENTICATED or
+    /// PERMISSION_DENIED, HTTP 401 or 403). Not retryable by the OTLP rules,
+    /// but a sender with a disk spool keeps the request: the fix is a
+    /// config change, and what waits is still worth sending after it.
+    pub refused: bool,
 }
 
 impl SendError {
@@ -68,6 +73,7 @@ impl SendError {
             retryable: true,
             msg: msg.into(),
             retry_after: None,
+            refused: false,
         }
     }
     pub fn fatal(msg: impl Into<String>) -> Self {
@@ -75,6 +81,7 @@ impl SendError {
             retryable: false,
             msg: msg.into(),
             retry_after: None,
+            refused: false,
         }
     }
 }
@@ -310,6 +317,7 @@ pub fn classify_status(s: Status) -> SendError {
         retryable,
         msg,
         retry_after: None,
+        refused: matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied),
     }
 }
 
@@ -512,6 +520,7 @@ impl HttpClient {
                 retryable,
                 msg: format!("POST {uri}: HTTP {status}: {detail}"),
                 retry_after,
+                refused: matches!(status.as_u16(), 401 | 403),
             })
         };
         match tokio::time::timeout(self.timeout, call).await {
