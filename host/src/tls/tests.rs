@@ -283,3 +283,61 @@ async fn tls_export_reaches_the_receivers_over_mutual_tls_with_a_token() {
     assert!(r.is_err(), "{r:?}");
     assert_eq!(hub.stats().otlp.rows, 2, "nothing else was taken");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_the_api_listener_serves_https_and_refuses_plain_http() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client as HyperClient;
+    use hyper_util::rt::TokioExecutor;
+
+    let dir = tempfile::tempdir().unwrap();
+    let p = Pki::make(dir.path());
+    let mut cfg = Config::default();
+    cfg.host.data_dir = dir.path().join("data");
+    cfg.plugins.dir = dir.path().join("plugins");
+    cfg.plugins.watch = false;
+    cfg.sinks.dir = dir.path().join("sinks");
+    cfg.api.listen = "127.0.0.1:0".into();
+    cfg.api.tls = Some(server(&p, false));
+    std::fs::create_dir_all(&cfg.plugins.dir).unwrap();
+    let opts = crate::run::HostOptions { api: true, otlp: false };
+    let host = crate::run::Host::start(cfg, opts).await.unwrap();
+    let addr = host.api_addr.unwrap();
+
+    let tls = client_config(
+        &ClientTls {
+            ca: Some(p.ca.clone()),
+            ..ClientTls::default()
+        },
+        "export.tls",
+    )
+    .unwrap();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client: HyperClient<_, Empty<bytes::Bytes>> = HyperClient::builder(TokioExecutor::new()).build(connector);
+    let uri: hyper::Uri = format!("https://localhost:{}/api/ready", addr.port()).parse().unwrap();
+    let resp = client.get(uri).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let _ = resp.into_body().collect().await;
+
+    // A plain-HTTP request gets no HTTP answer, and is counted.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /api/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    assert!(!buf.starts_with(b"HTTP/"), "{:?}", String::from_utf8_lossy(&buf));
+    for _ in 0..100 {
+        if host.hub.stats().tls_refused > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(host.hub.stats().tls_refused, 1);
+    host.shutdown(false).await;
+}
