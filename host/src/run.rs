@@ -207,6 +207,7 @@ impl Host {
                 plugins.clone(),
                 pipeline_handle.clone(),
                 sampler.clone(),
+                hub.clone(),
                 Duration::from_millis(ms),
             )),
         };
@@ -476,6 +477,7 @@ async fn self_metrics_loop(
     plugins: Arc<PluginManager>,
     pipeline: PipelineHandle,
     sampler: Arc<Mutex<Option<driver::SamplerHandle>>>,
+    hub: Arc<IngestHub>,
     every: Duration,
 ) {
     let scope = Arc::new(Scope {
@@ -556,6 +558,26 @@ async fn self_metrics_loop(
                 ),
             ]);
         }
+        // Who the receivers turned away (on a master: agents with a wrong
+        // token or certificate), so a dashboard or alert can see it.
+        let i = hub.stats();
+        let unauthorized = i.otlp.unauthorized + i.json.unauthorized;
+        rows.extend([
+            (
+                "sonde.ingest.unauthorized",
+                "{request}",
+                Counter,
+                None,
+                unauthorized as f64,
+            ),
+            (
+                "sonde.ingest.tls_refused",
+                "{handshake}",
+                Counter,
+                None,
+                i.tls_refused as f64,
+            ),
+        ]);
         let e = pipeline.stats();
         rows.extend([
             (

@@ -33,7 +33,8 @@ impl Role {
 pub struct ClusterConfig {
     /// `standalone` (default), `agent` or `master` (flag `--role`).
     pub role: Role,
-    /// For an agent: the master's OTLP/gRPC address, e.g. `http://10.0.0.5:4317`
+    /// For an agent: the master's OTLP/gRPC address, e.g. `http://10.0.0.5:4317`,
+    /// or `https://…` for a master with `ingest.tls` (checked with `export.tls`)
     /// (flag `--master`). It becomes `export.endpoint` unless that is set too.
     pub master: Option<String>,
     /// For a master: a node that has not been heard from for this long is
