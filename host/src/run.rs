@@ -70,6 +70,13 @@ impl Host {
     /// Starts everything; must be called inside a multi-threaded tokio runtime.
     pub async fn start(cfg: Config, opts: HostOptions) -> Result<Host> {
         let started = Instant::now();
+        // Certificates first: a file that went missing since the config check
+        // stops the host before any part of it runs.
+        let load = |t: &Option<crate::tls::ServerTls>, key: &str| {
+            t.as_ref().map(|t| crate::tls::server_config(t, key)).transpose()
+        };
+        let ingest_tls = load(&cfg.ingest.tls, "ingest.tls")?;
+        let api_tls = load(&cfg.api.tls, "api.tls")?;
         std::fs::create_dir_all(&cfg.host.data_dir)
             .with_context(|| format!("creating the data directory {}", cfg.host.data_dir.display()))?;
         let (pipeline_handle, pipeline) = Pipeline::start(
@@ -111,12 +118,6 @@ impl Host {
         );
         let mut receivers = Vec::new();
         if opts.otlp {
-            // The config check loaded these files already; loading them again
-            // here cannot half-start the host, nothing listens yet.
-            let ingest_tls = match &cfg.ingest.tls {
-                Some(t) => Some(crate::tls::server_config(t, "ingest.tls")?),
-                None => None,
-            };
             let receiver = |listen: &str| ingest::otlp::Receiver {
                 hub: hub.clone(),
                 forward: cfg.ingest.forward.then(|| pipeline_handle.clone()),
@@ -154,10 +155,6 @@ impl Host {
 
         let (mut api_addr, mut server) = (None, None);
         if opts.api {
-            let api_tls = match &cfg.api.tls {
-                Some(t) => Some(crate::tls::server_config(t, "api.tls")?),
-                None => None,
-            };
             let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
                 .await
                 .with_context(|| format!("binding the API to {} (api.listen)", cfg.api.listen))?;
