@@ -12,11 +12,13 @@
 //!    └──► ingest ──► plugin (hands batches to the plugins)
 //!   agent ──► run, ingest     (the in-process Rust API)
 //!   history                   (the embedded store: depends on model only)
+//!   tls                       (TLS settings, PEM loading, the TLS listener: depends on nothing)
 //! ```
 //! `model` is shared by all. Each component's settings live beside it
 //! (`sample/config.rs`, `plugin/config.rs`, `export/config.rs`,
-//! `api/config.rs`, `sinks/config.rs`, `ingest/config.rs`): plain data that
-//! imports nothing of its component. `config` assembles them into `Config`
+//! `api/config.rs`, `sinks/config.rs`, `ingest/config.rs`; the `tls` tables
+//! they embed are `tls/config.rs`): plain data that imports nothing of its
+//! component. `config` assembles them into `Config`
 //! and validates it, so any module may read `Config` without a circle.
 //! Nothing depends on `api`. `scripts/check_layers.py` checks that the
 //! imports (and the files inside `ingest/`) have no circles.
@@ -36,3 +38,4 @@ pub mod sample;
 pub mod sinks;
 pub mod state;
 pub mod storage;
+pub mod tls;

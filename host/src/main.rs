@@ -33,7 +33,7 @@ struct Cli {
     /// Sampling period in milliseconds (sampler.period_ms).
     #[arg(long)]
     period_ms: Option<u32>,
-    /// OTLP collector, e.g. http://127.0.0.1:4317 (export.endpoint).
+    /// OTLP collector, e.g. http://127.0.0.1:4317, or https://… with export.tls (export.endpoint).
     #[arg(long)]
     export_endpoint: Option<String>,
     /// grpc or http/protobuf (export.protocol).
@@ -42,7 +42,7 @@ struct Cli {
     /// standalone (default), agent or master (cluster.role).
     #[arg(long)]
     role: Option<String>,
-    /// An agent's master, e.g. http://10.0.0.5:4317 (cluster.master).
+    /// An agent's master, e.g. http://10.0.0.5:4317, or https://… when its receivers use TLS (cluster.master).
     #[arg(long)]
     master: Option<String>,
     /// Any setting as key=value, e.g. --set plugins.call_timeout_ms=50 (repeatable).

@@ -71,6 +71,13 @@ impl Host {
     /// Starts everything; must be called inside a multi-threaded tokio runtime.
     pub async fn start(cfg: Config, opts: HostOptions) -> Result<Host> {
         let started = Instant::now();
+        // Certificates first: a file that went missing since the config check
+        // stops the host before any part of it runs.
+        let load = |t: &Option<crate::tls::ServerTls>, key: &str| {
+            t.as_ref().map(|t| crate::tls::server_config(t, key)).transpose()
+        };
+        let ingest_tls = load(&cfg.ingest.tls, "ingest.tls")?;
+        let api_tls = load(&cfg.api.tls, "api.tls")?;
         std::fs::create_dir_all(&cfg.host.data_dir)
             .with_context(|| format!("creating the data directory {}", cfg.host.data_dir.display()))?;
         let (pipeline_handle, pipeline) = Pipeline::start(
@@ -115,10 +122,7 @@ impl Host {
             let receiver = |listen: &str| ingest::otlp::Receiver {
                 hub: hub.clone(),
                 forward: cfg.ingest.forward.then(|| pipeline_handle.clone()),
-                require_token: listen
-                    .parse::<std::net::SocketAddr>()
-                    .is_ok_and(|a| !a.ip().is_loopback())
-                    .then(|| cfg.api.token.clone().unwrap_or_default()),
+                tokens: receiver_tokens(&cfg, listen),
                 max_body: cfg.ingest.max_body_bytes,
                 limits: Limits::from(&cfg.ingest),
             };
@@ -134,7 +138,11 @@ impl Host {
                     "gRPC" => ingest::otlp::grpc_router(receiver(l), max),
                     _ => ingest::otlp::http_router(receiver(l), max),
                 };
-                receivers.push(ingest::otlp::serve(protocol, l, router, stop_rx.clone()).await);
+                let tls = ingest_tls.as_ref().map(|c| ingest::otlp::ServeTls {
+                    config: c.clone(),
+                    refused: hub.tls_refused.clone(),
+                });
+                receivers.push(ingest::otlp::serve(protocol, l, router, tls, stop_rx.clone()).await);
             }
         }
 
@@ -181,18 +189,21 @@ impl Host {
                 cfg.ingest.max_body_bytes,
             );
             let mut stop = stop_rx.clone();
-            server = Some(tokio::spawn(async move {
-                // The JSON ingest is inside the error layer too, so that its
-                // 405s answer in the API's shape.
-                let routes = api::router(app)
-                    .merge(ingest_api)
-                    .layer(axum::middleware::from_fn(api::errors::json_errors));
-                axum::serve(listener, routes)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await
-            }));
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            // The JSON ingest is inside the error layer too, so that its
+            // 405s answer in the API's shape.
+            let app = api::router(app)
+                .merge(ingest_api)
+                .layer(axum::middleware::from_fn(api::errors::json_errors));
+            server = Some(match api_tls {
+                None => tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await }),
+                Some(c) => {
+                    let l = crate::tls::TlsListener::new(listener, c, hub.tls_refused.clone(), "API")?;
+                    tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(stopped).await })
+                }
+            });
         }
 
         let selfm = match cfg.export.self_metrics_interval_ms {
@@ -284,6 +295,29 @@ impl Host {
             self.started,
         );
     }
+}
+
+/// The bearer tokens an OTLP receiver on `listen` accepts (none: open).
+/// Beyond loopback `api.token` is required, as for the API; on a master,
+/// `cluster.token` admits its agents wherever the receiver listens.
+fn receiver_tokens(cfg: &Config, listen: &str) -> Vec<String> {
+    let mut tokens = Vec::new();
+    let wide = listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| !a.ip().is_loopback());
+    let cluster = cfg.cluster.role == Role::Master && cfg.cluster.token.is_some();
+    if wide || cluster {
+        tokens.extend(cfg.api.token.clone().filter(|t| !t.is_empty()));
+    }
+    if cluster {
+        tokens.extend(cfg.cluster.token.clone());
+    }
+    if wide && tokens.is_empty() {
+        // The config check refuses a wide receiver without api.token; should
+        // one get here anyway, the list must not be empty, which would mean open.
+        tokens.push(String::new());
+    }
+    tokens
 }
 
 /// The cluster side for this host's role (see `crate::cluster`).
@@ -390,8 +424,9 @@ fn print_banner(
         env!("CARGO_PKG_VERSION"),
         crate::plugin::engine::CONTRACT_VERSION
     );
-    println!("  dashboard  http://{}/", cfg.api.listen);
-    println!("  API        http://{}/api/status", cfg.api.listen);
+    let scheme = if cfg.api.tls.is_some() { "https" } else { "http" };
+    println!("  dashboard  {scheme}://{}/", cfg.api.listen);
+    println!("  API        {scheme}://{}/api/status", cfg.api.listen);
     println!(
         "  sampling   every {} ms, {series} series; GPU: {gpu}",
         plugins.sample_plan().period_ms.load(Ordering::Relaxed)
@@ -408,11 +443,12 @@ fn print_banner(
     let mut ingest: Vec<String> = receivers
         .iter()
         .map(|b| match (&b.address, &b.error) {
+            (Some(a), _) if cfg.ingest.tls.is_some() => format!("OTLP {} {a} (TLS)", b.protocol),
             (Some(a), _) => format!("OTLP {} {a}", b.protocol),
             (None, e) => format!("OTLP {} off ({})", b.protocol, e.as_deref().unwrap_or("")),
         })
         .collect();
-    ingest.push(format!("JSON POST http://{}/api/ingest", cfg.api.listen));
+    ingest.push(format!("JSON POST {scheme}://{}/api/ingest", cfg.api.listen));
     println!(
         "  ingest     {}{}",
         ingest.join(", "),
@@ -527,14 +563,34 @@ async fn self_metrics_loop(
                 ),
             ]);
         }
+        // What the receivers cut to their limits, and whom they turned away
+        // (on a master: agents with a wrong token or certificate), so a
+        // dashboard or alert can see it.
         let i = hub.stats();
-        rows.push((
-            "sonde.ingest.truncated",
-            "{value}",
-            Counter,
-            None,
-            (i.otlp.truncated + i.json.truncated + i.agent.truncated) as f64,
-        ));
+        let unauthorized = i.otlp.unauthorized + i.json.unauthorized;
+        rows.extend([
+            (
+                "sonde.ingest.truncated",
+                "{value}",
+                Counter,
+                None,
+                (i.otlp.truncated + i.json.truncated + i.agent.truncated) as f64,
+            ),
+            (
+                "sonde.ingest.unauthorized",
+                "{request}",
+                Counter,
+                None,
+                unauthorized as f64,
+            ),
+            (
+                "sonde.ingest.tls_refused",
+                "{handshake}",
+                Counter,
+                None,
+                i.tls_refused as f64,
+            ),
+        ]);
         let e = pipeline.stats();
         rows.extend([
             (

@@ -6,6 +6,7 @@
 //! `target/debug/sonde` (or `$SONDE_BIN`) and the plugins in `target/plugins/`.
 
 pub mod engines;
+pub mod pki;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -171,11 +172,11 @@ impl Sonde {
 
     /// The same on a given API port (to restart a sonde where its clients expect it).
     pub fn start_on(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str], port: u16) -> Sonde {
-        Sonde::start_env(dir, plugins, args, port, &[])
+        Sonde::start_env(dir, plugins, args, &[], port)
     }
 
-    /// The same with extra environment variables (a faked clock, OTEL_* settings).
-    pub fn start_env(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str], port: u16, env: &[(&str, &str)]) -> Sonde {
+    /// The same with extra environment variables (`OTEL_EXPORTER_OTLP_*`).
+    pub fn start_env(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str], env: &[(&str, &str)], port: u16) -> Sonde {
         let pdir = dir.join("plugins");
         std::fs::create_dir_all(&pdir).unwrap();
         std::fs::create_dir_all(dir.join("sinks")).unwrap();

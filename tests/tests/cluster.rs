@@ -273,13 +273,13 @@ fn an_agent_ten_seconds_ahead_is_flagged_and_its_points_keep_their_own_time() {
             "--set",
             "cluster.heartbeat_ms=300",
         ],
-        free_port(),
         &[
             ("LD_PRELOAD", faketime),
             ("FAKETIME", "+10s"),
             // Only the wall clock is moved: timers and timeouts run as usual.
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
         ],
+        free_port(),
     );
     let flagged = wait_for(Duration::from_secs(20), || {
         node(&nodes(&master), "ahead").is_some_and(|n| n["clock_skewed"] == true)

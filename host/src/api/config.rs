@@ -6,6 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::tls::config::ServerTls;
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
@@ -27,6 +29,10 @@ pub struct ApiConfig {
     /// window × 8 bytes: 590 MB for the default hour of 2 048 series at
     /// 100 ms, 390 MB for a master's 16 384 series over five minutes.
     pub live_max_series: Option<usize>,
+    /// TLS on the API listener, which also carries the dashboard and
+    /// `POST /api/ingest` (`[api.tls]`: `cert`, `key`, optional `client_ca`).
+    /// Unset: plain HTTP.
+    pub tls: Option<ServerTls>,
 }
 
 /// The live store's bounds, as resolved for this sonde's role.
@@ -82,6 +88,7 @@ impl Default for ApiConfig {
             web_dir: None,
             live_window_ms: None,
             live_max_series: None,
+            tls: None,
         }
     }
 }

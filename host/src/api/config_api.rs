@@ -51,6 +51,9 @@ pub fn redacted(cfg: &Config) -> Value {
     if cfg.api.token.is_some() {
         cfg.api.token = Some(REDACTED.into());
     }
+    if cfg.cluster.token.is_some() {
+        cfg.cluster.token = Some(REDACTED.into());
+    }
     for v in cfg.export.headers.values_mut() {
         *v = REDACTED.into();
     }
@@ -181,6 +184,11 @@ fn unredact(doc: &mut Value, old: &Config) {
     {
         *tok = old.api.token.clone().map(Value::String).unwrap_or(Value::Null);
     }
+    if let Some(tok) = doc.pointer_mut("/cluster/token")
+        && tok == REDACTED
+    {
+        *tok = old.cluster.token.clone().map(Value::String).unwrap_or(Value::Null);
+    }
     if let Some(Value::Object(h)) = doc.pointer_mut("/export/headers") {
         for (k, v) in h.iter_mut() {
             if v == REDACTED
@@ -222,6 +230,7 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<ConfigError> {
     check("sampler", s != old.sampler);
     check("plugins", old.plugins != new.plugins);
     check("api.listen", old.api.listen != new.api.listen);
+    check("api.tls", old.api.tls != new.api.tls);
     check("ingest", old.ingest != new.ingest);
     check("sinks.dir", old.sinks != new.sinks);
     check(

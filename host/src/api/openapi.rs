@@ -107,7 +107,11 @@ fn operations() -> Vec<Op> {
             (422, "an invalid value, or a name or attribute over its ingest.max_* limit: key names the row and field, reason the limit"),
             (429, "the ingest queue is full; retry after a second"),
         ]),
-        op("get", "/api/ingest", "ingest counters per source (otlp, json, agent) and the hub's queue"),
+        op(
+            "get",
+            "/api/ingest",
+            "ingest counters per source (otlp, json, agent; `unauthorized`: refused for a missing or wrong bearer token), TLS handshakes the listeners refused (`tls_refused`) and the hub's queue",
+        ),
         op(
             "get",
             "/api/health",

@@ -33,7 +33,8 @@ impl Role {
 pub struct ClusterConfig {
     /// `standalone` (default), `agent` or `master` (flag `--role`).
     pub role: Role,
-    /// For an agent: the master's OTLP/gRPC address, e.g. `http://10.0.0.5:4317`
+    /// For an agent: the master's OTLP/gRPC address, e.g. `http://10.0.0.5:4317`,
+    /// or `https://…` for a master with `ingest.tls` (checked with `export.tls`)
     /// (flag `--master`). It becomes `export.endpoint` unless that is set too.
     pub master: Option<String>,
     /// For a master: a node that has not been heard from for this long is
@@ -54,6 +55,12 @@ pub struct ClusterConfig {
     /// default holds an hour of 100 ms steps; a step of 3 phases costs about
     /// 200 bytes, so 8 ranks at the default take about 60 MB.
     pub max_steps_per_rank: usize,
+    /// A shared secret between a master and its agents. An agent sends it
+    /// as `Authorization: Bearer <token>` with every export and heartbeat; a
+    /// master's OTLP receivers then refuse (and count, `unauthorized` in
+    /// `GET /api/ingest`) any request without it or `api.token`. The other
+    /// way to admit agents is mutual TLS (`ingest.tls.client_ca`).
+    pub token: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -67,6 +74,7 @@ impl Default for ClusterConfig {
             max_nodes: 4_096,
             max_jobs: 256,
             max_steps_per_rank: 36_000,
+            token: None,
         }
     }
 }
@@ -102,6 +110,16 @@ impl ClusterConfig {
         }
         if self.node_timeout_ms.is_some_and(|t| t < 200) {
             p.push(("cluster.node_timeout_ms", "must be at least 200".to_string()));
+        }
+        if self
+            .token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty() || t.trim() != t)
+        {
+            p.push((
+                "cluster.token",
+                "must not be empty or start or end with spaces".to_string(),
+            ));
         }
         if self.max_nodes == 0 {
             p.push(("cluster.max_nodes", "must be at least 1".to_string()));

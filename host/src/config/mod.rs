@@ -326,6 +326,7 @@ impl Config {
         for (key, reason) in self.api.problems() {
             errs.push(ConfigError::new(key, reason));
         }
+        errs.extend(self.tls_problems());
         for (key, reason) in self.cluster.problems() {
             errs.push(ConfigError::new(key, reason));
         }
@@ -335,8 +336,48 @@ impl Config {
         if errs.is_empty() { Ok(()) } else { Err(errs) }
     }
 
-    /// An agent sends to its master unless `export.endpoint` says otherwise.
+    /// Loads every configured certificate and key once, so that a bad path
+    /// or PEM is reported here with its key, before anything listens or sends.
+    fn tls_problems(&self) -> Vec<ConfigError> {
+        let mut errs = Vec::new();
+        for (prefix, t) in [("ingest.tls", &self.ingest.tls), ("api.tls", &self.api.tls)] {
+            if let Some(t) = t
+                && let Err(e) = crate::tls::server_config(t, prefix)
+            {
+                errs.push(ConfigError::new(e.key, e.reason));
+            }
+        }
+        let https = [
+            &self.export.endpoint,
+            &self.export.metrics_endpoint,
+            &self.export.logs_endpoint,
+        ]
+        .iter()
+        .any(|u| u.as_deref().is_some_and(|u| u.starts_with("https://")));
+        // The system trust store is only read when something will use it.
+        if (https || !self.export.tls.is_empty())
+            && let Err(e) = crate::tls::client_config(&self.export.tls, "export.tls")
+        {
+            errs.push(ConfigError::new(e.key, e.reason));
+        }
+        errs
+    }
+
+    /// An agent sends to its master unless `export.endpoint` says otherwise,
+    /// and proves itself with `cluster.token` when one is set.
     fn apply_role(&mut self) {
+        if self.cluster.role == crate::cluster::config::Role::Agent
+            && let Some(token) = &self.cluster.token
+            && !self
+                .export
+                .headers
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case("authorization"))
+        {
+            self.export
+                .headers
+                .insert("authorization".into(), format!("Bearer {}", token.trim()));
+        }
         if self.cluster.role == crate::cluster::config::Role::Agent && self.export.endpoint.is_none() {
             self.export.endpoint.clone_from(&self.cluster.master);
             self.export.protocol = crate::export::config::Protocol::Grpc;
@@ -359,9 +400,6 @@ fn check_url(u: &str) -> Result<(), String> {
         .ok_or_else(|| format!("{u:?} must start with http:// or https://"))?;
     if rest.is_empty() || rest.starts_with('/') {
         return Err(format!("{u:?} has no host"));
-    }
-    if u.starts_with("https://") {
-        return Err("https is not supported by this build yet; use a local collector over http".into());
     }
     Ok(())
 }

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use super::{ConfigError, ConfigErrors};
 
 /// The standard OpenTelemetry exporter variables, as a partial config.
-/// Spec: OTEL_EXPORTER_OTLP_{ENDPOINT,PROTOCOL,HEADERS,TIMEOUT}, the per-signal
+/// Spec: OTEL_EXPORTER_OTLP_{ENDPOINT,PROTOCOL,HEADERS,TIMEOUT,COMPRESSION},
+/// OTEL_EXPORTER_OTLP_{CERTIFICATE,CLIENT_CERTIFICATE,CLIENT_KEY} (onto
+/// `export.tls`), the per-signal
 /// `_METRICS_`/`_LOGS_` forms, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES,
 /// OTEL_METRIC_EXPORT_INTERVAL and OTEL_SDK_DISABLED.
 pub(super) fn otel_env_overlay(env: &BTreeMap<String, String>) -> Result<toml::Table, ConfigErrors> {
@@ -80,6 +82,22 @@ pub(super) fn otel_env_overlay(env: &BTreeMap<String, String>) -> Result<toml::T
                 Err(reason) => errs.push(ConfigError::new(var, reason)),
             }
         }
+    }
+    // TLS files for `https://` endpoints; the per-signal form wins, as for the other keys.
+    let mut tls = toml::Table::new();
+    for (var, key) in [
+        ("CERTIFICATE", "ca"),
+        ("CLIENT_CERTIFICATE", "cert"),
+        ("CLIENT_KEY", "key"),
+    ] {
+        if let Some(v) =
+            get(&format!("OTEL_EXPORTER_OTLP_METRICS_{var}")).or_else(|| get(&format!("OTEL_EXPORTER_OTLP_{var}")))
+        {
+            tls.insert(key.into(), v.into());
+        }
+    }
+    if !tls.is_empty() {
+        export.insert("tls".into(), tls.into());
     }
     if let Some(v) = get("OTEL_SERVICE_NAME") {
         export.insert("service_name".into(), v.into());

@@ -7,6 +7,12 @@
 //! generated `MetricsServiceClient`/`LogsServiceClient` (same path, same wire
 //! format; the responses are decoded with prost as usual).
 //!
+//! `https://` endpoints go through one hyper-rustls connector built from
+//! `export.tls` (`crate::tls`): the same rustls configuration for gRPC (ALPN
+//! h2, handed to tonic as its connector) and HTTP/protobuf (ALPN http/1.1).
+//! `http://` endpoints stay plain TCP. Configured headers go on every request
+//! of both protocols (gRPC metadata is the request's HTTP/2 headers).
+//!
 //! Every send is bounded by the configured timeout. Errors are classified per
 //! the OTLP spec ("Retryable Response Codes" / "Failures"): transport errors
 //! (refused, reset, timeout), gRPC CANCELLED, DEADLINE_EXCEEDED,
@@ -20,6 +26,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes};
 use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -53,6 +60,11 @@ pub struct SendError {
     pub msg: String,
     /// The server asked to wait this long before retrying (HTTP `Retry-After`).
     pub retry_after: Option<Duration>,
+    /// The server turned down sonde's credentials (gRPC UNAUTHENTICATED or
+    /// PERMISSION_DENIED, HTTP 401 or 403). Not retryable by the OTLP rules,
+    /// but a sender with a disk spool keeps the request: the fix is a
+    /// config change, and what waits is still worth sending after it.
+    pub refused: bool,
 }
 
 impl SendError {
@@ -61,6 +73,7 @@ impl SendError {
             retryable: true,
             msg: msg.into(),
             retry_after: None,
+            refused: false,
         }
     }
     pub fn fatal(msg: impl Into<String>) -> Self {
@@ -68,6 +81,7 @@ impl SendError {
             retryable: false,
             msg: msg.into(),
             retry_after: None,
+            refused: false,
         }
     }
 }
@@ -105,7 +119,13 @@ impl Client {
         let timeout = Duration::from_millis(cfg.timeout_ms.max(1));
         let gzip = cfg.compression == Some(crate::export::config::Compression::Gzip);
         Ok(match cfg.protocol {
-            Protocol::Grpc => Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout, gzip)?)),
+            Protocol::Grpc => {
+                let tls = endpoint
+                    .starts_with("https://")
+                    .then(|| crate::tls::client_config(&cfg.tls, "export.tls"))
+                    .transpose()?;
+                Client::Grpc(Box::new(GrpcClient::new(endpoint, &cfg.headers, timeout, gzip, tls)?))
+            }
             Protocol::HttpProtobuf => {
                 let base = endpoint.trim_end_matches('/');
                 let metrics = cfg
@@ -113,7 +133,19 @@ impl Client {
                     .clone()
                     .unwrap_or_else(|| format!("{base}/v1/metrics"));
                 let logs = cfg.logs_endpoint.clone().unwrap_or_else(|| format!("{base}/v1/logs"));
-                Client::Http(Box::new(HttpClient::new(&metrics, &logs, &cfg.headers, timeout, gzip)?))
+                let tls = if [&metrics, &logs].iter().any(|u| u.starts_with("https://")) {
+                    crate::tls::client_config(&cfg.tls, "export.tls")?
+                } else {
+                    crate::tls::unused_client_config()
+                };
+                Client::Http(Box::new(HttpClient::new(
+                    &metrics,
+                    &logs,
+                    &cfg.headers,
+                    timeout,
+                    gzip,
+                    tls,
+                )?))
             }
         })
     }
@@ -152,13 +184,25 @@ impl GrpcClient {
         headers: &std::collections::BTreeMap<String, String>,
         timeout: Duration,
         gzip: bool,
+        tls: Option<rustls::ClientConfig>,
     ) -> anyhow::Result<Self> {
-        let channel = Endpoint::from_shared(endpoint.to_string())
+        let ep = Endpoint::from_shared(endpoint.to_string())
             .map_err(|e| anyhow::anyhow!("export.endpoint {endpoint:?}: {e}"))?
             .timeout(timeout)
             .connect_timeout(timeout)
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let channel = match tls {
+            None => ep.connect_lazy(),
+            // tonic's own TLS would need a second rustls setup; handing it the
+            // same connector as HTTP keeps one trust configuration.
+            Some(tls) => ep.connect_with_connector_lazy(
+                HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_only()
+                    .enable_http2()
+                    .wrap_connector(tcp_connector(timeout)),
+            ),
+        };
         let mut metadata = MetadataMap::new();
         for (k, v) in headers {
             let key = MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
@@ -273,6 +317,7 @@ pub fn classify_status(s: Status) -> SendError {
         retryable,
         msg,
         retry_after: None,
+        refused: matches!(s.code(), Code::Unauthenticated | Code::PermissionDenied),
     }
 }
 
@@ -331,10 +376,20 @@ fn gzip(body: &[u8]) -> Bytes {
     Bytes::from(e.finish().unwrap_or_default())
 }
 
+/// Plain TCP with Nagle off and a bounded connect; TLS, when used, wraps it.
+fn tcp_connector(timeout: Duration) -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(timeout));
+    // Let `https://` URIs through: the TLS connector around it handles them.
+    connector.enforce_http(false);
+    connector
+}
+
 /// HTTP/1.1 POSTs of `application/x-protobuf` with hyper's pooled client.
 #[derive(Clone)]
 pub struct HttpClient {
-    client: HyperClient<HttpConnector, Full<Bytes>>,
+    client: HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
     metrics_url: http::Uri,
     logs_url: http::Uri,
     /// Beside the logs URL (`…/v1/logs` → `…/v1/traces`): only forwarded spans use it.
@@ -352,23 +407,22 @@ impl HttpClient {
         headers: &std::collections::BTreeMap<String, String>,
         timeout: Duration,
         gzip: bool,
+        tls: rustls::ClientConfig,
     ) -> anyhow::Result<Self> {
         let parse = |u: &str, key: &str| -> anyhow::Result<http::Uri> {
             let uri: http::Uri = u.parse().map_err(|e| anyhow::anyhow!("{key} {u:?}: {e}"))?;
             match uri.scheme_str() {
-                Some("http") => Ok(uri),
-                _ => anyhow::bail!("{key} {u:?}: only http:// is supported"),
+                Some("http" | "https") => Ok(uri),
+                _ => anyhow::bail!("{key} {u:?}: must start with http:// or https://"),
             }
         };
         let metrics_url = parse(metrics_url, "export.metrics_endpoint")?;
         let logs_url = parse(logs_url, "export.logs_endpoint")?;
+        let scheme = logs_url.scheme_str().unwrap_or("http");
+        let authority = logs_url.authority().map_or("", |a| a.as_str());
         let traces = match logs_url.path().strip_suffix("/v1/logs") {
-            Some(base) => format!(
-                "{}://{}{base}/v1/traces",
-                "http",
-                logs_url.authority().map_or("", |a| a.as_str())
-            ),
-            None => format!("http://{}/v1/traces", logs_url.authority().map_or("", |a| a.as_str())),
+            Some(base) => format!("{scheme}://{authority}{base}/v1/traces"),
+            None => format!("{scheme}://{authority}/v1/traces"),
         };
         let traces_url = parse(&traces, "export.logs_endpoint")?;
         let mut map = http::HeaderMap::new();
@@ -379,9 +433,11 @@ impl HttpClient {
                 .map_err(|e| anyhow::anyhow!("export.headers.{k}: not a valid header value: {e}"))?;
             map.insert(name, val);
         }
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(tcp_connector(timeout));
         let client = HyperClient::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
@@ -464,6 +520,7 @@ impl HttpClient {
                 retryable,
                 msg: format!("POST {uri}: HTTP {status}: {detail}"),
                 retry_after,
+                refused: matches!(status.as_u16(), 401 | 403),
             })
         };
         match tokio::time::timeout(self.timeout, call).await {

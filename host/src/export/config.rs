@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::tls::config::ClientTls;
+
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub enum Protocol {
     #[serde(rename = "grpc")]
@@ -29,7 +31,8 @@ pub enum Compression {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExportConfig {
-    /// Collector base URL, e.g. "http://127.0.0.1:4317". None: export off.
+    /// Collector base URL, e.g. "http://127.0.0.1:4317", or `https://…` for
+    /// TLS (see `tls`). None: export off.
     pub endpoint: Option<String>,
     pub protocol: Protocol,
     /// `gzip` or `none` (`OTEL_EXPORTER_OTLP_COMPRESSION`). Default: gzip on
@@ -39,8 +42,16 @@ pub struct ExportConfig {
     /// Full URLs per signal for http/protobuf (default: endpoint + /v1/metrics, /v1/logs).
     pub metrics_endpoint: Option<String>,
     pub logs_endpoint: Option<String>,
-    /// Extra request headers (API keys).
+    /// Extra request headers (API keys), sent with every request: as HTTP
+    /// headers over http/protobuf, as metadata over gRPC
+    /// (`OTEL_EXPORTER_OTLP_HEADERS`).
     pub headers: BTreeMap<String, String>,
+    /// How `https://` endpoints are checked and how sonde proves who it is
+    /// (`[export.tls]`: `ca`, and `cert` + `key` for mutual TLS; or
+    /// `OTEL_EXPORTER_OTLP_CERTIFICATE`, `_CLIENT_CERTIFICATE`,
+    /// `_CLIENT_KEY`). Also used by an agent's heartbeat. `http://` endpoints
+    /// ignore it.
+    pub tls: ClientTls,
     /// Per-request timeout.
     pub timeout_ms: u64,
     /// Batching window: what was emitted during it goes out in one request.
@@ -91,6 +102,7 @@ impl Default for ExportConfig {
             metrics_endpoint: None,
             logs_endpoint: None,
             headers: BTreeMap::new(),
+            tls: ClientTls::default(),
             timeout_ms: 10_000,
             interval_ms: 5_000,
             max_batch_points: 8_192,

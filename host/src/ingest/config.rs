@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::tls::config::ServerTls;
+
 /// What jobs report to sonde: see `host/src/ingest/`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -35,6 +37,11 @@ pub struct IngestConfig {
     pub max_attribute_value_bytes: usize,
     /// Most attributes on one origin or one row (a point's series, an event).
     pub max_attributes: usize,
+    /// TLS on both OTLP receivers (`[ingest.tls]`: `cert`, `key`, and
+    /// `client_ca` to require client certificates). Unset: plain TCP. A
+    /// master reached across a network sets it; its agents then export to
+    /// `https://MASTER:4317`.
+    pub tls: Option<ServerTls>,
 }
 
 impl Default for IngestConfig {
@@ -50,6 +57,7 @@ impl Default for IngestConfig {
             max_attribute_key_bytes: 128,
             max_attribute_value_bytes: 4096,
             max_attributes: 64,
+            tls: None,
         }
     }
 }

@@ -315,6 +315,8 @@ pub struct SourceCounters {
     pub rows: AtomicU64,
     /// Requests refused: malformed, too large, unauthorised, unknown fields.
     pub rejected: AtomicU64,
+    /// Of those, refused for a missing or wrong bearer token.
+    pub unauthorized: AtomicU64,
     /// Rows refused because the hub was full.
     pub refused_rows: AtomicU64,
     /// Rows of kinds no plugin takes (e.g. histograms) or that were invalid.
@@ -329,6 +331,7 @@ pub struct SourceStats {
     pub requests: u64,
     pub rows: u64,
     pub rejected: u64,
+    pub unauthorized: u64,
     pub refused_rows: u64,
     pub skipped_rows: u64,
     pub truncated: u64,
@@ -340,6 +343,7 @@ impl SourceCounters {
             requests: self.requests.load(Relaxed),
             rows: self.rows.load(Relaxed),
             rejected: self.rejected.load(Relaxed),
+            unauthorized: self.unauthorized.load(Relaxed),
             refused_rows: self.refused_rows.load(Relaxed),
             skipped_rows: self.skipped_rows.load(Relaxed),
             truncated: self.truncated.load(Relaxed),
@@ -359,6 +363,9 @@ pub struct IngestStats {
     pub rows_unwanted: u64,
     pub waiting: usize,
     pub capacity: usize,
+    /// TLS handshakes refused by the receivers and the API listener (no or
+    /// a foreign client certificate under mTLS, plain HTTP on a TLS port).
+    pub tls_refused: u64,
 }
 
 /// Where batches go (the plugin manager in the host; a test collector in tests).
@@ -389,6 +396,8 @@ pub struct IngestHub {
     pub otlp: SourceCounters,
     pub json: SourceCounters,
     pub agent: SourceCounters,
+    /// Shared with every TLS listener: see [`IngestStats::tls_refused`].
+    pub tls_refused: Arc<AtomicU64>,
     batches: AtomicU64,
     rows_published: AtomicU64,
     rows_unwanted: AtomicU64,
@@ -406,6 +415,7 @@ impl IngestHub {
             otlp: SourceCounters::default(),
             json: SourceCounters::default(),
             agent: SourceCounters::default(),
+            tls_refused: Arc::default(),
             batches: AtomicU64::new(0),
             rows_published: AtomicU64::new(0),
             rows_unwanted: AtomicU64::new(0),
@@ -541,6 +551,7 @@ impl IngestHub {
             rows_unwanted: self.rows_unwanted.load(Relaxed),
             waiting: self.pending.lock().rows,
             capacity: self.capacity,
+            tls_refused: self.tls_refused.load(Relaxed),
         }
     }
 }

@@ -166,7 +166,10 @@ async fn deliver(
         }
         let jittered = delay.mul_f64(0.5 + 0.5 * rand::random::<f64>());
         let wait = jittered.max(err.retry_after.unwrap_or_default());
-        if !err.retryable || (!durable && start.elapsed() + wait > tuning.retry_max_elapsed) {
+        // With the spool, a refusal of our credentials waits for the config
+        // to be fixed (a reconfigure restarts the backoff) instead of losing the data.
+        let keep = err.retryable || (durable && err.refused);
+        if !keep || (!durable && start.elapsed() + wait > tuning.retry_max_elapsed) {
             tracing::debug!(items = item.items, "giving up on an export request: {}", err.msg);
             s.failed(item.signal, item.items);
             s.c.requests_failed.fetch_add(1, Ordering::Relaxed);

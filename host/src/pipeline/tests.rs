@@ -598,6 +598,26 @@ async fn spool_holds_everything_while_the_collector_is_down_then_delivers_it_onc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_keeps_what_was_refused_for_its_credentials_until_they_are_accepted() {
+    for proto in [Protocol::HttpProtobuf, Protocol::Grpc] {
+        let tmp = tempfile::tempdir().unwrap();
+        let fc = collector(proto).await;
+        // A master that does not take this agent's token yet.
+        fc.state.fail_next(5, Code::Unauthenticated, 401);
+        let c = ExportConfig {
+            protocol: proto,
+            ..spool_cfg(Some(fc.url()), tmp.path(), 64 << 20)
+        };
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        h.submit_metrics(batch(10, 7));
+        let st = wait_stats(&h, |s| s.points_exported == 10).await;
+        assert_eq!((st.points_failed, st.points_dropped), (0, 0), "{proto:?} {st:?}");
+        assert!(fc.state.attempts.load(Ordering::SeqCst) >= 6, "{proto:?}");
+        p.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spool_survives_a_kill_and_is_sent_after_the_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 20);

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::tls::config::ClientTls;
+
 /// Prometheus remote-write to an existing engine (Prometheus, VictoriaMetrics,
 /// Mimir, Thanos receive, Cortex). Off unless `url` is set.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -11,8 +13,8 @@ use serde::{Deserialize, Serialize};
 pub struct RemoteWriteConfig {
     /// The engine's remote-write endpoint, e.g. `http://127.0.0.1:9090/api/v1/write`
     /// (Prometheus with `--web.enable-remote-write-receiver`) or
-    /// `http://127.0.0.1:8428/api/v1/write` (VictoriaMetrics). Only `http://`.
-    /// None: remote-write off.
+    /// `http://127.0.0.1:8428/api/v1/write` (VictoriaMetrics), or `https://…`
+    /// (checked with `tls`). None: remote-write off.
     pub url: Option<String>,
     /// Per-request timeout, connecting included.
     pub timeout_ms: u64,
@@ -41,6 +43,10 @@ pub struct RemoteWriteConfig {
     /// `service.instance.id`), which always do. Names are translated like any
     /// attribute (`host.name` → `host_name`).
     pub promote_resource_attributes: Vec<String>,
+    /// For an `https://` url: the CA the engine's certificate must be
+    /// signed by (unset: the system's trust store), and a client certificate
+    /// and key for engines that want mutual TLS. The same table as `export.tls`.
+    pub tls: ClientTls,
 }
 
 /// Username and password for HTTP basic authentication.
@@ -66,6 +72,7 @@ impl Default for RemoteWriteConfig {
             basic_auth: None,
             bearer_token: None,
             promote_resource_attributes: vec!["host.name".into()],
+            tls: ClientTls::default(),
         }
     }
 }
@@ -79,7 +86,11 @@ impl RemoteWriteConfig {
     /// Checks what can be checked without a network; the messages name the key.
     pub fn validate(&self) -> Result<(), String> {
         if let Some(url) = &self.url {
-            check_http_url(url, "remote_write.url")?;
+            check_http_url(url, "remote_write.url", true)?;
+            // Loading the files here makes a bad path stop the host at startup.
+            if url.starts_with("https://") {
+                crate::tls::client_config(&self.tls, "storage.remote_write.tls").map_err(|e| e.to_string())?;
+            }
         }
         if self.timeout_ms == 0 {
             return Err("remote_write.timeout_ms must be > 0".into());
@@ -155,7 +166,7 @@ impl RemoteQueryConfig {
     /// Checks what can be checked without a network; the messages name the key.
     pub fn validate(&self) -> Result<(), String> {
         if let Some(url) = &self.url {
-            check_http_url(url, "query.url")?;
+            check_http_url(url, "query.url", false)?;
         }
         if self.timeout_ms == 0 {
             return Err("query.timeout_ms must be > 0".into());
@@ -170,10 +181,11 @@ impl RemoteQueryConfig {
     }
 }
 
-fn check_http_url(url: &str, key: &str) -> Result<(), String> {
+fn check_http_url(url: &str, key: &str, https: bool) -> Result<(), String> {
     let uri: hyper::Uri = url.parse().map_err(|e| format!("{key} {url:?}: {e}"))?;
     match uri.scheme_str() {
         Some("http") => {}
+        Some("https") if https => {}
         Some("https") => {
             return Err(format!(
                 "{key} {url:?}: https is not supported yet (no TLS in this client)"
@@ -207,8 +219,13 @@ mod tests {
         ok.validate().unwrap();
         assert!(ok.enabled());
         let bad = [
+            // https is fine, a CA file that is not there is not.
             RemoteWriteConfig {
                 url: Some("https://x/api/v1/write".into()),
+                tls: ClientTls {
+                    ca: Some("/nonexistent/ca.pem".into()),
+                    ..ClientTls::default()
+                },
                 ..ok.clone()
             },
             RemoteWriteConfig {

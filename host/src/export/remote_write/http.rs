@@ -7,19 +7,31 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::config::BasicAuth;
 
-pub(super) type Client = HyperClient<HttpConnector, Full<Bytes>>;
+pub(super) type Client = HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// HTTP/1.1 over plain TCP, connect bounded by `timeout`, one idle connection kept.
 pub(super) fn client(timeout: Duration) -> Client {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(timeout));
+    client_tls(timeout, crate::tls::unused_client_config())
+}
+
+/// The same, with `tls` for `https://` URLs (`http://` ones stay plain).
+pub(super) fn client_tls(timeout: Duration, tls: rustls::ClientConfig) -> Client {
+    let mut tcp = HttpConnector::new();
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(timeout));
+    tcp.enforce_http(false);
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
     HyperClient::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(60))

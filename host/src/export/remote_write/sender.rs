@@ -559,8 +559,15 @@ impl HttpSender {
             HeaderName::from_static("x-prometheus-remote-write-version"),
             HeaderValue::from_static("0.1.0"),
         );
+        let client = match url.scheme_str() {
+            Some("https") => http::client_tls(
+                timeout,
+                crate::tls::client_config(&cfg.tls, "storage.remote_write.tls").map_err(|e| e.to_string())?,
+            ),
+            _ => http::client(timeout),
+        };
         Ok(Self {
-            client: http::client(timeout),
+            client,
             url,
             headers,
             timeout,
@@ -732,9 +739,56 @@ mod tests {
         assert_eq!(w.stats().dropped_samples + w.stats().failed_samples, 28);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn remote_write_goes_over_https_to_an_engine_with_a_certificate_of_the_test_ca() {
+        use std::sync::atomic::AtomicU64;
+        let dir = tempfile::tempdir().unwrap();
+        let p = sonde_e2e::pki::Pki::make(dir.path());
+        let server = crate::tls::ServerTls {
+            cert: p.server_cert.clone(),
+            key: p.server_key.clone(),
+            client_ca: None,
+        };
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        let listener = crate::tls::TlsListener::new(
+            tcp,
+            crate::tls::server_config(&server, "test").unwrap(),
+            Arc::new(AtomicU64::new(0)),
+            "engine",
+        )
+        .unwrap();
+        let writes = Arc::new(AtomicU64::new(0));
+        let seen = writes.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/write",
+            axum::routing::post(move || {
+                seen.fetch_add(1, Ordering::Relaxed);
+                async { axum::http::StatusCode::NO_CONTENT }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let mut c = cfg(&format!("https://localhost:{port}/api/v1/write"));
+        c.tls.ca = Some(p.ca.clone());
+        let (w, task) = RemoteWriter::start(c).unwrap();
+        assert!(w.push(&series("mem"), &[(1_000_000, 1.0), (2_000_000, 2.0)]));
+        w.close();
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(w.stats().sent_samples, 2, "{:?}", w.stats());
+        assert!(writes.load(Ordering::Relaxed) >= 1);
+    }
+
     #[tokio::test]
     async fn remote_write_start_refuses_bad_config() {
         assert!(RemoteWriter::start(RemoteWriteConfig::default()).is_err());
-        assert!(RemoteWriter::start(cfg("https://x/api/v1/write")).is_err());
+        assert!(RemoteWriter::start(cfg("ftp://x/api/v1/write")).is_err());
+        let mut tls = cfg("https://x/api/v1/write");
+        tls.tls.ca = Some("/nonexistent/ca.pem".into());
+        let e = RemoteWriter::start(tls).err().unwrap();
+        assert!(e.starts_with("storage.remote_write.tls.ca"), "{e}");
     }
 }

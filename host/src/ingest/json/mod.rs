@@ -419,6 +419,7 @@ async fn ingest(
         error(status, msg, at)
     };
     if !authorized(&headers, (st.token)().as_deref()) {
+        counters.unauthorized.fetch_add(1, Relaxed);
         return reject(
             StatusCode::UNAUTHORIZED,
             "this request changes state: send Authorization: Bearer <api.token>".into(),

@@ -38,7 +38,10 @@
 //!
 //! With `ingest.forward = true` every request is also queued, unchanged, for
 //! the export endpoint (gateway mode) through the pipeline's bounded queue.
-//! Receivers bound beyond loopback require `authorization: Bearer <api.token>`.
+//! Receivers bound beyond loopback require `authorization: Bearer <api.token>`;
+//! on a master with `cluster.token` set every request needs one of the two.
+//! With `ingest.tls` both receivers speak TLS only (mutual TLS with
+//! `ingest.tls.client_ca`); refused handshakes count in `tls_refused`.
 
 pub mod compression;
 pub mod events;
@@ -52,7 +55,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use prost::Message;
 
 pub use self::events::{BATCH_ATTRIBUTES, log_reports, trace_reports};
-pub use self::receiver::{Bound, Receiver, grpc_router, http_router, serve};
+pub use self::receiver::{Bound, Receiver, ServeTls, grpc_router, http_router, serve};
 pub use self::resource::origin;
 pub use self::wire::BATCH_METRICS;
 use crate::ingest::Report;

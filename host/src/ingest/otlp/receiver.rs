@@ -1,6 +1,8 @@
 //! The OTLP receivers themselves: gRPC (tonic, metrics kept as bytes) and
-//! HTTP with protobuf or JSON bodies (axum), the bearer-token check, refusals when the hub is
-//! full, and gateway forwarding. What a request becomes is the business of
+//! HTTP with protobuf or JSON bodies (axum), plain or over TLS
+//! (`ingest.tls`, served through `crate::tls::TlsListener`), the bearer-token
+//! check, refusals when the hub is full, and gateway forwarding. What a
+//! request becomes is the business of
 //! the other files in `otlp/` (see the table in `otlp/mod.rs`).
 
 use std::net::SocketAddr;
@@ -33,8 +35,9 @@ pub struct Receiver {
     pub hub: Arc<IngestHub>,
     /// Some in gateway mode.
     pub forward: Option<PipelineHandle>,
-    /// The bearer token required (receivers bound beyond loopback).
-    pub require_token: Option<String>,
+    /// Bearer tokens accepted; empty: no token needed. Holds `api.token` for
+    /// receivers bound beyond loopback and `cluster.token` on a master.
+    pub tokens: Vec<String>,
     /// Largest body taken, after decompression (`ingest.max_body_bytes`).
     pub max_body: usize,
     /// Names and attributes past these are cut and counted, not refused
@@ -50,12 +53,12 @@ enum Refusal {
 
 impl Receiver {
     fn authorized(&self, header: Option<&str>) -> bool {
-        match &self.require_token {
-            None => true,
-            Some(t) => header
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .is_some_and(|g| g.trim() == t),
+        if self.tokens.is_empty() {
+            return true;
         }
+        header
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|g| self.tokens.iter().any(|t| g.trim() == t))
     }
 
     /// Hands the reports to the hub (all of them or none) and forwards the request.
@@ -70,6 +73,7 @@ impl Receiver {
         c.requests.fetch_add(1, Relaxed);
         if !self.authorized(auth) {
             c.rejected.fetch_add(1, Relaxed);
+            c.unauthorized.fetch_add(1, Relaxed);
             return Err(Refusal::Unauthorized);
         }
         let cut: u64 = reports.iter_mut().map(|r| self.limits.clip(r)).sum();
@@ -94,7 +98,9 @@ impl Receiver {
 
 fn grpc_status(r: Refusal) -> tonic::Status {
     match r {
-        Refusal::Unauthorized => tonic::Status::unauthenticated("send authorization: Bearer <api.token>"),
+        Refusal::Unauthorized => {
+            tonic::Status::unauthenticated("send authorization: Bearer <cluster.token or api.token>")
+        }
         Refusal::Full(f) => tonic::Status::resource_exhausted(f.to_string()),
     }
 }
@@ -408,7 +414,7 @@ fn http_export<Resp: Message + Default>(
         Err(Rejected::Refused(Refusal::Unauthorized)) => http_error(
             encoding,
             StatusCode::UNAUTHORIZED,
-            "send Authorization: Bearer <api.token>",
+            "send Authorization: Bearer <cluster.token or api.token>",
         ),
         Err(Rejected::Refused(Refusal::Full(f))) => {
             let mut resp = http_error(encoding, StatusCode::TOO_MANY_REQUESTS, f);
@@ -455,25 +461,43 @@ pub struct Bound {
     pub error: Option<String>,
 }
 
-/// Binds and serves one receiver until `stop`. A bind failure is reported, not
-/// fatal: sampling and the plugins go on without this receiver.
+/// TLS for a receiver: the server configuration loaded from `ingest.tls`,
+/// and where refused handshakes are counted.
+pub struct ServeTls {
+    pub config: Arc<rustls::ServerConfig>,
+    pub refused: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Binds and serves one receiver until `stop`, over TLS when `tls` is given.
+/// A bind failure is reported, not fatal: sampling and the plugins go on
+/// without this receiver.
 pub async fn serve(
     protocol: &'static str,
     listen: &str,
     router: axum::Router,
+    tls: Option<ServeTls>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Bound {
     match tokio::net::TcpListener::bind(listen).await {
         Ok(l) => {
             let address = l.local_addr().ok();
+            let stopped = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            let what = match protocol {
+                "gRPC" => "OTLP gRPC receiver",
+                _ => "OTLP HTTP receiver",
+            };
             tokio::spawn(async move {
-                let r = axum::serve(l, router)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
-                    .await;
+                let r = match tls {
+                    None => axum::serve(l, router).with_graceful_shutdown(stopped).await,
+                    Some(t) => match crate::tls::TlsListener::new(l, t.config, t.refused, what) {
+                        Ok(l) => axum::serve(l, router).with_graceful_shutdown(stopped).await,
+                        Err(e) => Err(e),
+                    },
+                };
                 if let Err(e) = r {
-                    tracing::warn!("OTLP {protocol} receiver stopped: {e}");
+                    tracing::warn!("{what} stopped: {e}");
                 }
             });
             Bound {
@@ -634,7 +658,7 @@ mod tests {
         Receiver {
             hub: IngestHub::new(10_000, Arc::new(|_: &crate::plugin::bindings::types::EventBatch| 1)),
             forward: None,
-            require_token: None,
+            tokens: Vec::new(),
             max_body: 1 << 20,
             limits: Limits::default(),
         }

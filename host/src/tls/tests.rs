@@ -1,0 +1,349 @@
+//! PEM loading and its errors, the config check, and the whole path in one
+//! process: the export client over `https://` into the OTLP receivers over
+//! TLS, with mutual TLS and tokens.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::metrics::v1::{
+    Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
+};
+use prost::Message;
+use sonde_e2e::pki::Pki;
+
+use super::*;
+use crate::config::Config;
+use crate::export::client::{Client, Signal};
+use crate::export::config::{ExportConfig, Protocol};
+use crate::ingest::IngestHub;
+use crate::ingest::otlp::{Receiver, ServeTls, grpc_router, http_router, serve};
+
+fn server(p: &Pki, mtls: bool) -> ServerTls {
+    ServerTls {
+        cert: p.server_cert.clone(),
+        key: p.server_key.clone(),
+        client_ca: mtls.then(|| p.ca.clone()),
+    }
+}
+
+#[test]
+fn tls_files_load_and_bad_ones_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Pki::make(dir.path());
+    server_config(&server(&p, true), "ingest.tls").unwrap();
+    client_config(
+        &ClientTls {
+            ca: Some(p.ca.clone()),
+            cert: Some(p.client_cert.clone()),
+            key: Some(p.client_key.clone()),
+        },
+        "export.tls",
+    )
+    .unwrap();
+
+    let key_of = |t: ServerTls| server_config(&t, "ingest.tls").unwrap_err().key;
+    let missing = dir.path().join("absent.pem");
+    assert_eq!(
+        key_of(ServerTls {
+            cert: missing.clone(),
+            ..server(&p, false)
+        }),
+        "ingest.tls.cert"
+    );
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a PEM file").unwrap();
+    assert_eq!(
+        key_of(ServerTls {
+            key: garbage.clone(),
+            ..server(&p, false)
+        }),
+        "ingest.tls.key"
+    );
+    assert_eq!(
+        key_of(ServerTls {
+            cert: garbage.clone(),
+            ..server(&p, false)
+        }),
+        "ingest.tls.cert",
+        "a file without certificates"
+    );
+    let e = server_config(
+        &ServerTls {
+            key: p.client_key.clone(),
+            ..server(&p, false)
+        },
+        "api.tls",
+    )
+    .unwrap_err();
+    assert_eq!(e.key, "api.tls.key", "a key of another certificate: {e}");
+    assert_eq!(
+        key_of(ServerTls {
+            client_ca: Some(missing.clone()),
+            ..server(&p, false)
+        }),
+        "ingest.tls.client_ca"
+    );
+
+    let client_key_of = |t: ClientTls| client_config(&t, "export.tls").unwrap_err().key;
+    let half = ClientTls {
+        ca: Some(p.ca.clone()),
+        cert: Some(p.client_cert.clone()),
+        key: None,
+    };
+    assert_eq!(client_key_of(half.clone()), "export.tls.key");
+    assert_eq!(
+        client_key_of(ClientTls {
+            cert: None,
+            key: Some(p.client_key.clone()),
+            ..half.clone()
+        }),
+        "export.tls.cert"
+    );
+    assert_eq!(
+        client_key_of(ClientTls {
+            ca: Some(missing),
+            cert: None,
+            key: None
+        }),
+        "export.tls.ca"
+    );
+}
+
+#[test]
+fn tls_config_check_names_the_key_and_otel_variables_map_onto_export_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Pki::make(dir.path());
+    let err = Config::from_toml_str("[ingest.tls]\ncert = \"/nonexistent/c.pem\"\nkey = \"/nonexistent/k.pem\"\n")
+        .unwrap_err();
+    let keys: Vec<_> = err.0.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, vec!["ingest.tls.cert"], "{err}");
+    let err = Config::from_toml_str("[api.tls]\ncert = \"/x.pem\"\n").unwrap_err();
+    assert!(err.to_string().contains("key"), "the missing key is named: {err}");
+
+    let ok = format!(
+        "[export]\nendpoint = \"https://127.0.0.1:4317\"\n[export.tls]\nca = {:?}\n[ingest.tls]\ncert = {:?}\nkey = {:?}\nclient_ca = {:?}\n",
+        p.ca, p.server_cert, p.server_key, p.ca
+    );
+    Config::from_toml_str(&ok).unwrap_or_else(|e| panic!("{e}"));
+
+    let env: std::collections::BTreeMap<String, String> = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:4318".to_string()),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", p.ca.display().to_string()),
+        (
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+            p.client_cert.display().to_string(),
+        ),
+        ("OTEL_EXPORTER_OTLP_CLIENT_KEY", p.client_key.display().to_string()),
+        (
+            "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+            p.client_key.display().to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let c = Config::load(None, &env, &[]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.export.tls.ca.as_ref(), Some(&p.ca));
+    assert_eq!(c.export.tls.cert.as_ref(), Some(&p.client_cert));
+    assert_eq!(c.export.tls.key.as_ref(), Some(&p.client_key));
+    let mut bad = env.clone();
+    bad.insert("OTEL_EXPORTER_OTLP_CLIENT_KEY".into(), "/nonexistent/k.pem".into());
+    bad.remove("OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY");
+    let err = Config::load(None, &bad, &[]).unwrap_err();
+    assert_eq!(err.0[0].key, "export.tls.key", "{err}");
+}
+
+#[test]
+fn tls_an_agent_token_becomes_its_authorization_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Pki::make(dir.path());
+    let agent = format!(
+        "[cluster]\nrole = \"agent\"\nmaster = \"https://127.0.0.1:4317\"\ntoken = \"s3\"\n[export.tls]\nca = {:?}\n",
+        p.ca
+    );
+    let c = Config::from_toml_str(&agent).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.export.headers["authorization"], "Bearer s3");
+    assert_eq!(c.export.endpoint.as_deref(), Some("https://127.0.0.1:4317"));
+    // A header the user set wins over the token.
+    let own = format!("{agent}[export.headers]\nAuthorization = \"Bearer mine\"\n");
+    let c = Config::from_toml_str(&own).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.export.headers.len(), 1, "{:?}", c.export.headers);
+    assert_eq!(c.export.headers["Authorization"], "Bearer mine");
+}
+
+fn metrics() -> bytes::Bytes {
+    let req = ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "util".into(),
+                    data: Some(metric::Data::Gauge(Gauge {
+                        data_points: vec![NumberDataPoint {
+                            time_unix_nano: 1,
+                            value: Some(number_data_point::Value::AsDouble(0.5)),
+                            ..Default::default()
+                        }],
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    bytes::Bytes::from(req.encode_to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_export_reaches_the_receivers_over_mutual_tls_with_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = Pki::make(dir.path());
+    let hub = IngestHub::new(10_000, Arc::new(|_: &crate::plugin::bindings::types::EventBatch| 1));
+    let receiver = Receiver {
+        hub: hub.clone(),
+        forward: None,
+        tokens: vec!["s3".into()],
+        max_body: 1 << 20,
+    };
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let tls = || {
+        Some(ServeTls {
+            config: server_config(&server(&p, true), "ingest.tls").unwrap(),
+            refused: hub.tls_refused.clone(),
+        })
+    };
+    let grpc = serve(
+        "gRPC",
+        "127.0.0.1:0",
+        grpc_router(receiver.clone(), 1 << 20),
+        tls(),
+        stop.clone(),
+    )
+    .await;
+    let http = serve("HTTP", "127.0.0.1:0", http_router(receiver, 1 << 20), tls(), stop).await;
+    let (grpc, http) = (grpc.address.unwrap(), http.address.unwrap());
+
+    let good = ExportConfig {
+        tls: ClientTls {
+            ca: Some(p.ca.clone()),
+            cert: Some(p.client_cert.clone()),
+            key: Some(p.client_key.clone()),
+        },
+        headers: [("authorization".to_string(), "Bearer s3".to_string())].into(),
+        timeout_ms: 5_000,
+        ..ExportConfig::default()
+    };
+    let on = |cfg: &ExportConfig, protocol: Protocol| {
+        let mut c = cfg.clone();
+        c.protocol = protocol;
+        c.endpoint = Some(match protocol {
+            Protocol::Grpc => format!("https://localhost:{}", grpc.port()),
+            Protocol::HttpProtobuf => format!("https://127.0.0.1:{}", http.port()),
+        });
+        Client::new(&c).unwrap()
+    };
+    for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let sent = on(&good, protocol).send(Signal::Metrics, metrics()).await;
+        assert!(sent.is_ok(), "{protocol:?}: {sent:?}");
+    }
+    assert_eq!(hub.stats().otlp.rows, 2, "one point over each protocol");
+    assert_eq!(hub.tls_refused.load(Relaxed), 0);
+
+    // The header is what admits it: a wrong token is refused and counted.
+    let mut wrong = good.clone();
+    wrong.headers.insert("authorization".into(), "Bearer nope".into());
+    for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let e = on(&wrong, protocol).send(Signal::Metrics, metrics()).await.unwrap_err();
+        assert!(!e.retryable, "{protocol:?}: {e}");
+    }
+    assert_eq!(hub.stats().otlp.unauthorized, 2);
+
+    // No client certificate, or one from another CA: the handshake is refused.
+    let mut anonymous = good.clone();
+    anonymous.tls.cert = None;
+    anonymous.tls.key = None;
+    let mut stranger = good.clone();
+    stranger.tls.cert = Some(p.stranger_cert.clone());
+    stranger.tls.key = Some(p.stranger_key.clone());
+    for cfg in [&anonymous, &stranger] {
+        for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
+            let r = on(cfg, protocol).send(Signal::Metrics, metrics()).await;
+            assert!(r.is_err(), "{protocol:?} without a trusted client certificate");
+        }
+    }
+    // The server counts once its side of the handshake has failed.
+    for _ in 0..100 {
+        if hub.tls_refused.load(Relaxed) >= 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(hub.tls_refused.load(Relaxed) >= 4, "{}", hub.tls_refused.load(Relaxed));
+
+    // Plain HTTP to the TLS port gets nowhere.
+    let mut plain = good.clone();
+    plain.protocol = Protocol::HttpProtobuf;
+    plain.endpoint = Some(format!("http://127.0.0.1:{}", http.port()));
+    let r = Client::new(&plain).unwrap().send(Signal::Metrics, metrics()).await;
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(hub.stats().otlp.rows, 2, "nothing else was taken");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_the_api_listener_serves_https_and_refuses_plain_http() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client as HyperClient;
+    use hyper_util::rt::TokioExecutor;
+
+    let dir = tempfile::tempdir().unwrap();
+    let p = Pki::make(dir.path());
+    let mut cfg = Config::default();
+    cfg.host.data_dir = dir.path().join("data");
+    cfg.plugins.dir = dir.path().join("plugins");
+    cfg.plugins.watch = false;
+    cfg.sinks.dir = dir.path().join("sinks");
+    cfg.api.listen = "127.0.0.1:0".into();
+    cfg.api.tls = Some(server(&p, false));
+    std::fs::create_dir_all(&cfg.plugins.dir).unwrap();
+    let opts = crate::run::HostOptions { api: true, otlp: false };
+    let host = crate::run::Host::start(cfg, opts).await.unwrap();
+    let addr = host.api_addr.unwrap();
+
+    let tls = client_config(
+        &ClientTls {
+            ca: Some(p.ca.clone()),
+            ..ClientTls::default()
+        },
+        "export.tls",
+    )
+    .unwrap();
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    let client: HyperClient<_, Empty<bytes::Bytes>> = HyperClient::builder(TokioExecutor::new()).build(connector);
+    let uri: hyper::Uri = format!("https://localhost:{}/api/ready", addr.port()).parse().unwrap();
+    let resp = client.get(uri).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let _ = resp.into_body().collect().await;
+
+    // A plain-HTTP request gets no HTTP answer, and is counted.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /api/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut buf)).await;
+    assert!(!buf.starts_with(b"HTTP/"), "{:?}", String::from_utf8_lossy(&buf));
+    for _ in 0..100 {
+        if host.hub.stats().tls_refused > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(host.hub.stats().tls_refused, 1);
+    host.shutdown(false).await;
+}
