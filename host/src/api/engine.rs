@@ -1,0 +1,150 @@
+//! `/api/series` and `/api/series/data` answered by the engine behind
+//! `storage.query` for what the live store does not cover.
+//!
+//! ```text
+//!  /api/series/data, from < live.covers_from_ms()
+//!     │ ids → SeriesMeta (live store) → SeriesRef (name, emitted unit, kind, attributes)
+//!     ▼
+//!  EngineReader::points, one series after another ─► Buckets (f32, the live shape)
+//!
+//!  /api/series?from=…, from < live.covers_from_ms()
+//!     │ node/job/name → EngineReader::list ─► series only the engine holds
+//!     ▼
+//!  declared in the live store (an id that stays, like the history's series)
+//! ```
+//! Any engine failure answers 502 (504 for a timeout) with `error` naming
+//! the engine's URL and `engine` holding it; the reader counts it for
+//! `/api/status`. Nothing here touches the live window's answers.
+//!
+//! Limits: at most [`MAX_SERIES_PER_READ`] series per data request (the
+//! engine is asked once per series, in turn); series only the engine lists
+//! take live-store places like any other (they age out after an idle hour).
+
+// Handlers return an axum `Response` as their error: the idiom, and never on a hot path.
+#![allow(clippy::result_large_err)]
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::history::{attribute_texts, emitted_unit};
+use super::live::{Buckets, LiveStore, SeriesMeta};
+use crate::export::remote_write::QueryError;
+use crate::model::{AttrValue, MetricKind, MetricSeries};
+use crate::storage::engine_read::{EngineReader, ListFilter, SeriesRef};
+
+/// Most series one `/api/series/data` request may read from the engine.
+pub const MAX_SERIES_PER_READ: usize = 256;
+/// The scope series only the engine lists are kept under (the engine has no scope).
+pub const ENGINE_SCOPE: &str = "sonde.engine";
+
+fn kind_of(m: &SeriesMeta) -> MetricKind {
+    match m.kind {
+        "counter" => MetricKind::Counter,
+        "updowncounter" => MetricKind::UpDownCounter,
+        _ => MetricKind::Gauge,
+    }
+}
+
+/// The engine's failure as the API's answer.
+pub fn failure(reader: &EngineReader, e: &QueryError) -> Response {
+    let status = match e {
+        QueryError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    let msg = format!("storage.query engine {}: {e}", reader.url());
+    (status, Json(json!({"error": msg, "engine": reader.url()}))).into_response()
+}
+
+/// Buckets of `metas` over `[from, to]` from the engine, and the width used.
+pub async fn data(
+    reader: &EngineReader,
+    metas: &[SeriesMeta],
+    from: u64,
+    to: u64,
+    bucket_ms: u64,
+) -> Result<(u64, Vec<Buckets>), Response> {
+    if metas.len() > MAX_SERIES_PER_READ {
+        return Err(super::bad_request(
+            "ids",
+            format!(
+                "{} series match; the engine is read for at most {MAX_SERIES_PER_READ} at once (narrow with ids, node, job or name)",
+                metas.len()
+            ),
+        ));
+    }
+    let mut width = bucket_ms;
+    let mut out = Vec::with_capacity(metas.len());
+    for m in metas {
+        let attrs: Vec<(String, String)> = attribute_texts(m).collect();
+        let s = SeriesRef {
+            name: &m.name,
+            unit: emitted_unit(m),
+            kind: kind_of(m),
+            attributes: &attrs,
+        };
+        let (w, b) = reader
+            .points(&s, from, to, bucket_ms)
+            .await
+            .map_err(|e| failure(reader, &e))?;
+        width = w;
+        out.push(Buckets {
+            id: m.id,
+            t: b.t,
+            min: b.min.iter().map(|v| *v as f32).collect(),
+            max: b.max.iter().map(|v| *v as f32).collect(),
+            mean: b.mean.iter().map(|v| *v as f32).collect(),
+        });
+    }
+    Ok((width, out))
+}
+
+/// Series the engine holds for `filter` over `[from, to]` that the live store
+/// does not list under the same labels, declared there so they have ids.
+/// Returns their listing.
+pub async fn list_more(
+    reader: &EngineReader,
+    live: &LiveStore,
+    filter: &ListFilter<'_>,
+    from: u64,
+    to: u64,
+) -> Result<Vec<SeriesMeta>, Response> {
+    let found = reader.list(filter, from, to).await.map_err(|e| failure(reader, &e))?;
+    let known = live.list();
+    let labels_of = |m: &SeriesMeta| {
+        let attrs: Vec<(String, String)> = attribute_texts(m).collect();
+        reader.labels_of(&SeriesRef {
+            name: &m.name,
+            unit: emitted_unit(m),
+            kind: kind_of(m),
+            attributes: &attrs,
+        })
+    };
+    let taken: std::collections::HashSet<Vec<(String, String)>> = known.iter().filter_map(labels_of).collect();
+    let mut ids = Vec::new();
+    for f in found {
+        let series = MetricSeries {
+            name: f.name,
+            description: String::new(),
+            unit: String::new(),
+            kind: f.kind,
+            attributes: f.attributes.into_iter().map(|(k, v)| (k, AttrValue::Str(v))).collect(),
+            start_time_ns: 0,
+        };
+        let attrs: Vec<(String, String)> = series.attributes.iter().map(|(k, v)| (k.clone(), v.text())).collect();
+        let labels = reader.labels_of(&SeriesRef {
+            name: &series.name,
+            unit: "",
+            kind: series.kind,
+            attributes: &attrs,
+        });
+        if labels.is_some_and(|l| taken.contains(&l)) {
+            continue;
+        }
+        if let Some(id) = live.declare(ENGINE_SCOPE, &series) {
+            ids.push(id);
+        }
+    }
+    Ok(live.list().into_iter().filter(|m| ids.contains(&m.id)).collect())
+}
