@@ -9,26 +9,30 @@
 //!     ▼                                        /api/v1/series ─► names::series_from_labels
 //!  {__name__="…",host_name="…",job="…"}
 //!     │ engine_plan::plan(from, to, bucket)
-//!     ├─ Raw:   /api/v1/query  `sel[span]`  ─► bucket_raw
-//!     └─ Steps: /api/v1/query_range min/max/avg_over_time(sel[step]) ─► from_steps
+//!     │ one selector per metric name: the labels its asked series share
+//!     ├─ Raw:   /api/v1/query  `sel[span]`  ─► each answer to the series with exactly its labels ─► bucket_raw
+//!     └─ Steps: /api/v1/query_range min/max/avg_over_time(sel[step]) ─► the same ─► from_steps
 //!  every engine call: counted; a failure keeps its message for /api/status
 //! ```
 //! `instance` (`service.instance.id`, new at every start) is left out of the
 //! selector so that one series reads as one across master restarts; the runs
 //! found under several instances are merged.
 //!
-//! Limits: one request per PromQL expression, one series at a time (the API
-//! layer bounds how many it asks for at once); bounded by `storage.query.timeout_ms`
-//! and `max_response_bytes` per request.
+//! Limits: one request per metric name and PromQL function, one after another
+//! (the API layer bounds how many series it asks for at once); a selector
+//! brings every series that shares the asked ones' labels (the siblings of
+//! one metric name), and what is not asked for is dropped here. Each request
+//! is bounded by `storage.query.timeout_ms` and `max_response_bytes`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
 use super::engine_plan::{self, Bucketed, Plan};
 use crate::export::remote_write::{
-    PromQueryClient, QueryError, QueryResult, RemoteQueryConfig, SeriesFromLabels, exact_selector,
-    prometheus_label_name, prometheus_metric_name, series_from_labels, series_labels,
+    LabelSet, PromQueryClient, QueryError, QueryResult, RangeSeries, RemoteQueryConfig, SeriesFromLabels,
+    exact_selector, prometheus_label_name, prometheus_metric_name, series_from_labels, series_labels,
 };
 use crate::model::{AttrValue, MetricKind};
 
@@ -125,70 +129,120 @@ impl EngineReader {
         series_labels(s.name, s.unit, s.kind, s.attributes, &self.resource, &self.promote)
     }
 
-    /// One series over `[from_ms, to_ms]` in buckets of at least `bucket_ms`
-    /// (the width used is returned); counters as rates per second.
+    /// Several series over `[from_ms, to_ms]` in buckets of at least
+    /// `bucket_ms` (the width used is returned), in the order asked;
+    /// counters as rates per second.
+    ///
+    /// A PromQL selector also matches series with more labels than it names
+    /// (`{__name__="cpu",host_name="a"}` matches every `cpu="…"` sibling), so
+    /// the series sharing a metric name are asked for together, with the
+    /// labels they all share, and each answer goes to the series whose label
+    /// set it has exactly (`instance` aside).
     pub async fn points(
         &self,
-        s: &SeriesRef<'_>,
+        series: &[SeriesRef<'_>],
         from_ms: u64,
         to_ms: u64,
         bucket_ms: u64,
-    ) -> Result<(u64, Bucketed), QueryError> {
+    ) -> Result<(u64, Vec<Bucketed>), QueryError> {
         let plan = engine_plan::plan(from_ms, to_ms, bucket_ms);
-        let Some(labels) = self.labels_of(s) else {
-            return Ok((plan.bucket_ms(), Bucketed::default()));
-        };
-        let sel = exact_selector(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        let counter = s.kind == MetricKind::Counter;
-        let out = match plan {
-            Plan::Raw {
-                range_ms,
-                at_ms,
-                bucket_ms,
-            } => {
-                let answer = self
-                    .counted(self.client.query(&format!("{sel}[{range_ms}ms]"), at_ms as i64))
-                    .await?;
-                let runs = match answer {
-                    QueryResult::Matrix(m) => m.into_iter().map(|r| r.samples).collect(),
-                    // An engine may answer an empty range with an empty vector.
-                    QueryResult::Vector(v) if v.is_empty() => Vec::new(),
-                    _ => return Err(self.fail(bad_shape(&self.url, "a raw range read"))),
-                };
-                let samples = engine_plan::merge(runs);
-                let samples = if counter { engine_plan::rates(&samples) } else { samples };
-                engine_plan::bucket_raw(&samples, from_ms, to_ms, bucket_ms)
+        let mut out = vec![Bucketed::default(); series.len()];
+        // Exact label sets (`instance` is never in them), grouped by metric name.
+        let labels: Vec<Option<Vec<(String, String)>>> = series.iter().map(|s| self.labels_of(s)).collect();
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, l) in labels.iter().enumerate() {
+            if let Some(name) = l.as_ref().and_then(|l| l.iter().find(|(k, _)| k == "__name__")) {
+                groups.entry(name.1.as_str()).or_default().push(i);
             }
-            Plan::Steps {
-                start_ms,
-                end_ms,
-                step_ms,
-            } => {
-                let range = |f: &str| {
-                    let q = format!("{f}({sel}[{step_ms}ms])");
-                    async move {
-                        let m = self
-                            .counted(
-                                self.client
-                                    .query_range(&q, start_ms as i64, end_ms as i64, step_ms as i64),
-                            )
-                            .await?;
-                        Ok::<_, QueryError>(engine_plan::merge(m.into_iter().map(|r| r.samples).collect()))
+        }
+        for members in groups.values() {
+            let sets: Vec<&Vec<(String, String)>> = members.iter().filter_map(|&i| labels[i].as_ref()).collect();
+            let shared: Vec<(&str, &str)> = sets[0]
+                .iter()
+                .filter(|pair| sets.iter().all(|s| s.contains(pair)))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let sel = exact_selector(shared);
+            // Which member an answer belongs to, by its labels less `__name__`
+            // (functions drop it) and `instance`.
+            let owner = |got: &LabelSet| {
+                members.iter().copied().find(|&i| {
+                    let want = labels[i].as_deref().unwrap_or_default();
+                    let n = got.keys().filter(|k| *k != "__name__" && *k != "instance").count();
+                    n == want.len() - 1
+                        && want
+                            .iter()
+                            .filter(|(k, _)| k != "__name__")
+                            .all(|(k, v)| got.get(k) == Some(v))
+                })
+            };
+            let runs = |answer: Vec<RangeSeries>| {
+                let mut per: Vec<Vec<Vec<(i64, f64)>>> = vec![Vec::new(); series.len()];
+                for r in answer {
+                    if let Some(i) = owner(&r.labels) {
+                        per[i].push(r.samples);
                     }
-                };
-                if counter {
-                    engine_plan::step_rates(&range("max_over_time").await?, step_ms)
-                } else {
-                    let (lo, hi, avg) = futures_util::future::try_join3(
-                        range("min_over_time"),
-                        range("max_over_time"),
-                        range("avg_over_time"),
-                    )
-                    .await?;
-                    engine_plan::from_steps(&lo, &hi, &avg, step_ms)
+                }
+                per.into_iter().map(engine_plan::merge).collect::<Vec<_>>()
+            };
+            match plan {
+                Plan::Raw {
+                    range_ms,
+                    at_ms,
+                    bucket_ms,
+                } => {
+                    let answer = self
+                        .counted(self.client.query(&format!("{sel}[{range_ms}ms]"), at_ms as i64))
+                        .await?;
+                    let answer = match answer {
+                        QueryResult::Matrix(m) => m,
+                        // An engine may answer an empty range with an empty vector.
+                        QueryResult::Vector(v) if v.is_empty() => Vec::new(),
+                        _ => return Err(self.fail(bad_shape(&self.url, "a raw range read"))),
+                    };
+                    let per = runs(answer);
+                    for &i in members {
+                        let samples = if series[i].kind == MetricKind::Counter {
+                            engine_plan::rates(&per[i])
+                        } else {
+                            per[i].clone()
+                        };
+                        out[i] = engine_plan::bucket_raw(&samples, from_ms, to_ms, bucket_ms);
+                    }
+                }
+                Plan::Steps {
+                    start_ms,
+                    end_ms,
+                    step_ms,
+                } => {
+                    let range = |f: &str| {
+                        let q = format!("{f}({sel}[{step_ms}ms])");
+                        async move {
+                            let call = self
+                                .client
+                                .query_range(&q, start_ms as i64, end_ms as i64, step_ms as i64);
+                            self.counted(call).await
+                        }
+                    };
+                    let gauges = members.iter().any(|&i| series[i].kind != MetricKind::Counter);
+                    let hi = runs(range("max_over_time").await?);
+                    let (lo, avg) = if gauges {
+                        let (lo, avg) =
+                            futures_util::future::try_join(range("min_over_time"), range("avg_over_time")).await?;
+                        (runs(lo), runs(avg))
+                    } else {
+                        (Vec::new(), Vec::new())
+                    };
+                    for &i in members {
+                        out[i] = if series[i].kind == MetricKind::Counter {
+                            engine_plan::step_rates(&hi[i], step_ms)
+                        } else {
+                            engine_plan::from_steps(&lo[i], &hi[i], &avg[i], step_ms)
+                        };
+                    }
                 }
             }
-        };
+        }
         Ok((plan.bucket_ms(), out))
     }
 
@@ -380,7 +434,9 @@ mod tests {
     async fn answers_error_bodies_and_garbage_become_errors_naming_the_engine() {
         let ok = r#"{"status":"success","data":{"resultType":"matrix","result":[
             {"metric":{"__name__":"g","job":"sonde","instance":"a"},"values":[[10.001,"1.5"],[10.101,"2.5"]]},
-            {"metric":{"__name__":"g","job":"sonde","instance":"b"},"values":[[10.201,"4"]]}]}}"#;
+            {"metric":{"__name__":"g","job":"sonde","instance":"b"},"values":[[10.201,"4"]]},
+            {"metric":{"__name__":"g","job":"sonde","cpu":"1","instance":"b"},"values":[[10.001,"7"]]},
+            {"metric":{"__name__":"g","job":"sonde","cpu":"2","instance":"b"},"values":[[10.001,"8"]]}]}}"#;
         let url = canned(vec![
             (200, ok),
             (
@@ -402,21 +458,44 @@ mod tests {
             kind: MetricKind::Gauge,
             attributes: &[],
         };
-        // Two starts' runs of one series, merged; 1 ms buckets give the samples back.
-        let (w, b) = r.points(&s, 10_000, 10_300, 1).await.unwrap();
+        let cpu1 = [("cpu".to_string(), "1".to_string())];
+        let s1 = SeriesRef {
+            attributes: &cpu1,
+            ..s.clone()
+        };
+        // Two starts' runs of one series, merged; 1 ms buckets give the samples
+        // back; a sibling (cpu 2) the selector also brought is not taken for either.
+        let (w, b) = r.points(&[s.clone(), s1], 10_000, 10_300, 1).await.unwrap();
         assert_eq!(w, 1);
-        assert_eq!(b.t, vec![10_001, 10_101, 10_201]);
-        assert_eq!(b.mean, vec![1.5, 2.5, 4.0]);
-        let e = r.points(&s, 10_000, 10_300, 1).await.unwrap_err().to_string();
+        assert_eq!(b[0].t, vec![10_001, 10_101, 10_201]);
+        assert_eq!(b[0].mean, vec![1.5, 2.5, 4.0]);
+        assert_eq!((b[1].t.clone(), b[1].mean.clone()), (vec![10_001], vec![7.0]));
+        let e = r
+            .points(std::slice::from_ref(&s), 10_000, 10_300, 1)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(&url) && e.contains("400") && e.contains("parse error"),
             "{e}"
         );
-        let e = r.points(&s, 10_000, 10_300, 1).await.unwrap_err().to_string();
+        let e = r
+            .points(std::slice::from_ref(&s), 10_000, 10_300, 1)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(&url) && e.contains("unexpected answer"), "{e}");
-        let e = r.points(&s, 10_000, 10_300, 1).await.unwrap_err().to_string();
+        let e = r
+            .points(std::slice::from_ref(&s), 10_000, 10_300, 1)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("503") && e.contains("overloaded"), "{e}");
-        let e = r.points(&s, 10_000, 10_300, 1).await.unwrap_err().to_string();
+        let e = r
+            .points(std::slice::from_ref(&s), 10_000, 10_300, 1)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("other than a matrix"), "{e}");
         let st = r.stats();
         assert_eq!((st.requests, st.errors), (5, 4));
@@ -431,7 +510,7 @@ mod tests {
             kind: MetricKind::Gauge,
             attributes: &[],
         };
-        let e = r.points(&s, 0, 10_000, 1).await.unwrap_err();
+        let e = r.points(&[s], 0, 10_000, 1).await.unwrap_err();
         assert!(e.to_string().contains("http://127.0.0.1:9/api/v1/query"), "{e}");
         let st = r.stats();
         assert_eq!((st.requests, st.errors), (1, 1));
