@@ -5,7 +5,8 @@
 //!  /api/series/data, from < live.covers_from_ms()
 //!     │ ids → SeriesMeta (live store) → SeriesRef (name, emitted unit, kind, attributes)
 //!     ▼
-//!  EngineReader::points, one series after another ─► Buckets (f32, the live shape)
+//!  [from, the bucket holding live_from]  EngineReader::points ─► Buckets (f32, the live shape)
+//!  (that bucket, to]                     the live store, in the engine's bucket width
 //!
 //!  /api/series?from=…, from < live.covers_from_ms()
 //!     │ node/job/name → EngineReader::list ─► series only the engine holds
@@ -17,7 +18,7 @@
 //! `/api/status`. Nothing here touches the live window's answers.
 //!
 //! Limits: at most [`MAX_SERIES_PER_READ`] series per data request (the
-//! engine is asked once per series, in turn); series only the engine lists
+//! engine is asked once per metric name, in turn); series only the engine lists
 //! take live-store places like any other (they age out after an idle hour).
 
 // Handlers return an axum `Response` as their error: the idiom, and never on a hot path.
@@ -32,6 +33,7 @@ use super::history::{attribute_texts, emitted_unit};
 use super::live::{Buckets, LiveStore, SeriesMeta};
 use crate::export::remote_write::QueryError;
 use crate::model::{AttrValue, MetricKind, MetricSeries};
+use crate::storage::engine_plan;
 use crate::storage::engine_read::{EngineReader, ListFilter, SeriesRef};
 
 /// Most series one `/api/series/data` request may read from the engine.
@@ -57,12 +59,19 @@ pub fn failure(reader: &EngineReader, e: &QueryError) -> Response {
     (status, Json(json!({"error": msg, "engine": reader.url()}))).into_response()
 }
 
-/// Buckets of `metas` over `[from, to]` from the engine, and the width used.
+/// Buckets of `metas` over `[from, to]`: from the engine up to the bucket
+/// that holds the live store's first moment (`live_from`), from the live store
+/// after it, in one width (the engine's, which may be wider than asked).
+/// Returns that width. The engine serves the boundary bucket because the live
+/// store holds only its later part; the live store serves the rest because an
+/// engine shows the newest seconds late (remote-write's flush interval,
+/// VictoriaMetrics' 30 s `search.latencyOffset`).
 pub async fn data(
     reader: &EngineReader,
+    live: &LiveStore,
     metas: &[SeriesMeta],
-    from: u64,
-    to: u64,
+    (from, to): (u64, u64),
+    live_from: u64,
     bucket_ms: u64,
 ) -> Result<(u64, Vec<Buckets>), Response> {
     if metas.len() > MAX_SERIES_PER_READ {
@@ -74,30 +83,46 @@ pub async fn data(
             ),
         ));
     }
-    let mut width = bucket_ms;
-    let mut out = Vec::with_capacity(metas.len());
-    for m in metas {
-        let attrs: Vec<(String, String)> = attribute_texts(m).collect();
-        let s = SeriesRef {
+    let attrs: Vec<Vec<(String, String)>> = metas.iter().map(|m| attribute_texts(m).collect()).collect();
+    let refs: Vec<SeriesRef> = metas
+        .iter()
+        .zip(&attrs)
+        .map(|(m, a)| SeriesRef {
             name: &m.name,
             unit: emitted_unit(m),
             kind: kind_of(m),
-            attributes: &attrs,
-        };
-        let (w, b) = reader
-            .points(&s, from, to, bucket_ms)
-            .await
-            .map_err(|e| failure(reader, &e))?;
-        width = w;
-        out.push(Buckets {
+            attributes: a,
+        })
+        .collect();
+    let plan = engine_plan::plan(from, to, bucket_ms);
+    let w = plan.bucket_ms();
+    // The last bucket the engine answers: the one `live_from` falls in.
+    let split = live_from / w * w;
+    let engine_to = to.min(split + w - 1);
+    let (w, old) = reader
+        .points(&refs, from, engine_to, bucket_ms)
+        .await
+        .map_err(|e| failure(reader, &e))?;
+    let mut out = Vec::with_capacity(metas.len());
+    for (m, b) in metas.iter().zip(old) {
+        let mut buckets = Buckets {
             id: m.id,
             t: b.t,
             min: b.min.iter().map(|v| *v as f32).collect(),
             max: b.max.iter().map(|v| *v as f32).collect(),
             mean: b.mean.iter().map(|v| *v as f32).collect(),
-        });
+        };
+        if to > engine_to
+            && let Some(recent) = live.query(&[m.id], engine_to + 1, to, w).pop()
+        {
+            buckets.t.extend(recent.t);
+            buckets.min.extend(recent.min);
+            buckets.max.extend(recent.max);
+            buckets.mean.extend(recent.mean);
+        }
+        out.push(buckets);
     }
-    Ok((width, out))
+    Ok((w, out))
 }
 
 /// Series the engine holds for `filter` over `[from, to]` that the live store

@@ -236,7 +236,8 @@ async fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Resu
         // Older than what the live store holds: the engine serves it when
         // `storage.query` is set, else the embedded history.
         (Some(reader), _) if older => {
-            let (width, data) = super::engine::data(reader, &metas, from, to, w).await?;
+            let live_from = api.live.covers_from_ms();
+            let (width, data) = super::engine::data(reader, &api.live, &metas, (from, to), live_from, w).await?;
             w = width;
             data
         }
