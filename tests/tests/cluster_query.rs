@@ -1,9 +1,9 @@
 //! `storage.query` end to end: a master writes to a real Prometheus-compatible
 //! engine (`storage.remote_write`) and reads its history back from it
-//! (`storage.query`). For a range older than the master's live store (it
-//! starts after the range begins, and the embedded history is off with
-//! `query` set), the master's `/api/series/data` for an agent's series must
-//! give the buckets the agent itself serves: same times, same values. With
+//! (`storage.query`). For a range older than the master's live store (the
+//! master restarts after it, and the embedded history is off with `query`
+//! set), the master's `/api/series/data` for an agent's series must give the
+//! buckets the agent itself serves: same times, same values. With
 //! the engine stopped, the same request is a clear error and the master
 //! keeps serving its live window.
 
@@ -97,7 +97,9 @@ fn through(engine: Engine) {
         "storage.query.timeout_ms=3000".into(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let master = Sonde::start(&tmp.path().join("master"), &[], &args);
+    let mdir = tmp.path().join("master");
+    let mut master = Sonde::start(&mdir, &[], &args);
+    let port: u16 = master.api.rsplit(':').next().unwrap().parse().unwrap();
     let a0 = agent(tmp.path(), "node-0", grpc);
     let _a1 = agent(tmp.path(), "node-1", grpc);
     let status = master.json("/api/status");
@@ -108,9 +110,14 @@ fn through(engine: Engine) {
     );
     assert_eq!(status["storage"]["query"]["url"], engine.base.as_str());
 
-    // Ten seconds from before the master started, once it has all been written.
+    // Ten seconds from before the master started. Then the master restarts
+    // (stopping sends what its writer holds): its new live store starts after
+    // that range, so only the engine has it, under the first start's `instance`.
     let to = from + 10_000;
-    std::thread::sleep(Duration::from_millis((to + 1_500).saturating_sub(now_ns() / 1_000_000)));
+    std::thread::sleep(Duration::from_millis((to + 1_000).saturating_sub(now_ns() / 1_000_000)));
+    master.proc.terminate(Duration::from_secs(20));
+    let master = Sonde::start_on(&mdir, &[], &args, port);
+    let restarted = now_ns() / 1_000_000;
     let mut why = String::new();
     let mut compared = 0;
     let agreed = wait_for(Duration::from_secs(40), || {
@@ -142,6 +149,38 @@ fn through(engine: Engine) {
     let q = &master.json("/api/status")["storage"]["query"];
     assert!(q["requests"].as_u64().unwrap() > 0, "{q}");
 
+    // Longer than an hour: read in steps (min/max/avg_over_time), still in the dashboard's shape.
+    let (long_from, long_to) = (from - 2 * 3_600_000, to);
+    let long = format!(
+        "/api/series/data?node=node-0&name=system.cpu.utilization&from={long_from}&to={long_to}&max_points=1000"
+    );
+    let has_buckets = |v: &Value| {
+        v["data"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|b| !b["t"].as_array().unwrap().is_empty()))
+    };
+    // VictoriaMetrics leaves the newest 30 s out of stepped reads (search.latencyOffset).
+    let mut stepped = Value::Null;
+    let some = wait_for(Duration::from_secs(60), || {
+        stepped = master.json(&long);
+        has_buckets(&stepped)
+    });
+    assert!(some, "{}: no stepped buckets: {stepped}", engine.name);
+    let w = stepped["bucket_ms"].as_u64().unwrap();
+    assert_eq!(w, (long_to - long_from).div_ceil(1000), "{stepped}");
+    let data = stepped["data"].as_array().unwrap();
+    for b in data {
+        for i in 0..b["t"].as_array().unwrap().len() {
+            let (lo, mean, hi) = (
+                b["min"][i].as_f64().unwrap(),
+                b["mean"][i].as_f64().unwrap(),
+                b["max"][i].as_f64().unwrap(),
+            );
+            assert!(lo <= mean && mean <= hi, "{}: bucket {i} of {b}", engine.name);
+            assert_eq!(b["t"][i].as_u64().unwrap() % w, 0, "aligned buckets: {b}");
+        }
+    }
+
     // The listing reaches back through the engine with node and job filters.
     let listed = master.json(&format!("/api/series?node=node-1&name=system.cpu&from={from}&to={to}"));
     assert_eq!(listed["engine"]["url"], engine.base.as_str(), "{listed}");
@@ -167,8 +206,7 @@ fn through(engine: Engine) {
     // The live window is still the live store's.
     let now = now_ns() / 1_000_000;
     let live = master.json(&format!(
-        "/api/series/data?node=node-0&name=system.cpu.utilization&from={}&to={now}",
-        now - 5_000
+        "/api/series/data?node=node-0&name=system.cpu.utilization&from={restarted}&to={now}"
     ));
     assert!(live["data"].as_array().is_some_and(|d| !d.is_empty()), "{live}");
     assert_eq!(master.get("/api/health").0, 200);
