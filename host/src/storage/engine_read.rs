@@ -22,7 +22,8 @@
 //! (the API layer bounds how many series it asks for at once); a selector
 //! brings every series that shares the asked ones' labels (the siblings of
 //! one metric name), and what is not asked for is dropped here. Each request
-//! is bounded by `storage.query.timeout_ms` and `max_response_bytes`.
+//! is bounded by `storage.query.timeout_ms` and `max_response_bytes`, and so
+//! is each read as a whole (however many requests it takes).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -76,6 +77,8 @@ pub struct EngineReader {
     /// This sonde's resource as the writer sees it, `service.instance.id` left out.
     resource: Vec<(String, String)>,
     promote: Vec<String>,
+    /// Bounds a whole read (`storage.query.timeout_ms`), not only each request.
+    timeout: std::time::Duration,
     requests: AtomicU64,
     errors: AtomicU64,
     last_error: Mutex<Option<String>>,
@@ -103,6 +106,7 @@ impl EngineReader {
                 .map(|(k, v)| (k.clone(), v.text()))
                 .collect(),
             promote: promote.to_vec(),
+            timeout: std::time::Duration::from_millis(cfg.timeout_ms),
             requests: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             last_error: Mutex::new(None),
@@ -137,8 +141,20 @@ impl EngineReader {
     /// (`{__name__="cpu",host_name="a"}` matches every `cpu="…"` sibling), so
     /// the series sharing a metric name are asked for together, with the
     /// labels they all share, and each answer goes to the series whose label
-    /// set it has exactly (`instance` aside).
+    /// set it has exactly (`instance` aside). The whole read, however many
+    /// requests it takes, is bounded by `timeout_ms`.
     pub async fn points(
+        &self,
+        series: &[SeriesRef<'_>],
+        from_ms: u64,
+        to_ms: u64,
+        bucket_ms: u64,
+    ) -> Result<(u64, Vec<Bucketed>), QueryError> {
+        self.bounded(self.points_unbounded(series, from_ms, to_ms, bucket_ms))
+            .await
+    }
+
+    async fn points_unbounded(
         &self,
         series: &[SeriesRef<'_>],
         from_ms: u64,
@@ -255,9 +271,9 @@ impl EngineReader {
         to_ms: u64,
     ) -> Result<Vec<SeriesFromLabels>, QueryError> {
         let sel = self.list_selector(filter);
-        let sets = self
-            .counted(self.client.series(&[&sel], from_ms as i64, to_ms as i64))
-            .await?;
+        let matchers = [sel.as_str()];
+        let call = self.client.series(&matchers, from_ms as i64, to_ms as i64);
+        let sets = self.bounded(self.counted(call)).await?;
         let mut out: Vec<SeriesFromLabels> = sets.iter().filter_map(series_from_labels).collect();
         // Series written by several master starts differ only in `instance`.
         out.sort_by(|a, b| (&a.name, &a.attributes).cmp(&(&b.name, &b.attributes)));
@@ -292,6 +308,20 @@ impl EngineReader {
             "{{{}}}",
             m.into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(",")
         )
+    }
+
+    /// `read` within `timeout_ms` in all; past it, a counted timeout.
+    async fn bounded<T>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, QueryError>>,
+    ) -> Result<T, QueryError> {
+        match tokio::time::timeout(self.timeout, read).await {
+            Ok(r) => r,
+            Err(_) => Err(self.fail(QueryError::Timeout {
+                url: self.url.clone(),
+                timeout: self.timeout,
+            })),
+        }
     }
 
     /// Runs one engine call, counting it and keeping a failure's message.
@@ -499,6 +529,37 @@ mod tests {
         assert!(e.contains("other than a matrix"), "{e}");
         let st = r.stats();
         assert_eq!((st.requests, st.errors), (5, 4));
+    }
+
+    #[tokio::test]
+    async fn a_read_is_bounded_by_the_timeout_as_a_whole() {
+        // Accepts and never answers.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let _hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((c, _)) = l.accept().await {
+                held.push(c);
+            }
+        });
+        let cfg = RemoteQueryConfig {
+            url: Some(url.clone()),
+            timeout_ms: 200,
+            ..Default::default()
+        };
+        let r = EngineReader::new(&cfg, &[], &[]).unwrap();
+        let s = SeriesRef {
+            name: "g",
+            unit: "",
+            kind: MetricKind::Gauge,
+            attributes: &[],
+        };
+        let t0 = std::time::Instant::now();
+        let e = r.points(&[s], 0, 10_000, 1).await.unwrap_err();
+        assert!(matches!(e, QueryError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains(&url));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        assert!(r.stats().errors >= 1);
     }
 
     #[tokio::test]
