@@ -539,3 +539,27 @@ pub fn wait_quiet(path: &Path, quiet: Duration, limit: Duration) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A `sonde --role agent` named `name` (its `host.name`) under `dir/name`,
+/// sampling every 100 ms with sysmetrics and exporting to the master's OTLP/gRPC
+/// port every 300 ms.
+pub fn cluster_agent(dir: &Path, name: &str, master_grpc: u16) -> Sonde {
+    Sonde::start(
+        &dir.join(name),
+        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
+        &[
+            "--role",
+            "agent",
+            "--master",
+            &format!("http://127.0.0.1:{master_grpc}"),
+            "--set",
+            &format!("host.name=\"{name}\""),
+            "--set",
+            "export.interval_ms=300",
+            "--set",
+            "cluster.heartbeat_ms=300",
+            "--set",
+            "sampler.period_ms=100",
+        ],
+    )
+}

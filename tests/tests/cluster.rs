@@ -34,24 +34,7 @@ fn master_args(grpc: u16) -> Vec<String> {
 }
 
 fn agent(dir: &std::path::Path, name: &str, master_grpc: u16) -> Sonde {
-    Sonde::start(
-        &dir.join(name),
-        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
-        &[
-            "--role",
-            "agent",
-            "--master",
-            &format!("http://127.0.0.1:{master_grpc}"),
-            "--set",
-            &format!("host.name=\"{name}\""),
-            "--set",
-            "export.interval_ms=300",
-            "--set",
-            "cluster.heartbeat_ms=300",
-            "--set",
-            "sampler.period_ms=100",
-        ],
-    )
+    cluster_agent(dir, name, master_grpc)
 }
 
 fn cluster(agents: usize) -> Cluster {

@@ -47,18 +47,39 @@ pub const REDACTED: &str = "<redacted>";
 
 /// The running config with secrets replaced by [`REDACTED`].
 pub fn redacted(cfg: &Config) -> Value {
-    let mut cfg = cfg.clone();
-    if cfg.api.token.is_some() {
-        cfg.api.token = Some(REDACTED.into());
+    let mut doc = serde_json::to_value(cfg).unwrap_or_default();
+    for p in SECRET_VALUES {
+        if let Some(v) = doc.pointer_mut(p)
+            && v.is_string()
+        {
+            *v = REDACTED.into();
+        }
     }
-    if cfg.cluster.token.is_some() {
-        cfg.cluster.token = Some(REDACTED.into());
+    for p in SECRET_MAPS {
+        if let Some(Value::Object(m)) = doc.pointer_mut(p) {
+            for v in m.values_mut() {
+                *v = REDACTED.into();
+            }
+        }
     }
-    for v in cfg.export.headers.values_mut() {
-        *v = REDACTED.into();
-    }
-    serde_json::to_value(cfg).unwrap_or_default()
+    doc
 }
+
+/// Secret strings, as JSON pointers into the config.
+const SECRET_VALUES: &[&str] = &[
+    "/api/token",
+    "/cluster/token",
+    "/storage/remote_write/bearer_token",
+    "/storage/remote_write/basic_auth/password",
+    "/storage/query/bearer_token",
+    "/storage/query/basic_auth/password",
+];
+/// Header tables, whose every value may carry a credential (API keys, tenants).
+const SECRET_MAPS: &[&str] = &[
+    "/export/headers",
+    "/storage/remote_write/headers",
+    "/storage/query/headers",
+];
 
 pub async fn get_config(State(st): State<AppState>) -> Json<Value> {
     Json(redacted(&st.config.lock()))
@@ -179,22 +200,22 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// Puts the running secrets back where the document says `<redacted>`.
 fn unredact(doc: &mut Value, old: &Config) {
-    if let Some(tok) = doc.pointer_mut("/api/token")
-        && tok == REDACTED
-    {
-        *tok = old.api.token.clone().map(Value::String).unwrap_or(Value::Null);
+    let before = serde_json::to_value(old).unwrap_or_default();
+    for p in SECRET_VALUES {
+        if let Some(v) = doc.pointer_mut(p)
+            && v == REDACTED
+        {
+            *v = before.pointer(p).cloned().unwrap_or(Value::Null);
+        }
     }
-    if let Some(tok) = doc.pointer_mut("/cluster/token")
-        && tok == REDACTED
-    {
-        *tok = old.cluster.token.clone().map(Value::String).unwrap_or(Value::Null);
-    }
-    if let Some(Value::Object(h)) = doc.pointer_mut("/export/headers") {
-        for (k, v) in h.iter_mut() {
-            if v == REDACTED
-                && let Some(real) = old.export.headers.get(k)
-            {
-                *v = Value::String(real.clone());
+    for p in SECRET_MAPS {
+        if let Some(Value::Object(m)) = doc.pointer_mut(p) {
+            for (k, v) in m.iter_mut() {
+                if v == REDACTED
+                    && let Some(real) = before.pointer(p).and_then(|o| o.get(k))
+                {
+                    *v = real.clone();
+                }
             }
         }
     }
@@ -232,6 +253,8 @@ pub fn needs_restart(old: &Config, new: &Config) -> Vec<ConfigError> {
     check("api.listen", old.api.listen != new.api.listen);
     check("api.tls", old.api.tls != new.api.tls);
     check("ingest", old.ingest != new.ingest);
+    // The writer, the reader and the embedded history are started once.
+    check("storage", old.storage != new.storage);
     check("sinks.dir", old.sinks != new.sinks);
     check(
         "export.service_name",
@@ -383,8 +406,9 @@ mod tests {
         new.api.listen = "127.0.0.1:1".into();
         new.sampler.per_core = false;
         new.export.spool_max_bytes = 1 << 30;
+        new.storage.query.url = Some("http://127.0.0.1:9090".into());
         let keys: Vec<_> = needs_restart(&old, &new).into_iter().map(|e| e.key).collect();
-        assert_eq!(keys, vec!["sampler", "api.listen", "export.spool_max_bytes"]);
+        assert_eq!(keys, vec!["sampler", "api.listen", "storage", "export.spool_max_bytes"]);
     }
 
     #[test]
@@ -392,8 +416,23 @@ mod tests {
         let mut old = Config::default();
         old.api.token = Some("s3cret".into());
         old.export.headers.insert("api-key".into(), "k".into());
+        old.storage.query.url = Some("http://127.0.0.1:9090".into());
+        old.storage.query.bearer_token = Some("q-token".into());
+        old.storage
+            .query
+            .headers
+            .insert("X-Scope-OrgID".into(), "tenant".into());
+        old.storage.remote_write.basic_auth = Some(crate::export::remote_write::BasicAuth {
+            username: "u".into(),
+            password: "rw-pass".into(),
+        });
         let mut doc = redacted(&old);
         assert_eq!(doc["api"]["token"], REDACTED);
+        let text = doc.to_string();
+        for secret in ["s3cret", "q-token", "tenant", "rw-pass"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(doc["storage"]["remote_write"]["basic_auth"]["username"], "u");
         unredact(&mut doc, &old);
         let c = candidate(doc).unwrap();
         assert_eq!(c, old);

@@ -14,27 +14,34 @@ use crate::storage::{KIND_ATTR, SCOPE_ATTR};
 
 use super::live::{Buckets, LiveStore, SeriesMeta};
 
-/// The history's key for a series the live store lists.
-pub fn key_of(m: &SeriesMeta) -> SeriesKey {
-    let unit = if m.rate {
+/// A listed series' unit as it was emitted (a counter's without the `/s`
+/// the live store adds): what the history and the engine keyed it by.
+pub fn emitted_unit(m: &SeriesMeta) -> &str {
+    if m.rate {
         m.unit.strip_suffix("/s").unwrap_or(&m.unit)
     } else {
         &m.unit
-    };
-    let attrs = m
-        .attributes
-        .iter()
-        .map(|(k, v)| {
-            let v = match v {
-                serde_json::Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            (k.clone(), v)
-        })
-        .chain([
-            (SCOPE_ATTR.to_string(), m.scope.clone()),
-            (KIND_ATTR.to_string(), m.kind.to_string()),
-        ]);
+    }
+}
+
+/// A listed series' attributes as text, the way keys and labels carry them.
+pub fn attribute_texts(m: &SeriesMeta) -> impl Iterator<Item = (String, String)> + '_ {
+    m.attributes.iter().map(|(k, v)| {
+        let v = match v {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        (k.clone(), v)
+    })
+}
+
+/// The history's key for a series the live store lists.
+pub fn key_of(m: &SeriesMeta) -> SeriesKey {
+    let unit = emitted_unit(m);
+    let attrs = attribute_texts(m).chain([
+        (SCOPE_ATTR.to_string(), m.scope.clone()),
+        (KIND_ATTR.to_string(), m.kind.to_string()),
+    ]);
     SeriesKey::new(m.name.clone(), unit.to_string(), attrs)
 }
 

@@ -121,7 +121,7 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/status",
-            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief",
+            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief, cluster, storage (history, remote_write, query: requests, errors, last_error)",
         ),
         op(
             "get",
@@ -276,12 +276,27 @@ fn operations() -> Vec<Op> {
         selector(op(
             "get",
             "/api/series",
-            "series in the live store (the last hour of every metric plugins emit)",
-        )),
+            "series in the live store (the last hour of every metric plugins emit); with storage.query set and `from` older than the live store, also the series only the engine holds in [from, to] (matched by node, job and name; they get ids like any other series)",
+        ))
+        .query(
+            "from",
+            "integer",
+            "ms since the Unix epoch: also list what the engine (storage.query) holds from here",
+        )
+        .query("to", "integer", "end of that range, ms since the Unix epoch (default now)")
+        .responses(&[
+            (
+                200,
+                "{series: [{id, scope, plugin, name, unit, kind, rate, attributes, last_ms}], store, engine: null | {url, series_only_there}}",
+            ),
+            (400, "a bad parameter"),
+            (502, "storage.query: the engine failed or answered something else than its API's JSON: {error (naming the engine's URL), engine}"),
+            (504, "storage.query: the engine did not answer within storage.query.timeout_ms: {error, engine}"),
+        ]),
         selector(op(
             "get",
             "/api/series/data",
-            "history of series, downsampled to min/max/mean per bucket",
+            "history of series, downsampled to min/max/mean per bucket; a range older than the live store is read from the engine (storage.query) or else the embedded history, in the same shape",
         ))
         .query(
             "from",
@@ -300,8 +315,10 @@ fn operations() -> Vec<Op> {
             "most buckets per series, 1..=10000 (default 1000)",
         )
         .responses(&[
-            (200, "{from, to, bucket_ms, data: [{id, t, min, max, mean}]}"),
-            (400, "a bad parameter"),
+            (200, "{from, to, bucket_ms, data: [{id, t, min, max, mean}]}; bucket_ms is the width used (an engine read may widen it to stay within 11 000 points per series)"),
+            (400, "a bad parameter, or more than 256 series for one engine read"),
+            (502, "storage.query: the engine failed or answered something else than its API's JSON: {error (naming the engine's URL), engine}"),
+            (504, "storage.query: the engine did not answer within storage.query.timeout_ms: {error, engine}"),
         ]),
         selector(op(
             "get",

@@ -2,6 +2,9 @@
 //!
 //! - `GET /api/series`: every series kept (id, scope, plugin, name, unit, attributes).
 //! - `GET /api/series/data`: history of some series, downsampled to at most `max_points` buckets.
+//!   A range older than the live store reads the engine (`storage.query`, see
+//!   `engine.rs`) or else the embedded history (`history.rs`).
+//! - `GET /api/series?from=…`: with `storage.query` set, also series only the engine holds.
 //! - `GET /api/stream`: server-sent events. One `snapshot` (the window, downsampled),
 //!   then every `interval_ms` an `append` with only what is new: the buckets from the last
 //!   one sent onwards (the first of them replaces the client's last bucket when their
@@ -27,6 +30,7 @@ use super::live::{Buckets, LiveStore, SeriesMeta, bucket_width};
 use super::{Api, bad_request};
 use crate::model::now_ns;
 use crate::plugin::DecisionBoard;
+use crate::storage::engine_read::ListFilter;
 
 /// Which series a request is about; every given filter must match.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -98,18 +102,75 @@ impl Filter {
                 .as_ref()
                 .is_none_or(|j| attr_is(m, "sonde.job", j).unwrap_or(false))
     }
+
+    /// For a series only the engine holds: its name is the stored one, so the
+    /// name prefix is compared translated; node and job as for any series.
+    fn matches_engine(&self, m: &SeriesMeta) -> bool {
+        use crate::export::remote_write::prometheus_metric_name;
+        let name_ok = self.sel.name.as_ref().is_none_or(|n| {
+            m.name
+                .starts_with(&prometheus_metric_name(n, "", crate::model::MetricKind::UpDownCounter))
+        });
+        let rest = Filter {
+            ids: self.ids.clone(),
+            sel: Selector {
+                name: None,
+                ..self.sel.clone()
+            },
+            local_node: self.local_node.clone(),
+        };
+        name_ok && rest.matches(m)
+    }
 }
 
-pub async fn list(State(api): State<Api>, Query(sel): Query<Selector>) -> Response {
-    let f = match Filter::new(sel, &api.app.cluster.node) {
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(flatten)]
+    sel: Selector,
+    /// With `storage.query` set and `from` older than the live store's
+    /// coverage, series the engine holds in `[from, to]` are listed too.
+    /// ms since the Unix epoch.
+    from: Option<u64>,
+    /// End of that range (default now).
+    to: Option<u64>,
+}
+
+pub async fn list(State(api): State<Api>, q: Result<Query<ListQuery>, QueryRejection>) -> Response {
+    let q = match parse(q) {
+        Ok(q) => q,
+        Err(r) => return r,
+    };
+    let f = match Filter::new(q.sel, &api.app.cluster.node) {
         Ok(f) => f,
         Err(e) => return bad_request("ids", e),
     };
+    let mut engine = serde_json::Value::Null;
+    if let (Some(reader), Some(from)) = (&api.app.storage.query, q.from)
+        && from < api.live.covers_from_ms()
+        // The engine keeps no ids, plugins or scopes: those filters are the live store's alone.
+        && f.ids.is_none()
+        && f.sel.plugin.is_none()
+        && f.sel.scope.is_none()
+    {
+        let to = q.to.unwrap_or(now_ns() / 1_000_000);
+        let lf = ListFilter {
+            node: f.sel.node.as_deref(),
+            job: f.sel.job.as_deref(),
+            name_prefix: f.sel.name.as_deref(),
+        };
+        match super::engine::list_more(reader, &api.live, &lf, from, to).await {
+            Ok(more) => engine = json!({"url": reader.url(), "series_only_there": more.len()}),
+            Err(r) => return r,
+        }
+    }
+    let engine_only = |m: &SeriesMeta| m.scope == super::engine::ENGINE_SCOPE;
     let series: Vec<_> = api
         .live
         .list()
         .into_iter()
-        .filter(|m| f.matches(m))
+        // Series only the engine holds match by what the engine was asked.
+        .filter(|m| f.matches(m) || (engine_only(m) && f.matches_engine(m)))
         .map(|m| {
             let last = api.live.last_ms(m.id);
             let mut v = serde_json::to_value(m).unwrap_or_default();
@@ -117,7 +178,7 @@ pub async fn list(State(api): State<Api>, Query(sel): Query<Selector>) -> Respon
             v
         })
         .collect();
-    axum::Json(json!({"series": series, "store": api.live.stats()})).into_response()
+    axum::Json(json!({"series": series, "store": api.live.stats(), "engine": engine})).into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -154,10 +215,12 @@ fn check_window(max_points: Option<usize>, window_s: Option<u64>) -> Result<(usi
 }
 
 pub async fn data(State(api): State<Api>, q: Result<Query<DataQuery>, QueryRejection>) -> Response {
-    data_of(&api, q).unwrap_or_else(|r| r)
+    match data_of(&api, q).await {
+        Ok(r) | Err(r) => r,
+    }
 }
 
-fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Result<Response, Response> {
+async fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Result<Response, Response> {
     let q = parse(q)?;
     let (max_points, window) = check_window(q.max_points, q.window_s)?;
     let to = q.to.unwrap_or(now_ns() / 1_000_000);
@@ -166,21 +229,29 @@ fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Result<Res
         return Err(bad_request("from", "must not be after `to`"));
     }
     let f = Filter::new(q.sel, &api.app.cluster.node).map_err(|e| bad_request("ids", e))?;
-    let ids: Vec<u32> = api.live.list().iter().filter(|m| f.matches(m)).map(|m| m.id).collect();
-    let w = bucket_width(from, to, max_points);
-    let data = match &api.app.storage.history {
-        // Older than what the live store holds: the history serves it.
-        Some(h) if from < api.live.covers_from_ms() => {
-            let metas = api.live.list();
-            ids.iter()
-                .filter_map(|id| metas.iter().find(|m| m.id == *id))
-                .filter_map(|m| {
-                    let hid = h.id_of(&super::history::key_of(m))?;
-                    Some(super::history::as_live(m, h.query(hid, from, to, w)))
-                })
-                .collect()
+    let metas: Vec<SeriesMeta> = api.live.list().into_iter().filter(|m| f.matches(m)).collect();
+    let mut w = bucket_width(from, to, max_points);
+    let older = from < api.live.covers_from_ms();
+    let data = match (&api.app.storage.query, &api.app.storage.history) {
+        // Older than what the live store holds: the engine serves it when
+        // `storage.query` is set, else the embedded history.
+        (Some(reader), _) if older => {
+            let live_from = api.live.covers_from_ms();
+            let (width, data) = super::engine::data(reader, &api.live, &metas, (from, to), live_from, w).await?;
+            w = width;
+            data
         }
-        _ => api.live.query(&ids, from, to, w),
+        (None, Some(h)) if older => metas
+            .iter()
+            .filter_map(|m| {
+                let hid = h.id_of(&super::history::key_of(m))?;
+                Some(super::history::as_live(m, h.query(hid, from, to, w)))
+            })
+            .collect(),
+        _ => {
+            let ids: Vec<u32> = metas.iter().map(|m| m.id).collect();
+            api.live.query(&ids, from, to, w)
+        }
     };
     // Typed, not `json!`: f32 values then print as f32 (0.25, not 0.25000000372529).
     #[derive(serde::Serialize)]

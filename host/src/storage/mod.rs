@@ -6,14 +6,21 @@
 //!     ├─► the embedded history (`storage.history`, on by default on a master)
 //!     │     key = name, unit, attributes + `otel.scope.name`, `sonde.kind`
 //!     └─► remote-write (`storage.remote_write`) ─► Prometheus / VictoriaMetrics / Mimir …
-//!  GET /api/series, /api/series/data before the live store's start ◄── the history
+//!  GET /api/series, /api/series/data before the live store's start
+//!     ◄── the engine, when `storage.query` is set (engine_read.rs, engine_plan.rs)
+//!     ◄── else the embedded history
 //! ```
+//! With `storage.query` set the embedded history is off unless
+//! `storage.embedded = true` says otherwise (the engine is the history); when
+//! both run, reads go to the engine only.
 //! The writer's queue is bounded (`storage.remote_write.queue_capacity`
 //! samples, oldest dropped and counted); a slow or absent engine never holds
 //! up sampling or export. A broadcast receiver that falls more than 1 024
 //! batches behind loses the oldest, counted in `batches_lagged`.
 
 pub mod config;
+pub mod engine_plan;
+pub mod engine_read;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -22,6 +29,7 @@ use crate::export::remote_write::{RemoteWriteStats, RemoteWriter};
 use crate::history::{History, HistoryStats, SeriesKey};
 use crate::model::{AttrValue, MetricBatch, MetricKind};
 use crate::pipeline::PipelineHandle;
+use engine_read::{EngineReadStats, EngineReader};
 
 pub use config::StorageConfig;
 
@@ -30,6 +38,8 @@ pub use config::StorageConfig;
 pub struct Storage {
     pub remote: Option<RemoteWriter>,
     pub history: Option<Arc<History>>,
+    /// Reads through the engine's query API (`storage.query`).
+    pub query: Option<Arc<EngineReader>>,
     pub batches_lagged: Arc<AtomicU64>,
     writer_task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
     feed_task: Option<tokio::task::JoinHandle<()>>,
@@ -83,6 +93,7 @@ fn append_history(h: &History, batch: &MetricBatch, ids: &mut std::collections::
 pub struct StorageStats {
     pub remote_write: Option<RemoteWriteStats>,
     pub history: Option<HistoryStats>,
+    pub query: Option<EngineReadStats>,
     pub batches_lagged: u64,
 }
 
@@ -97,6 +108,12 @@ impl Storage {
         resource: Vec<(String, AttrValue)>,
     ) -> anyhow::Result<Storage> {
         let mut s = Storage::default();
+        if cfg.query.enabled() {
+            // The writer's promotions and resource, so lookups use the labels it wrote.
+            let reader = EngineReader::new(&cfg.query, &cfg.remote_write.promote_resource_attributes, &resource)
+                .map_err(|e| anyhow::anyhow!("storage.query: {e}"))?;
+            s.query = Some(Arc::new(reader));
+        }
         if cfg.embedded_on(master) {
             let dir = cfg.history.dir(data_dir);
             let h = Arc::new(
@@ -152,6 +169,7 @@ impl Storage {
         StorageStats {
             remote_write: self.remote.as_ref().map(RemoteWriter::stats),
             history: self.history.as_ref().map(|h| h.stats()),
+            query: self.query.as_ref().map(|q| q.stats()),
             batches_lagged: self.batches_lagged.load(Relaxed),
         }
     }

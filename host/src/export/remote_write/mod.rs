@@ -75,6 +75,9 @@ mod sender;
 pub mod wire;
 
 pub use config::{BasicAuth, RemoteQueryConfig, RemoteWriteConfig};
-pub use names::{prometheus_label_name, prometheus_metric_name, series_labels};
-pub use query::{InstantSample, LabelSet, PromQueryClient, QueryError, QueryResult, RangeSeries};
+pub use names::{
+    KNOWN_ATTRIBUTE_KEYS, SeriesFromLabels, prometheus_label_name, prometheus_metric_name, series_from_labels,
+    series_labels,
+};
+pub use query::{InstantSample, LabelSet, PromQueryClient, QueryError, QueryResult, RangeSeries, exact_selector};
 pub use sender::{RemoteSeries, RemoteWriteStats, RemoteWriter, SeriesLabels};

@@ -1,5 +1,21 @@
 //! OpenTelemetry names → Prometheus names, the way Prometheus names what it
-//! receives over OTLP (the rules are tabled in the module doc of `remote_write`).
+//! receives over OTLP (the rules are tabled in the module doc of `remote_write`),
+//! and the way back for what the query side finds in an engine.
+//!
+//! ```text
+//!  sonde series (name, unit, kind, attributes) + resource
+//!     │ series_labels                         (the writer, and the reader's selectors)
+//!     ▼
+//!  Prometheus label set {__name__, host_name, sonde_job, job, instance, …}
+//!     │ series_from_labels                    (the reader, for series only the engine lists)
+//!     ▼
+//!  sonde series: name = __name__ as stored, unit "", counter when `_total`,
+//!  attributes = the labels less job/instance, known keys given their dots back
+//! ```
+//! The way back cannot undo what translation merged (`a.b` and `a_b` are one
+//! label), so it keeps the stored name and makes the round trip exact instead:
+//! `series_labels(series_from_labels(l)) == l` once job/instance are added back
+//! from the same resource.
 
 use std::collections::BTreeMap;
 
@@ -151,6 +167,57 @@ pub fn series_labels(
     }
     labels.insert("__name__".into(), metric);
     Some(labels.into_iter().collect())
+}
+
+/// Attribute keys sonde itself writes, given back their dots when a label
+/// read from an engine is turned into an attribute (so `node` and `job`
+/// filters, and the dashboard's labels, read the same as for live series).
+pub const KNOWN_ATTRIBUTE_KEYS: &[&str] = &[
+    "host.name",
+    "sonde.job",
+    "sonde.rank",
+    "sonde.local_rank",
+    "sonde.role",
+    "sonde.agent",
+    "sonde.cluster",
+    "service.name",
+];
+
+/// A series as an engine lists it, turned back into sonde's terms.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeriesFromLabels {
+    /// `__name__` unchanged: the original name cannot be recovered.
+    pub name: String,
+    /// Counter when the name ends in `_total`, else gauge.
+    pub kind: MetricKind,
+    /// Every label but `__name__`, `job` and `instance` (which come from the
+    /// writer's resource), sorted by key.
+    pub attributes: Vec<(String, String)>,
+}
+
+/// The way back from a stored label set; None without a `__name__`.
+/// With unit `""`, translating the result again with [`series_labels`] and
+/// the writer's resource gives `labels` back.
+pub fn series_from_labels(labels: &BTreeMap<String, String>) -> Option<SeriesFromLabels> {
+    let name = labels.get("__name__")?.clone();
+    let kind = if name.ends_with("_total") {
+        MetricKind::Counter
+    } else {
+        MetricKind::Gauge
+    };
+    let mut attributes: Vec<(String, String)> = labels
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "__name__" | "job" | "instance"))
+        .map(|(k, v)| {
+            let key = KNOWN_ATTRIBUTE_KEYS
+                .iter()
+                .find(|known| prometheus_label_name(known).as_deref() == Some(k.as_str()))
+                .map_or_else(|| k.clone(), |known| known.to_string());
+            (key, v.clone())
+        })
+        .collect();
+    attributes.sort();
+    Some(SeriesFromLabels { name, kind, attributes })
 }
 
 fn is_name_char(c: char) -> bool {
@@ -341,5 +408,40 @@ mod tests {
         let labels = series_labels("x", "", Gauge, &s(&[("Zone", "a")]), &[], &[]).unwrap();
         assert_eq!(labels, s(&[("Zone", "a"), ("__name__", "x")]));
         assert!(series_labels("..", "", Gauge, &[], &[], &[]).is_none());
+    }
+
+    #[test]
+    fn remote_write_labels_read_back_and_translate_to_themselves() {
+        let stored: BTreeMap<String, String> = [
+            ("__name__", "system_network_io_bytes_total"),
+            ("host_name", "node-0"),
+            ("sonde_job", "train-1"),
+            ("direction", "rx"),
+            ("job", "sonde"),
+            ("instance", "abc"),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        let back = series_from_labels(&stored).unwrap();
+        assert_eq!(back.kind, Counter);
+        assert_eq!(back.name, "system_network_io_bytes_total");
+        let keys: Vec<&str> = back.attributes.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["direction", "host.name", "sonde.job"]);
+        let resource = [
+            ("service.name".to_string(), "sonde".to_string()),
+            ("service.instance.id".to_string(), "abc".to_string()),
+        ];
+        let again = series_labels(&back.name, "", back.kind, &back.attributes, &resource, &[]).unwrap();
+        assert_eq!(again, stored.into_iter().collect::<Vec<_>>());
+        // A ratio gauge keeps its name too.
+        let g: BTreeMap<String, String> = [("__name__".to_string(), "gpu_utilization_ratio".to_string())].into();
+        let back = series_from_labels(&g).unwrap();
+        assert_eq!(back.kind, Gauge);
+        assert_eq!(
+            prometheus_metric_name(&back.name, "", back.kind),
+            "gpu_utilization_ratio"
+        );
+        assert!(series_from_labels(&BTreeMap::new()).is_none());
     }
 }

@@ -253,6 +253,31 @@ impl PromQueryClient {
     }
 }
 
+/// A PromQL series selector that matches exactly `labels` (`__name__`
+/// included, as a matcher like any other): `{__name__="up",job="a\"b"}`.
+/// Values are escaped as PromQL double-quoted strings.
+pub fn exact_selector<'a>(labels: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::from("{");
+    for (k, v) in labels {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(k);
+        out.push_str("=\"");
+        for c in v.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push('}');
+    out
+}
+
 #[derive(Deserialize)]
 struct Envelope {
     status: String,
@@ -401,6 +426,13 @@ mod tests {
         let mut s = String::new();
         form_encode("{job=\"a b\",x=~\"é.*\"}", &mut s);
         assert_eq!(s, "%7Bjob%3D%22a%20b%22%2Cx%3D~%22%C3%A9.%2A%22%7D");
+    }
+
+    #[test]
+    fn remote_write_query_selectors_escape_values() {
+        let s = exact_selector([("__name__", "up"), ("job", "a\"b\\c\nd")]);
+        assert_eq!(s, r#"{__name__="up",job="a\"b\\c\nd"}"#);
+        assert_eq!(exact_selector([]), "{}");
     }
 
     #[test]
