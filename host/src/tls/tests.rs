@@ -205,6 +205,7 @@ async fn tls_export_reaches_the_receivers_over_mutual_tls_with_a_token() {
         forward: None,
         tokens: vec!["s3".into()],
         max_body: 1 << 20,
+        limits: crate::ingest::limits::Limits::default(),
     };
     let (_stop_tx, stop) = tokio::sync::watch::channel(false);
     let tls = || {
