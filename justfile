@@ -130,6 +130,11 @@ bench-cluster *ARGS: build
     cargo build --release -p otlp-loadgen
     python3 scripts/bench_cluster.py {{ARGS}}
 
+# the dashboard's job page for an hour-long job (8 ranks x 3 phases x 36 000 batches) in chromium: first paint, all batches in, zoom and pan per frame (Performance API)
+bench-web: setup web
+    cargo build -p sonde
+    node web/bench/job-page.mjs
+
 # many nodes: 8 agents directly to rotel, then through one sonde gateway killed for 60 s; every point counted end to end
 many-nodes *ARGS: build
     python3 scripts/many_nodes.py {{ARGS}}

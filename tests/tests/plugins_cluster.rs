@@ -39,27 +39,6 @@ fn master(dir: &std::path::Path, grpc: u16) -> Sonde {
     )
 }
 
-fn agent(dir: &std::path::Path, name: &str, master_grpc: u16) -> Sonde {
-    Sonde::start(
-        &dir.join(name),
-        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
-        &[
-            "--role",
-            "agent",
-            "--master",
-            &format!("http://127.0.0.1:{master_grpc}"),
-            "--set",
-            &format!("host.name=\"{name}\""),
-            "--set",
-            "export.interval_ms=300",
-            "--set",
-            "cluster.heartbeat_ms=300",
-            "--set",
-            "sampler.period_ms=100",
-        ],
-    )
-}
-
 /// One step of one rank as the job posts it to the sonde on its node.
 fn step(rank: i32, batch: u64, start: u64, ms: u64) -> Value {
     json!({
@@ -117,7 +96,7 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
     let tmp = tempfile::tempdir().unwrap();
     let grpc = free_port();
     let master = master(&tmp.path().join("master"), grpc);
-    let agents: Vec<Sonde> = NODES.iter().map(|n| agent(tmp.path(), n, grpc)).collect();
+    let agents: Vec<Sonde> = NODES.iter().map(|n| cluster_agent(tmp.path(), n, grpc)).collect();
     let up = wait_for(Duration::from_secs(30), || {
         let n = master.json("/api/cluster/nodes");
         NODES.iter().all(|name| {
@@ -240,7 +219,7 @@ fn a_masters_dlrover_sees_every_worker_nodes_usage_from_its_agent() {
     let tmp = tempfile::tempdir().unwrap();
     let grpc = free_port();
     let master = master(&tmp.path().join("master"), grpc);
-    let agents: Vec<Sonde> = NODES.iter().map(|n| agent(tmp.path(), n, grpc)).collect();
+    let agents: Vec<Sonde> = NODES.iter().map(|n| cluster_agent(tmp.path(), n, grpc)).collect();
     // Each worker announces itself through the sonde on its node.
     for (rank, a) in agents.iter().enumerate() {
         let (code, body) = post_json(&a.api, "/api/ingest", &step(rank as i32, 0, now_ns(), 20));
