@@ -5,7 +5,9 @@
 //!   A range older than the live store reads the engine (`storage.query`, see
 //!   `engine.rs`) or else the embedded history (`history.rs`).
 //! - `GET /api/series?from=…`: with `storage.query` set, also series only the engine holds.
-//! - `GET /api/stream`: server-sent events. One `snapshot` (the window, downsampled),
+//! - `GET /api/stream`: server-sent events. One `snapshot` (the window, downsampled;
+//!   what is older than the live store, as on a master that keeps five minutes live,
+//!   from the embedded history; with only `storage.query`, the live part alone),
 //!   then every `interval_ms` an `append` with only what is new: the buckets from the last
 //!   one sent onwards (the first of them replaces the client's last bucket when their
 //!   times are equal), metadata of series that appeared, and new plugin decisions.
@@ -299,6 +301,7 @@ fn stream_of(api: &Api, q: Result<Query<StreamQuery>, QueryRejection>) -> Result
     let filter = Filter::new(q.sel, &api.app.cluster.node).map_err(|e| bad_request("ids", e))?;
     let state = Feed {
         live: api.live.clone(),
+        history: api.app.storage.history.clone(),
         decisions: api.app.plugins.decisions().clone(),
         plugin,
         filter,
@@ -337,6 +340,9 @@ struct Frame {
 /// One client's position in the stream.
 struct Feed {
     live: Arc<LiveStore>,
+    /// The embedded history: the snapshot's part older than the live store
+    /// (a master keeps five minutes live) comes from it.
+    history: Option<Arc<crate::history::History>>,
     decisions: DecisionBoard,
     plugin: Option<String>,
     filter: Filter,
@@ -389,6 +395,9 @@ impl Feed {
                 data.push(b);
             }
         }
+        if first {
+            self.older_from_history(&new_meta, from, &mut data);
+        }
         data.sort_by_key(|b| b.id);
         let decisions: Vec<_> = self
             .decisions
@@ -410,5 +419,45 @@ impl Feed {
         Event::default()
             .event(if first { "snapshot" } else { "append" })
             .data(serde_json::to_string(&frame).unwrap_or_default())
+    }
+
+    /// The snapshot's buckets older than the live store's coverage, read
+    /// from the embedded history and put in front of the live ones (buckets
+    /// aligned alike, the history's ending where the live store's first
+    /// bucket starts), so a window longer than the live store's still draws
+    /// whole. Without a history, or within coverage, nothing changes.
+    fn older_from_history(&self, metas: &[SeriesMeta], from: u64, data: &mut Vec<Buckets>) {
+        let Some(h) = &self.history else { return };
+        let covers = self.live.covers_from_ms();
+        if from >= covers {
+            return;
+        }
+        // The last bucket wholly before the live store's coverage ends here.
+        let until = (covers / self.bucket * self.bucket).saturating_sub(1);
+        for m in metas {
+            let Some(hid) = h.id_of(&super::history::key_of(m)) else {
+                continue;
+            };
+            let old = super::history::as_live(m, h.query(hid, from, until, self.bucket));
+            if old.t.is_empty() {
+                continue;
+            }
+            match data.iter_mut().find(|b| b.id == m.id) {
+                Some(b) => {
+                    let older = b.t.partition_point(|&t| t <= until);
+                    let join = |old: &[f32], new: &mut Vec<f32>| {
+                        let tail = new.split_off(older);
+                        *new = old.iter().copied().chain(tail).collect();
+                    };
+                    join(&old.min, &mut b.min);
+                    join(&old.max, &mut b.max);
+                    join(&old.mean, &mut b.mean);
+                    let tail = b.t.split_off(older);
+                    b.t = old.t.iter().copied().chain(tail).collect();
+                }
+                None => data.push(old),
+            }
+        }
+        data.sort_by_key(|b| b.id);
     }
 }
