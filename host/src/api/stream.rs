@@ -243,13 +243,12 @@ async fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Resu
             w = width;
             data
         }
-        (None, Some(h)) if older => metas
-            .iter()
-            .filter_map(|m| {
-                let hid = h.id_of(&super::history::key_of(m))?;
-                Some(super::history::as_live(m, h.query(hid, from, to, w)))
-            })
-            .collect(),
+        (None, Some(h)) if older => {
+            let (h, metas) = (h.clone(), metas.clone());
+            tokio::task::spawn_blocking(move || super::history::query_many(&h, &metas, from, to, w))
+                .await
+                .unwrap_or_default()
+        }
         _ => {
             let ids: Vec<u32> = metas.iter().map(|m| m.id).collect();
             api.live.query(&ids, from, to, w)
