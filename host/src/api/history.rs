@@ -106,29 +106,13 @@ pub fn declare_kept(history: &History, live: &LiveStore) -> usize {
 }
 
 /// `metas`' buckets from the history over `[from, to]` (ms) in buckets of
-/// `width` ms, in the live store's shape, read on up to one thread per core
-/// (each series' read takes the history's lock only to copy its chunk list).
-/// Series the history does not know are left out. Blocking: call it off the
-/// async workers.
+/// `width` ms, in the live store's shape, read on every core (each series'
+/// read takes the history's lock only to copy its chunk list). Series the
+/// history does not know are left out. Blocking: call it off the async workers.
 pub fn query_many(h: &History, metas: &[SeriesMeta], from: u64, to: u64, width: u64) -> Vec<Buckets> {
-    let one = |m: &SeriesMeta| {
+    // A thread per few dozen series at least: below that it costs more than it saves.
+    super::cores::map_on_cores(metas, metas.len() / 32, |m| {
         let hid = h.id_of(&key_of(m))?;
         Some(as_live(m, h.query(hid, from, to, width)))
-    };
-    // Below a few dozen series a thread costs more than it saves.
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(metas.len().div_ceil(32))
-        .max(1);
-    if threads == 1 {
-        return metas.iter().filter_map(one).collect();
-    }
-    let per = metas.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = metas
-            .chunks(per)
-            .map(|part| s.spawn(move || part.iter().filter_map(one).collect::<Vec<_>>()))
-            .collect();
-        parts.into_iter().flat_map(|p| p.join().unwrap_or_default()).collect()
     })
 }

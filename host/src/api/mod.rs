@@ -11,6 +11,7 @@ pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod config_api;
+pub mod cores;
 pub mod engine;
 pub mod errors;
 pub mod history;
