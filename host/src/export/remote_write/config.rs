@@ -130,7 +130,7 @@ impl RemoteWriteConfig {
 pub struct RemoteQueryConfig {
     /// The engine's base URL, the part before `/api/v1/…`: `http://127.0.0.1:9090`
     /// for Prometheus, `http://127.0.0.1:8428` for VictoriaMetrics,
-    /// `http://mimir:8080/prometheus` for Mimir. Only `http://`. None: off.
+    /// `http://mimir:8080/prometheus` for Mimir, or `https://…`. None: off.
     pub url: Option<String>,
     /// Per-request timeout, connecting and reading the whole answer included.
     pub timeout_ms: u64,
@@ -142,6 +142,9 @@ pub struct RemoteQueryConfig {
     pub basic_auth: Option<BasicAuth>,
     /// Sent as `Authorization: Bearer <token>`.
     pub bearer_token: Option<String>,
+    /// For an `https://` url: the CA, and a client certificate and key, as
+    /// `remote_write.tls` (the same table as `export.tls`).
+    pub tls: ClientTls,
 }
 
 impl Default for RemoteQueryConfig {
@@ -153,6 +156,7 @@ impl Default for RemoteQueryConfig {
             headers: BTreeMap::new(),
             basic_auth: None,
             bearer_token: None,
+            tls: ClientTls::default(),
         }
     }
 }
@@ -166,7 +170,10 @@ impl RemoteQueryConfig {
     /// Checks what can be checked without a network; the messages name the key.
     pub fn validate(&self) -> Result<(), String> {
         if let Some(url) = &self.url {
-            check_http_url(url, "query.url", false)?;
+            check_http_url(url, "query.url", true)?;
+            if url.starts_with("https://") {
+                crate::tls::client_config(&self.tls, "storage.query.tls").map_err(|e| e.to_string())?;
+            }
         }
         if self.timeout_ms == 0 {
             return Err("query.timeout_ms must be > 0".into());

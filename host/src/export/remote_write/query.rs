@@ -111,8 +111,14 @@ impl PromQueryClient {
             HeaderValue::from_static("application/x-www-form-urlencoded"),
         );
         headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        let client = if base.starts_with("https://") {
+            let tls = crate::tls::client_config(&cfg.tls, "storage.query.tls").map_err(|e| e.to_string())?;
+            http::client_tls(timeout, tls)
+        } else {
+            http::client(timeout)
+        };
         Ok(Self {
-            client: http::client(timeout),
+            client,
             base,
             headers,
             timeout,
@@ -459,5 +465,51 @@ mod tests {
         let bad_v = serde_json::json!({"resultType": "vector", "result": [{"metric": {}, "value": [1, "zz"]}]});
         assert!(parse_result(url, bad_v).is_err());
         assert!(parse_result(url, serde_json::json!({"resultType": "histogram", "result": []})).is_err());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn remote_write_query_reads_over_https_from_an_engine_with_a_certificate_of_the_test_ca() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicU64;
+        let dir = tempfile::tempdir().unwrap();
+        let p = sonde_e2e::pki::Pki::make(dir.path());
+        let server = crate::tls::ServerTls {
+            cert: p.server_cert.clone(),
+            key: p.server_key.clone(),
+            client_ca: None,
+        };
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        let listener = crate::tls::TlsListener::new(
+            tcp,
+            crate::tls::server_config(&server, "test").unwrap(),
+            Arc::new(AtomicU64::new(0)),
+            "engine",
+        )
+        .unwrap();
+        let answer =
+            serde_json::json!({"status": "success", "data": {"resultType": "scalar", "result": [1700000000, "4"]}});
+        let app = axum::Router::new().route(
+            "/api/v1/query",
+            axum::routing::post(move || async move { axum::Json(answer) }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let mut cfg = RemoteQueryConfig {
+            url: Some(format!("https://localhost:{port}")),
+            ..Default::default()
+        };
+        // Without the test CA the engine's certificate is not trusted.
+        let untrusted = PromQueryClient::new(&cfg).unwrap();
+        assert!(untrusted.query("4", 1_700_000_000_000).await.is_err());
+        cfg.tls.ca = Some(p.ca.clone());
+        let c = PromQueryClient::new(&cfg).unwrap();
+        assert_eq!(
+            c.query("4", 1_700_000_000_000).await.unwrap(),
+            QueryResult::Scalar((1_700_000_000_000, 4.0))
+        );
+        cfg.tls.ca = Some("/nonexistent/ca.pem".into());
+        let e = PromQueryClient::new(&cfg).unwrap_err();
+        assert!(e.starts_with("storage.query.tls.ca"), "{e}");
     }
 }
