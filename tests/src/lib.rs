@@ -236,6 +236,16 @@ impl Sonde {
         s
     }
 
+    /// A sonde with no plugins whose only OTLP receiver is HTTP, on a free
+    /// port (returned), plus `args`.
+    pub fn start_otlp_http(dir: &Path, args: &[&str]) -> (Sonde, u16) {
+        let port = free_port();
+        let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{port}\"");
+        let mut all = vec!["--set", listen.as_str(), "--set", "ingest.otlp_grpc_listen=\"off\""];
+        all.extend_from_slice(args);
+        (Sonde::start(dir, &[], &all), port)
+    }
+
     pub fn get(&self, path: &str) -> (u16, String) {
         http(&self.api, "GET", path, b"")
     }
@@ -544,22 +554,34 @@ pub fn wait_quiet(path: &Path, quiet: Duration, limit: Duration) {
 /// sampling every 100 ms with sysmetrics and exporting to the master's OTLP/gRPC
 /// port every 300 ms.
 pub fn cluster_agent(dir: &Path, name: &str, master_grpc: u16) -> Sonde {
-    Sonde::start(
+    cluster_agent_with(dir, name, master_grpc, &[], &[])
+}
+
+/// The same with extra flags (`--set export.spool_max_bytes=…`) and
+/// environment variables (a faked clock).
+pub fn cluster_agent_with(dir: &Path, name: &str, master_grpc: u16, extra: &[&str], env: &[(&str, &str)]) -> Sonde {
+    let master = format!("http://127.0.0.1:{master_grpc}");
+    let host = format!("host.name=\"{name}\"");
+    let mut args = vec![
+        "--role",
+        "agent",
+        "--master",
+        master.as_str(),
+        "--set",
+        host.as_str(),
+        "--set",
+        "export.interval_ms=300",
+        "--set",
+        "cluster.heartbeat_ms=300",
+        "--set",
+        "sampler.period_ms=100",
+    ];
+    args.extend_from_slice(extra);
+    Sonde::start_env(
         &dir.join(name),
         &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
-        &[
-            "--role",
-            "agent",
-            "--master",
-            &format!("http://127.0.0.1:{master_grpc}"),
-            "--set",
-            &format!("host.name=\"{name}\""),
-            "--set",
-            "export.interval_ms=300",
-            "--set",
-            "cluster.heartbeat_ms=300",
-            "--set",
-            "sampler.period_ms=100",
-        ],
+        &args,
+        env,
+        free_port(),
     )
 }

@@ -240,29 +240,17 @@ fn an_agent_ten_seconds_ahead_is_flagged_and_its_points_keep_their_own_time() {
     let args = master_args(grpc);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let master = Sonde::start(&tmp.path().join("master"), &[], &args);
-    let master_url = format!("http://127.0.0.1:{grpc}");
-    let _ahead = Sonde::start_env(
-        &tmp.path().join("ahead"),
-        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
-        &[
-            "--role",
-            "agent",
-            "--master",
-            &master_url,
-            "--set",
-            "host.name=\"ahead\"",
-            "--set",
-            "export.interval_ms=300",
-            "--set",
-            "cluster.heartbeat_ms=300",
-        ],
+    let _ahead = cluster_agent_with(
+        tmp.path(),
+        "ahead",
+        grpc,
+        &[],
         &[
             ("LD_PRELOAD", faketime),
             ("FAKETIME", "+10s"),
             // Only the wall clock is moved: timers and timeouts run as usual.
             ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
         ],
-        free_port(),
     );
     let flagged = wait_for(Duration::from_secs(20), || {
         node(&nodes(&master), "ahead").is_some_and(|n| n["clock_skewed"] == true)
@@ -498,20 +486,11 @@ fn an_agent_with_a_spool_fills_the_gap_of_a_master_outage() {
     let mdir = tmp.path().join("master");
     let mut master = Sonde::start(&mdir, &[], &args);
     let port: u16 = master.api.rsplit(':').next().unwrap().parse().unwrap();
-    let a = Sonde::start(
-        &tmp.path().join("spooler"),
-        &[(plugin_file("bundled/sysmetrics.wasm"), "sysmetrics")],
+    let a = cluster_agent_with(
+        tmp.path(),
+        "spooler",
+        grpc,
         &[
-            "--role",
-            "agent",
-            "--master",
-            &format!("http://127.0.0.1:{grpc}"),
-            "--set",
-            "host.name=\"spooler\"",
-            "--set",
-            "export.interval_ms=300",
-            "--set",
-            "cluster.heartbeat_ms=300",
             "--set",
             "export.spool_max_bytes=67108864",
             "--set",
@@ -521,6 +500,7 @@ fn an_agent_with_a_spool_fills_the_gap_of_a_master_outage() {
             "--set",
             "export.retry_max_elapsed_ms=1000",
         ],
+        &[],
     );
     let from = now_ns() / 1_000_000;
     let seen = wait_for(Duration::from_secs(30), || {
@@ -661,19 +641,7 @@ fn a_collector_at_its_defaults_forwards_an_agent_into_its_master() {
 fn compressed_otlp_http_bodies_are_taken_and_a_zip_bomb_is_refused() {
     use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let s = Sonde::start(
-        tmp.path(),
-        &[],
-        &[
-            "--set",
-            &format!("ingest.otlp_http_listen=\"127.0.0.1:{http_port}\""),
-            "--set",
-            "ingest.otlp_grpc_listen=\"off\"",
-            "--set",
-            "ingest.max_body_bytes=1048576",
-        ],
-    );
+    let (s, http_port) = Sonde::start_otlp_http(tmp.path(), &["--set", "ingest.max_body_bytes=1048576"]);
     let addr = format!("127.0.0.1:{http_port}");
     // An empty-but-valid logs request is 0 bytes of protobuf; give it one record.
     let req = sonde::export::otlp::encode_logs(

@@ -21,20 +21,8 @@ fn js_sender() -> std::path::PathBuf {
 #[test]
 fn the_javascript_sdk_sends_otlp_json_and_every_signal_lands() {
     let tmp = tempfile::tempdir().unwrap();
-    let http_port = free_port();
     // A master shows points that jobs send in its live store (labelled with node and job).
-    let s = Sonde::start(
-        tmp.path(),
-        &[],
-        &[
-            "--role",
-            "master",
-            "--set",
-            &format!("ingest.otlp_http_listen=\"127.0.0.1:{http_port}\""),
-            "--set",
-            "ingest.otlp_grpc_listen=\"off\"",
-        ],
-    );
+    let (s, http_port) = Sonde::start_otlp_http(tmp.path(), &["--role", "master"]);
     let out = Command::new("node")
         .arg(js_sender())
         .args([&format!("http://127.0.0.1:{http_port}"), "jsjob", "jsnode"])
@@ -82,17 +70,7 @@ fn the_javascript_sdk_sends_otlp_json_and_every_signal_lands() {
 #[test]
 fn a_malformed_otlp_json_body_is_refused_with_its_path_in_the_json_status() {
     let tmp = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let s = Sonde::start(
-        tmp.path(),
-        &[],
-        &[
-            "--set",
-            &format!("ingest.otlp_http_listen=\"127.0.0.1:{http_port}\""),
-            "--set",
-            "ingest.otlp_grpc_listen=\"off\"",
-        ],
-    );
+    let (s, http_port) = Sonde::start_otlp_http(tmp.path(), &[]);
     let addr = format!("127.0.0.1:{http_port}");
     let body = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","startTimeUnixNano":"yesterday"}]}]}]}"#;
     let (code, text) = http_with(

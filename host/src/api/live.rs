@@ -114,7 +114,6 @@ pub struct LiveStore {
     inner: RwLock<Store>,
     /// When this store started (ms since the epoch): it holds nothing older.
     started_ms: u64,
-    window_ms: u64,
 }
 
 impl Default for LiveStore {
@@ -163,7 +162,6 @@ impl LiveStore {
         Self {
             inner: RwLock::new(Store::new(limits)),
             started_ms: now_ns() / 1_000_000,
-            window_ms: limits.window_ms,
         }
     }
 
@@ -207,8 +205,8 @@ impl LiveStore {
 
     /// The oldest time this store can hold: its start, or the retention window.
     pub fn covers_from_ms(&self) -> u64 {
-        self.started_ms
-            .max((now_ns() / 1_000_000).saturating_sub(self.window_ms))
+        let window = self.inner.read().window_ms;
+        self.started_ms.max((now_ns() / 1_000_000).saturating_sub(window))
     }
 
     /// Makes a series known before it has points here (one the history kept

@@ -469,31 +469,14 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn remote_write_query_reads_over_https_from_an_engine_with_a_certificate_of_the_test_ca() {
-        use std::sync::Arc;
-        use std::sync::atomic::AtomicU64;
-        let dir = tempfile::tempdir().unwrap();
-        let p = sonde_e2e::pki::Pki::make(dir.path());
-        let server = crate::tls::ServerTls {
-            cert: p.server_cert.clone(),
-            key: p.server_key.clone(),
-            client_ca: None,
-        };
-        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        let listener = crate::tls::TlsListener::new(
-            tcp,
-            crate::tls::server_config(&server, "test").unwrap(),
-            Arc::new(AtomicU64::new(0)),
-            "engine",
-        )
-        .unwrap();
         let answer =
             serde_json::json!({"status": "success", "data": {"resultType": "scalar", "result": [1700000000, "4"]}});
         let app = axum::Router::new().route(
             "/api/v1/query",
             axum::routing::post(move || async move { axum::Json(answer) }),
         );
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let dir = tempfile::tempdir().unwrap();
+        let (port, p) = crate::tls::test_https_server(dir.path(), app).await;
 
         let mut cfg = RemoteQueryConfig {
             url: Some(format!("https://localhost:{port}")),

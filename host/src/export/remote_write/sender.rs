@@ -742,22 +742,6 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn remote_write_goes_over_https_to_an_engine_with_a_certificate_of_the_test_ca() {
         use std::sync::atomic::AtomicU64;
-        let dir = tempfile::tempdir().unwrap();
-        let p = sonde_e2e::pki::Pki::make(dir.path());
-        let server = crate::tls::ServerTls {
-            cert: p.server_cert.clone(),
-            key: p.server_key.clone(),
-            client_ca: None,
-        };
-        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = tcp.local_addr().unwrap().port();
-        let listener = crate::tls::TlsListener::new(
-            tcp,
-            crate::tls::server_config(&server, "test").unwrap(),
-            Arc::new(AtomicU64::new(0)),
-            "engine",
-        )
-        .unwrap();
         let writes = Arc::new(AtomicU64::new(0));
         let seen = writes.clone();
         let app = axum::Router::new().route(
@@ -767,7 +751,8 @@ mod tests {
                 async { axum::http::StatusCode::NO_CONTENT }
             }),
         );
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let dir = tempfile::tempdir().unwrap();
+        let (port, p) = crate::tls::test_https_server(dir.path(), app).await;
 
         let mut c = cfg(&format!("https://localhost:{port}/api/v1/write"));
         c.tls.ca = Some(p.ca.clone());

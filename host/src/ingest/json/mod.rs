@@ -70,27 +70,17 @@ use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
 pub const MAX_ROWS: usize = 100_000;
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct Body {
-    #[serde(default)]
     pub origin: JsonOrigin,
-    #[serde(default)]
     pub progress: Vec<JsonProgress>,
-    #[serde(default)]
     pub timings: Vec<JsonTiming>,
-    #[serde(default)]
     pub points: Vec<JsonPoint>,
-    #[serde(default)]
     pub events: Vec<JsonEvent>,
-    #[serde(default)]
     pub heartbeats: Vec<JsonHeartbeat>,
-    #[serde(default)]
     pub node_events: Vec<JsonNodeEvent>,
-    #[serde(default)]
     pub requests: Vec<JsonRequest>,
-    #[serde(default)]
     pub actions: Vec<JsonAction>,
-    #[serde(default)]
     pub mpi_samples: Vec<JsonMpiSample>,
 }
 
