@@ -27,19 +27,45 @@ wit_bindgen::generate!({
     export_macro_name: "__export_hooks",
     // Lets tests and plugins compare records (e.g. a manifest or a batch).
     additional_derives: [PartialEq],
-    // An empty batch is where `PointBuffer` starts.
+    // `Default` for every record made only of lists, options, strings and
+    // numbers: a test (or a plugin) writes the fields it cares about and
+    // `..Default::default()`, so a new field or event kind touches none of
+    // them. Records holding a WIT enum (metric-desc, sink-spec, log-record)
+    // have no sensible default and get none.
     additional_type_attributes: {
         "sonde:plugin/types@0.1.0/point-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/sample-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/sample-request": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/origin": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/progress-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/timing-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/request-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/action-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/mpi-sample-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/heartbeat-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/point-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/node-event": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/custom-event": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/event-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/decision": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/http-request": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/start-info": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/manifest": [#[derive(Default)]],
     },
 });
 
 mod attrs;
+mod host_calls;
 mod http;
 mod instance;
 mod metrics;
+pub mod plugin;
 mod points;
 mod samples;
 mod series;
+pub mod settings;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// The types of the contract (`sonde:plugin/types`).
 pub use sonde::plugin::types;
@@ -53,9 +79,11 @@ pub use exports::sonde::plugin::hooks;
 /// The trait a plugin implements; `export!(MyPlugin)` wires it to the component's exports.
 pub use exports::sonde::plugin::hooks::Guest;
 
+pub use host_calls::{Host, WasmHost};
 pub use http::query_param;
 pub use instance::InstanceCell;
 pub use metrics::MetricRegistry;
+pub use plugin::Plugin;
 pub use points::PointBuffer;
 pub use samples::{SampleView, SeriesSamples};
 pub use series::SeriesTable;
