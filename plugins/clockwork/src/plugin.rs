@@ -1,5 +1,5 @@
 //! Every hook's logic: events in → TSV rows, estimator updates, analysis;
-//! timer → metrics. The host is behind `host::Host`.
+//! timer → metrics. The host is behind the SDK's `Host` trait.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,7 @@ use sonde_plugin_sdk::types::{
 
 use crate::analysis::{Analysis, Metric};
 use crate::estimator::ModelEstimator;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::in_time::InTime;
 use crate::rows::{Action, INFER, LOAD_WEIGHTS, Request, action_at, request_at};
 use crate::settings::Settings;

@@ -13,7 +13,7 @@ use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
 use crate::analysis::{CAUSES, COMPONENTS};
 use crate::estimator::DEFAULT_CLOCK;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::infer5::{Demand, LoadTracker, Queued, Slo, decide_batch};
 use crate::plugin::Clockwork;
 

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::profiler::{Job, Profiler, RECENT_TIMINGS};
 
 /// `limit` when the request gives none.

@@ -8,7 +8,7 @@ use sonde_plugin_sdk::types::{Attribute, LogRecord, Severity};
 
 use super::series::{Row, SeriesDef, declare};
 use super::{BATCH_EVENT, COUNTERS_KEY, MAX_ROWS_PER_RECORD, Profiler};
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::outputs::{self, BatchBody, DROP_REASONS};
 
 /// One Determined-format batch for `rows` of a series.

@@ -9,7 +9,7 @@ use sonde_plugin_sdk::types::{EventBatch, Origin, SampleBatch, Severity};
 use super::job::{Job, JobKind, RankInfo, limits};
 use super::{BATCH_IDX, MAX_TIMING_NAMES, PendingSys, Profiler};
 use crate::agents::LOCAL;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::machine::Machine;
 use crate::outputs::is_samples_per_second;
 use crate::settings::TimingRanks;

@@ -12,7 +12,7 @@ use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
 
 use super::series::declare;
 use super::{DECISION_KIND, JOB_KEY_PREFIX};
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::machine::{Change, EndReason, Limits, Machine, Persisted};
 use crate::outputs::{self, MetricType};
 use crate::settings::Settings;

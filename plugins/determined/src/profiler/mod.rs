@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use sonde_plugin_sdk::types::Severity;
 
 use crate::agents::{AgentSamples, Source};
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::machine::{Machine, Persisted, Phase};
 use crate::samples::{SampleReader, SysMeasurement};
 use crate::settings::{AtShutdown, Settings};

@@ -9,7 +9,7 @@ use super::job::{JobKind, limits};
 use super::series::{SeriesKey, SeriesKind, TimingRow};
 use super::{PendingSys, Profiler, RECENT_TIMINGS, TIMELINE_MARGIN_NS};
 use crate::agents::LOCAL;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::outputs::{MetricType, SAMPLES_PER_SECOND, TIMING};
 use crate::samples::NO_GPU;
 use crate::settings::SystemFrom;

@@ -11,7 +11,7 @@ use sonde_plugin_sdk::types::Severity;
 
 use super::Counters;
 use crate::agents::Source;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::outputs::{self, Spec, SysMetric};
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -29,7 +29,8 @@ pub struct FakeHost {
     pub logs: Vec<(Severity, String)>,
     /// Timers set and not cancelled, by id (ids start at 1).
     pub timers: BTreeMap<u64, Timer>,
-    next_timer: u64,
+    /// The id the latest `set-timer` returned (0: none yet).
+    pub last_timer: u64,
     /// Every `request-samples` call, in order.
     pub sample_requests: Vec<Option<SampleRequest>>,
     /// Declared metrics; a handle is an index into this list.
@@ -191,9 +192,9 @@ impl Host for FakeHost {
     }
 
     fn set_timer(&mut self, after_ms: u64, repeat: bool) -> u64 {
-        self.next_timer += 1;
-        self.timers.insert(self.next_timer, Timer { after_ms, repeat });
-        self.next_timer
+        self.last_timer += 1;
+        self.timers.insert(self.last_timer, Timer { after_ms, repeat });
+        self.last_timer
     }
 
     fn cancel_timer(&mut self, id: u64) {
