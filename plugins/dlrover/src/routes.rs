@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
 use crate::batch;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::master::Master;
 use crate::model::secs;
 use crate::optimizer::brain::HistoryJob;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use sonde_plugin_sdk::types::Severity;
 
 use super::Master;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::sharding::{Dataset, DatasetParams, ReportAnswer};
 
 impl Master {

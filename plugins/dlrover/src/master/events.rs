@@ -12,7 +12,7 @@ use sonde_plugin_sdk::types::{Attribute, EventBatch, NodeEvent, SampleBatch};
 use super::Master;
 use super::store::to_json;
 use crate::failures::{self, ExitReason};
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::model::{NS, NodeType, secs};
 use crate::nodes::{Node, Status, origin_node};
 use crate::stats::{SampleBuilder, role};

@@ -6,7 +6,7 @@ use sonde_plugin_sdk::types::{Attribute, MetricDesc, MetricKind, PointBatch, Sev
 
 use super::Master;
 use super::store::to_json;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::model::{NodeStat, Resource, RuntimeStat};
 
 impl Master {

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use sonde_plugin_sdk::SeriesTable;
 use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
 
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::model::{NS, RuntimeStat, ns};
 use crate::nodes::Node;
 use crate::optimizer::Optimizer;

@@ -6,7 +6,7 @@ use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
 
 use super::Master;
 use super::store::to_json;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::model::{Outcome, Plan, Resource, RuntimeStat, ns};
 use crate::nodes::Status;
 use crate::optimizer::Ctx;

@@ -20,7 +20,7 @@ use sonde_plugin_sdk::types::Severity;
 
 use super::Master;
 use super::plans::RECENT_PLANS;
-use crate::host::Host;
+use sonde_plugin_sdk::Host;
 use crate::nodes::{Node, Status};
 use crate::sharding::Dataset;
 use crate::stats::PerfMonitor;
