@@ -46,7 +46,7 @@ install_component() { # <crate> <folder under target/plugins> [<folder under the
         mv -f "$dir/.$1.wasm.tmp" "$dst"
         note="updated"
     fi
-    printf '  %-40s %8s bytes  %s\n' "target/plugins/$2/$1.wasm" "$(wc -c <"$dst" | tr -d ' ')" "$note"
+    printf '  %-48s %8s bytes  %s\n' "target/plugins/$2/$1.wasm" "$(wc -c <"$dst" | tr -d ' ')" "$note"
 }
 
 echo "plugins:"
