@@ -10,11 +10,11 @@ use sonde_plugin_sdk::types::{
 
 use crate::analysis::{Analysis, Metric};
 use crate::estimator::ModelEstimator;
-use sonde_plugin_sdk::Host;
 use crate::in_time::InTime;
 use crate::rows::{Action, INFER, LOAD_WEIGHTS, Request, action_at, request_at};
 use crate::settings::Settings;
 use crate::tsv::{self, Col};
+use sonde_plugin_sdk::Host;
 
 /// A TSV log: its handle, or why it is not written.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

@@ -3,10 +3,10 @@
 
 use sonde_plugin_sdk::types::{ActionColumns, EventBatch, HttpRequest, RequestColumns};
 
-use sonde_plugin_sdk::testing::FakeHost;
 use crate::plugin::Clockwork;
 use crate::rows::{Action, Request};
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 const T0: u64 = 2_000_000_000_000;

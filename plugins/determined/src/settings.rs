@@ -157,9 +157,11 @@ impl Settings {
             )));
         }
         let sample_period_ms = o
-            .read("sample_period_ms", &format!("an integer >= {MIN_PERIOD_MS} (ms)"), |v| {
-                u32_of(v).filter(|&ms| ms >= MIN_PERIOD_MS)
-            })?
+            .read(
+                "sample_period_ms",
+                &format!("an integer >= {MIN_PERIOD_MS} (ms)"),
+                |v| u32_of(v).filter(|&ms| ms >= MIN_PERIOD_MS),
+            )?
             .unwrap_or(d.sample_period_ms);
         let deliver_every_ms = o
             .read(
@@ -176,7 +178,9 @@ impl Settings {
         };
         Ok(Settings {
             enabled: o.bool("enabled")?.unwrap_or(d.enabled),
-            job: o.string("job", "a job name (string; \"\" = every job)")?.unwrap_or(d.job),
+            job: o
+                .string("job", "a job name (string; \"\" = every job)")?
+                .unwrap_or(d.job),
             begin_on_batch,
             end_after_batch,
             max_active_s: o
@@ -185,14 +189,21 @@ impl Settings {
             sample_period_ms,
             deliver_every_ms,
             flush_every_s: o
-                .f64_in("flush_every_s", MIN_FLUSH_EVERY_S..=86_400.0, "a number of seconds from 0.1 to 86400")?
+                .f64_in(
+                    "flush_every_s",
+                    MIN_FLUSH_EVERY_S..=86_400.0,
+                    "a number of seconds from 0.1 to 86400",
+                )?
                 .unwrap_or(d.flush_every_s),
             lag_ms: o
                 .u64_in("lag_ms", 0..=600_000, "an integer of milliseconds from 0 to 600000")?
                 .unwrap_or(d.lag_ms),
             resume_after_restart: o.bool("resume_after_restart")?.unwrap_or(d.resume_after_restart),
             at_shutdown: o
-                .choice("at_shutdown", &[("flush", AtShutdown::Flush), ("drop", AtShutdown::Drop)])?
+                .choice(
+                    "at_shutdown",
+                    &[("flush", AtShutdown::Flush), ("drop", AtShutdown::Drop)],
+                )?
                 .unwrap_or(d.at_shutdown),
             max_pending: o
                 .read("max_pending", "an integer >= 1", |v| {
@@ -202,7 +213,10 @@ impl Settings {
             global_rank: rank("global_rank")?,
             local_rank: rank("local_rank")?,
             timing_ranks: o
-                .choice("timing_ranks", &[("all", TimingRanks::All), ("rank0", TimingRanks::Rank0)])?
+                .choice(
+                    "timing_ranks",
+                    &[("all", TimingRanks::All), ("rank0", TimingRanks::Rank0)],
+                )?
                 .unwrap_or(d.timing_ranks),
             system_metrics_from: o
                 .choice(

@@ -8,11 +8,11 @@ use sonde_plugin_sdk::types::{
     SampleBatch, SeriesInfo, SeriesKind, TimingColumns, Value as V,
 };
 
-use sonde_plugin_sdk::testing::FakeHost;
 use crate::master::Master;
 use crate::model::NS;
 use crate::routes;
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const T0: u64 = 1_700_000_000 * NS;
 

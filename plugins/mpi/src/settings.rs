@@ -57,7 +57,9 @@ impl Settings {
                 .map(|n| n.map(|n| n as usize))
         };
         Ok(Settings {
-            job: o.string("job", "a job name (string; \"\" = every job)")?.unwrap_or(d.job),
+            job: o
+                .string("job", "a job name (string; \"\" = every job)")?
+                .unwrap_or(d.job),
             emit_every_ms: ms("emit_every_ms")?.unwrap_or(d.emit_every_ms),
             write_every_ms: ms("write_every_ms")?.unwrap_or(d.write_every_ms),
             folded_file: o.bool("folded_file")?.unwrap_or(d.folded_file),

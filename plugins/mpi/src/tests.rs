@@ -2,11 +2,11 @@
 
 use sonde_plugin_sdk::types::{Attribute, EventBatch, HttpRequest, MpiSampleColumns, Origin};
 
-use sonde_plugin_sdk::testing::FakeHost;
 use crate::plugin::Mpi;
 use crate::profile::{folded_file_name, state_name};
 use crate::routes;
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 
@@ -14,9 +14,7 @@ const MS: u64 = 1_000_000;
 type Row<'a> = (&'a str, i32, u32, u8, &'a str, &'a str, u32);
 
 fn batch(rows: &[Row]) -> EventBatch {
-    let mut b = EventBatch {
-        ..Default::default()
-    };
+    let mut b = EventBatch { ..Default::default() };
     let mut c = MpiSampleColumns {
         origin: vec![],
         thread: vec![],

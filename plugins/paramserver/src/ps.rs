@@ -14,9 +14,9 @@ use sonde_plugin_sdk::{MetricRegistry, PointBuffer};
 
 use crate::consistency::{Clocks, Release};
 use crate::detector::{Detection, Detector};
-use sonde_plugin_sdk::Host;
 use crate::incidents::{Checkpoints, Incident};
 use crate::settings::Settings;
+use sonde_plugin_sdk::Host;
 
 /// One straggler decision per worker at most this often (BSP names the
 /// last worker at nearly every barrier).

@@ -13,8 +13,8 @@
 use serde_json::{Value, json};
 use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
-use sonde_plugin_sdk::Host;
 use crate::ps::ParamServer;
+use sonde_plugin_sdk::Host;
 
 pub const ROUTES: &str =
     "GET /state, /incidents, /incidents.md, /clocks, /stragglers, /checkpoints (each takes ?job=NAME)";

@@ -75,7 +75,9 @@ impl Settings {
             model.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
         })?;
         Ok(Settings {
-            job: o.string("job", "a job name (string; \"\" = every job)")?.unwrap_or(d.job),
+            job: o
+                .string("job", "a job name (string; \"\" = every job)")?
+                .unwrap_or(d.job),
             heartbeat_timeout_s: o
                 .f64_in("heartbeat_timeout_s", 0.01..=f64::MAX, "a number of seconds >= 0.01")?
                 .unwrap_or(d.heartbeat_timeout_s),

@@ -6,10 +6,10 @@ use sonde_plugin_sdk::types::{
     Attribute, EventBatch, HeartbeatColumns, HttpRequest, NodeEvent, Origin, ProgressColumns, Severity,
 };
 
-use sonde_plugin_sdk::testing::FakeHost;
 use crate::ps::ParamServer;
 use crate::routes;
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_700_000_000_000 * MS;

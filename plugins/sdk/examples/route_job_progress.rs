@@ -44,7 +44,9 @@ impl Plugin for JobProgress {
     fn on_events(&mut self, _host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
         let Some(p) = &batch.progress else { return Ok(()) };
         for i in 0..p.value.len() {
-            let Some(origin) = batch.origins.get(p.origin[i] as usize) else { continue };
+            let Some(origin) = batch.origins.get(p.origin[i] as usize) else {
+                continue;
+            };
             let entry = self.jobs.entry(origin.job.clone()).or_default();
             entry.0 = p.value[i];
             entry.1 += 1;
@@ -53,7 +55,8 @@ impl Plugin for JobProgress {
     }
 
     fn on_request(&mut self, _host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
-        let job_json = |name: &str, &(latest, reports): &(u64, u64)| json!({"job": name, "latest": latest, "reports": reports});
+        let job_json =
+            |name: &str, &(latest, reports): &(u64, u64)| json!({"job": name, "latest": latest, "reports": reports});
         match (request.method.as_str(), request.path.as_str()) {
             ("GET", "/jobs") => {
                 let all: Vec<_> = self.jobs.iter().map(|(name, v)| job_json(name, v)).collect();
@@ -99,7 +102,11 @@ mod tests {
 
     fn ask(p: &mut JobProgress, host: &mut FakeHost, method: &str, path: &str, query: &str) -> (u16, Value) {
         let r = p.on_request(host, &request(method, path, query));
-        let body = if r.body.is_empty() { Value::Null } else { serde_json::from_slice(&r.body).unwrap() };
+        let body = if r.body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&r.body).unwrap()
+        };
         (r.status, body)
     }
 
@@ -131,7 +138,10 @@ mod tests {
 
         let (status, all) = ask(&mut p, &mut host, "GET", "/jobs", "");
         assert_eq!(status, 200);
-        assert_eq!(all, json!([{"job": "a b", "latest": 11, "reports": 2}, {"job": "c", "latest": 4, "reports": 1}]));
+        assert_eq!(
+            all,
+            json!([{"job": "a b", "latest": 11, "reports": 2}, {"job": "c", "latest": 4, "reports": 1}])
+        );
         // The query string arrives raw: `name=a%20b` is decoded by query_param.
         assert_eq!(ask(&mut p, &mut host, "GET", "/job", "name=a%20b").1["latest"], 11);
         assert_eq!(ask(&mut p, &mut host, "GET", "/job", "name=zz").0, 404);

@@ -17,7 +17,9 @@
 
 use std::collections::BTreeMap;
 
-use sonde_plugin_sdk::types::{Column, EventBatch, EventKind, Manifest, Severity, SinkFormat, SinkMode, SinkSpec, StartInfo};
+use sonde_plugin_sdk::types::{
+    Column, EventBatch, EventKind, Manifest, Severity, SinkFormat, SinkMode, SinkSpec, StartInfo,
+};
 use sonde_plugin_sdk::{Host, Plugin};
 
 struct ProgressLog {
@@ -50,7 +52,13 @@ impl Plugin for ProgressLog {
         let log_columns = ["time_ns", "job", "rank", "counter", "value"];
         Ok(ProgressLog {
             log: open(host, "progress.tsv", SinkFormat::Tsv, SinkMode::Append, &log_columns),
-            latest_file: open(host, "progress-latest.csv", SinkFormat::Csv, SinkMode::Replace, &["job", "counter", "value"]),
+            latest_file: open(
+                host,
+                "progress-latest.csv",
+                SinkFormat::Csv,
+                SinkMode::Replace,
+                &["job", "counter", "value"],
+            ),
             latest: BTreeMap::new(),
         })
     }
@@ -69,8 +77,10 @@ impl Plugin for ProgressLog {
         // Resolve the interned columns into one column per sink column.
         let (mut time, mut job, mut rank, mut counter, mut value) = (vec![], vec![], vec![], vec![], vec![]);
         for i in 0..p.time.len() {
-            let (Some(origin), Some(name)) = (batch.origins.get(p.origin[i] as usize), batch.names.get(p.name[i] as usize))
-            else {
+            let (Some(origin), Some(name)) = (
+                batch.origins.get(p.origin[i] as usize),
+                batch.names.get(p.name[i] as usize),
+            ) else {
                 continue; // a reporter's bad index: skip the row
             };
             time.push(p.time[i]);
@@ -96,9 +106,16 @@ impl Plugin for ProgressLog {
             host.write_rows(sink, &columns)?;
         }
         if let Some(sink) = self.latest_file {
-            let (jobs, rest): (Vec<_>, Vec<_>) = self.latest.iter().map(|((j, c), v)| (j.clone(), (c.clone(), *v))).unzip();
+            let (jobs, rest): (Vec<_>, Vec<_>) = self
+                .latest
+                .iter()
+                .map(|((j, c), v)| (j.clone(), (c.clone(), *v)))
+                .unzip();
             let (counters, values): (Vec<_>, Vec<_>) = rest.into_iter().unzip();
-            host.write_rows(sink, &[Column::Strings(jobs), Column::Strings(counters), Column::U64s(values)])?;
+            host.write_rows(
+                sink,
+                &[Column::Strings(jobs), Column::Strings(counters), Column::U64s(values)],
+            )?;
         }
         Ok(())
     }
@@ -146,14 +163,18 @@ mod tests {
     fn rows_are_appended_under_one_header_and_the_snapshot_is_replaced() {
         let mut host = FakeHost::default();
         let mut p = ProgressLog::start(&mut host, StartInfo::default()).unwrap();
-        p.on_events(&mut host, progress(&[(1, "a", "batch", 1), (2, "b,c", "batch", 7)])).unwrap();
+        p.on_events(&mut host, progress(&[(1, "a", "batch", 1), (2, "b,c", "batch", 7)]))
+            .unwrap();
         p.on_events(&mut host, progress(&[(3, "a", "batch", 2)])).unwrap();
         assert_eq!(
             host.file("progress.tsv").unwrap(),
             "time_ns\tjob\trank\tcounter\tvalue\n1\ta\t0\tbatch\t1\n2\tb,c\t0\tbatch\t7\n3\ta\t0\tbatch\t2\n"
         );
         // Replace mode: only the last write, CSV-quoted where needed.
-        assert_eq!(host.file("progress-latest.csv").unwrap(), "job,counter,value\na,batch,2\n\"b,c\",batch,7\n");
+        assert_eq!(
+            host.file("progress-latest.csv").unwrap(),
+            "job,counter,value\na,batch,2\n\"b,c\",batch,7\n"
+        );
 
         // A restart reopens the append sink: no second header.
         let mut host = host.restarted(0);

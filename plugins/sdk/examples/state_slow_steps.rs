@@ -43,7 +43,9 @@ impl Plugin for SlowSteps {
         // is logged and skipped, never a reason to refuse to start.
         let mut slow = BTreeMap::new();
         for key in host.state_keys(KEY_PREFIX) {
-            let count = host.state_get(&key).and_then(|v| String::from_utf8(v).ok()?.parse().ok());
+            let count = host
+                .state_get(&key)
+                .and_then(|v| String::from_utf8(v).ok()?.parse().ok());
             match count {
                 Some(n) => {
                     slow.insert(key[KEY_PREFIX.len()..].to_string(), n);
@@ -52,7 +54,10 @@ impl Plugin for SlowSteps {
             }
         }
         if info.restarts > 0 {
-            host.log(Severity::Info, &format!("restart {}: {} jobs restored", info.restarts, slow.len()));
+            host.log(
+                Severity::Info,
+                &format!("restart {}: {} jobs restored", info.restarts, slow.len()),
+            );
         }
         Ok(SlowSteps {
             recent: HashMap::new(),
@@ -100,8 +105,13 @@ impl Plugin for SlowSteps {
                     host.emit_decision(&Decision {
                         kind: "slow-step".into(),
                         subject: format!("{}/rank-{}", origin.job, origin.rank),
-                        reason: format!("step took {} ms, the median is {} ms", took / 1_000_000, median / 1_000_000),
-                        body: serde_json::json!({"took_ns": took, "median_ns": median, "slow_steps": count}).to_string(),
+                        reason: format!(
+                            "step took {} ms, the median is {} ms",
+                            took / 1_000_000,
+                            median / 1_000_000
+                        ),
+                        body: serde_json::json!({"took_ns": took, "median_ns": median, "slow_steps": count})
+                            .to_string(),
                         ..Default::default()
                     });
                 }
@@ -165,7 +175,8 @@ mod tests {
         let mut host = FakeHost::default();
         let mut p = SlowSteps::start(&mut host, StartInfo::default()).unwrap();
         // 190 ms is under 2 × 100: not slow. 250 ms is.
-        p.on_events(&mut host, steps("j", &[100, 100, 100, 100, 100, 190, 250])).unwrap();
+        p.on_events(&mut host, steps("j", &[100, 100, 100, 100, 100, 190, 250]))
+            .unwrap();
         assert_eq!(host.decisions_of("slow-step").len(), 1);
         assert_eq!(host.decisions[0].subject, "j/rank-0");
         assert_eq!(host.store.kv["slow/j"], b"1");

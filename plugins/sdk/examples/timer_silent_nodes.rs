@@ -73,7 +73,9 @@ impl Plugin for SilentNodes {
     fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
         let Some(hb) = &batch.heartbeats else { return Ok(()) };
         for (&origin, &time) in hb.origin.iter().zip(&hb.time) {
-            let Some(node) = batch.origins.get(origin as usize).map(|o| o.node.clone()) else { continue };
+            let Some(node) = batch.origins.get(origin as usize).map(|o| o.node.clone()) else {
+                continue;
+            };
             if self.silent.remove(&node) {
                 host.emit_decision(&decision("node-back", &node, "heartbeats resumed".into()));
             }
@@ -144,7 +146,13 @@ mod tests {
         };
         let mut p = SilentNodes::start(&mut host, info).unwrap();
         let check = host.last_timer;
-        assert_eq!(host.timers[&check], Timer { after_ms: 500, repeat: true });
+        assert_eq!(
+            host.timers[&check],
+            Timer {
+                after_ms: 500,
+                repeat: true
+            }
+        );
 
         p.on_events(&mut host, beats(&["a", "b"], 0)).unwrap();
         host.advance_ms(800);
@@ -173,7 +181,13 @@ mod tests {
         assert_eq!(host.timers[&first].after_ms, 5000, "default timeout 10 s");
         p.configure(&mut host, r#"{"timeout_ms": 2000}"#).unwrap();
         assert!(!host.timers.contains_key(&first), "the old timer is cancelled");
-        assert_eq!(host.timers.values().collect::<Vec<_>>(), [&Timer { after_ms: 1000, repeat: true }]);
+        assert_eq!(
+            host.timers.values().collect::<Vec<_>>(),
+            [&Timer {
+                after_ms: 1000,
+                repeat: true
+            }]
+        );
         let e = p.configure(&mut host, r#"{"timeout": 5}"#).unwrap_err();
         assert!(e.contains("unknown setting `timeout`"), "{e}");
         let e = p.configure(&mut host, r#"{"timeout_ms": 5}"#).unwrap_err();

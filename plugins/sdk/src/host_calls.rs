@@ -8,9 +8,7 @@
 //! record what it was asked; the real host keeps no state of its own here.
 
 use crate::host;
-use crate::types::{
-    Column, Decision, LogRecord, MetricDesc, PointBatch, SampleRequest, Severity, SinkSpec, Timestamp,
-};
+use crate::types::{Column, Decision, LogRecord, MetricDesc, PointBatch, SampleRequest, Severity, SinkSpec, Timestamp};
 
 /// The functions the host provides to a plugin (`sonde:plugin/host`). See
 /// `wit/sonde-plugin.wit` for what each one promises.

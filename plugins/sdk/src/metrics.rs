@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use crate::{Host, WasmHost};
 use crate::types::{Attribute, MetricDesc, Value};
+use crate::{Host, WasmHost};
 
 #[derive(Debug, Default)]
 pub struct MetricRegistry {

@@ -104,7 +104,11 @@ pub mod glue {
         cell.with(|p| p.configure(host, settings))?
     }
 
-    pub fn on_samples<P: Plugin>(cell: &InstanceCell<P>, host: &mut impl Host, batch: SampleBatch) -> Result<(), String> {
+    pub fn on_samples<P: Plugin>(
+        cell: &InstanceCell<P>,
+        host: &mut impl Host,
+        batch: SampleBatch,
+    ) -> Result<(), String> {
         cell.with(|p| p.on_samples(host, batch))?
     }
 
@@ -244,7 +248,11 @@ mod tests {
         assert_eq!(r.status, 404);
         assert!(String::from_utf8(r.body).unwrap().contains("no route GET /x"));
         assert_eq!(glue::configure(&cell, &mut host, "{}"), Ok(()));
-        assert!(glue::configure(&cell, &mut host, r#"{"k":1}"#).unwrap_err().contains("restart it"));
+        assert!(
+            glue::configure(&cell, &mut host, r#"{"k":1}"#)
+                .unwrap_err()
+                .contains("restart it")
+        );
         glue::stop(&cell, &mut host);
     }
 }

@@ -1,8 +1,8 @@
 //! `PointBuffer`: collects points into the three columns of a `point-batch`
 //! so a hook emits them with one host call instead of one per point.
 
-use crate::{Host, WasmHost};
 use crate::types::{PointBatch, Timestamp};
+use crate::{Host, WasmHost};
 
 #[derive(Debug, Default)]
 pub struct PointBuffer {
@@ -116,7 +116,12 @@ mod tests {
         assert_eq!(buf.flush(), 0);
         let mut host = crate::testing::FakeHost::default();
         let h = host
-            .declare_metric(&crate::types::MetricDesc::new("m", crate::types::MetricKind::Gauge, "1", ""))
+            .declare_metric(&crate::types::MetricDesc::new(
+                "m",
+                crate::types::MetricKind::Gauge,
+                "1",
+                "",
+            ))
             .unwrap();
         buf.push(h, 5, 2.0);
         assert_eq!(buf.flush_to(&mut host), 1);

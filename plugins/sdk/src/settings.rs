@@ -39,7 +39,10 @@ pub fn parse_object<'a>(plugin: &'a str, json: &str, known: &[&str]) -> Result<S
         }
     };
     if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(fail(format!("unknown setting `{unknown}` (known: {})", known.join(", "))));
+        return Err(fail(format!(
+            "unknown setting `{unknown}` (known: {})",
+            known.join(", ")
+        )));
     }
     Ok(SettingsMap { plugin, map })
 }
@@ -126,8 +129,12 @@ mod tests {
 
     #[test]
     fn reads_each_kind_and_defaults_absent_keys() {
-        let s = parse_object("demo", r#"{"on":false,"name":"a","every_ms":200,"ratio":null,"mode":"fast"}"#, &KNOWN)
-            .unwrap();
+        let s = parse_object(
+            "demo",
+            r#"{"on":false,"name":"a","every_ms":200,"ratio":null,"mode":"fast"}"#,
+            &KNOWN,
+        )
+        .unwrap();
         assert_eq!(s.bool("on"), Ok(Some(false)));
         assert_eq!(s.string("name", "a name"), Ok(Some("a".into())));
         assert_eq!(s.u64_in("every_ms", 10..=1000, "ms"), Ok(Some(200)));
@@ -140,7 +147,10 @@ mod tests {
     #[test]
     fn errors_name_the_plugin_and_the_key() {
         for (json, want) in [
-            (r#"{"onn":true}"#, "demo settings: unknown setting `onn` (known: on, name,"),
+            (
+                r#"{"onn":true}"#,
+                "demo settings: unknown setting `onn` (known: on, name,",
+            ),
             ("[1]", "demo settings: settings must be a JSON object, got [1]"),
             ("{", "demo settings: settings are not valid JSON"),
         ] {
@@ -152,8 +162,16 @@ mod tests {
             s.u64_in("every_ms", 10..=1000, "an integer of ms from 10 to 1000"),
             Err("demo settings: setting `every_ms` must be an integer of ms from 10 to 1000, got 5".into())
         );
-        assert!(s.choice("mode", &[("slow", 1)]).unwrap_err().contains("one of \"slow\", got \"warp\""));
-        assert!(s.string("name", "a name").unwrap_err().contains("`name` must be a name, got 3"));
+        assert!(
+            s.choice("mode", &[("slow", 1)])
+                .unwrap_err()
+                .contains("one of \"slow\", got \"warp\"")
+        );
+        assert!(
+            s.string("name", "a name")
+                .unwrap_err()
+                .contains("`name` must be a name, got 3")
+        );
     }
 
     #[test]

@@ -111,7 +111,11 @@ mod tests {
         assert!(host.sample_requests.is_empty(), "same request: not asked again");
         p.configure(&mut host, r#"{"period_ms":200}"#).unwrap();
         assert_eq!(host.sample_requests.len(), 1);
-        assert!(p.configure(&mut host, r#"{"period":1}"#).unwrap_err().contains("unknown setting `period`"));
+        assert!(
+            p.configure(&mut host, r#"{"period":1}"#)
+                .unwrap_err()
+                .contains("unknown setting `period`")
+        );
         let get = HttpRequest {
             method: "GET".into(),
             path: "/settings".into(),

@@ -40,14 +40,18 @@ impl Settings {
         // Rejecting unknown keys turns a typo into an error instead of a silent default.
         let o = settings::parse_object("sysmetrics", json, &KNOWN_KEYS)?;
         let period_ms = o
-            .read("period_ms", &format!("an integer >= {MIN_PERIOD_MS} (milliseconds)"), |v| {
-                millis(v).filter(|&ms| ms >= MIN_PERIOD_MS)
-            })?
+            .read(
+                "period_ms",
+                &format!("an integer >= {MIN_PERIOD_MS} (milliseconds)"),
+                |v| millis(v).filter(|&ms| ms >= MIN_PERIOD_MS),
+            )?
             .unwrap_or(DEFAULT_PERIOD_MS);
         let deliver_every_ms = o
-            .read("deliver_every_ms", &format!("an integer >= period_ms ({period_ms})"), |v| {
-                millis(v).filter(|&ms| ms >= period_ms)
-            })?
+            .read(
+                "deliver_every_ms",
+                &format!("an integer >= period_ms ({period_ms})"),
+                |v| millis(v).filter(|&ms| ms >= period_ms),
+            )?
             // A long period alone should not be an error: deliver at least once per period.
             .unwrap_or(DEFAULT_DELIVER_EVERY_MS.max(period_ms));
         let metrics = o

@@ -12,11 +12,11 @@ use sonde_plugin_sdk::types::{
     TimingColumns,
 };
 
-use sonde_plugin_sdk::testing::{FakeHost, Timer};
 use crate::profiler::{MAX_TIMING_NAMES, Profiler};
 use crate::routes;
 use crate::samples::tests::{gpu, nic, series};
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::{FakeHost, Timer};
 
 /// Milliseconds to ns; tests run at 1 000 000 ms after the epoch.
 fn ms(x: u64) -> u64 {

@@ -101,7 +101,10 @@ pub struct Store {
 impl FakeHost {
     /// A fake whose clock reads `now`.
     pub fn at(now: Timestamp) -> FakeHost {
-        FakeHost { now, ..FakeHost::default() }
+        FakeHost {
+            now,
+            ..FakeHost::default()
+        }
     }
 
     /// A new host process at `now` over this one's state store and sink
@@ -209,7 +212,11 @@ impl Host for FakeHost {
         if desc.name.trim().is_empty() {
             return Err("metric name must not be empty".into());
         }
-        if let Some(other) = self.declared.iter().find(|d| d.name == desc.name && d.kind != desc.kind) {
+        if let Some(other) = self
+            .declared
+            .iter()
+            .find(|d| d.name == desc.name && d.kind != desc.kind)
+        {
             return Err(format!(
                 "metric {} was declared as {:?} before; it cannot also be {:?}",
                 desc.name, other.kind, desc.kind
@@ -299,7 +306,12 @@ impl Host for FakeHost {
     }
 
     fn state_keys(&mut self, prefix: &str) -> Vec<String> {
-        self.store.kv.keys().filter(|k| k.starts_with(prefix)).cloned().collect()
+        self.store
+            .kv
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect()
     }
 
     fn state_append(&mut self, stream: &str, record: &[u8]) -> Result<u64, String> {
