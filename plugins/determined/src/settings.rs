@@ -157,17 +157,17 @@ impl Settings {
             )));
         }
         let sample_period_ms = o
-            .read(
+            .u32_in(
                 "sample_period_ms",
+                MIN_PERIOD_MS..=u32::MAX,
                 &format!("an integer >= {MIN_PERIOD_MS} (ms)"),
-                |v| u32_of(v).filter(|&ms| ms >= MIN_PERIOD_MS),
             )?
             .unwrap_or(d.sample_period_ms);
         let deliver_every_ms = o
-            .read(
+            .u32_in(
                 "deliver_every_ms",
+                sample_period_ms..=u32::MAX,
                 &format!("an integer >= sample_period_ms ({sample_period_ms})"),
-                |v| u32_of(v).filter(|&ms| ms >= sample_period_ms),
             )?
             // A long period alone should not be an error: deliver at least once per period.
             .unwrap_or(DEFAULT_DELIVER_EVERY_MS.max(sample_period_ms));
@@ -269,10 +269,6 @@ impl Settings {
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).expect("settings serialize")
     }
-}
-
-fn u32_of(v: &Value) -> Option<u32> {
-    v.as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
 #[cfg(test)]

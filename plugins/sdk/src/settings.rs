@@ -95,6 +95,14 @@ impl SettingsMap<'_> {
         self.read(key, want, |v| v.as_u64().filter(|n| range.contains(n)))
     }
 
+    /// An integer within `range` that fits a `u32` (periods in ms, counts).
+    pub fn u32_in(&self, key: &str, range: RangeInclusive<u32>, want: &str) -> Result<Option<u32>, String> {
+        self.read(key, want, |v| {
+            let n = u32::try_from(v.as_u64()?).ok()?;
+            range.contains(&n).then_some(n)
+        })
+    }
+
     /// A finite number within `range`; `want` describes it.
     pub fn f64_in(&self, key: &str, range: RangeInclusive<f64>, want: &str) -> Result<Option<f64>, String> {
         self.read(key, want, |v| v.as_f64().filter(|x| x.is_finite() && range.contains(x)))
@@ -138,6 +146,8 @@ mod tests {
         assert_eq!(s.bool("on"), Ok(Some(false)));
         assert_eq!(s.string("name", "a name"), Ok(Some("a".into())));
         assert_eq!(s.u64_in("every_ms", 10..=1000, "ms"), Ok(Some(200)));
+        assert_eq!(s.u32_in("every_ms", 10..=1000, "ms"), Ok(Some(200)));
+        assert!(s.u32_in("every_ms", 300..=u32::MAX, "ms").is_err());
         assert_eq!(s.f64_in("ratio", 0.0..=1.0, "a ratio"), Ok(None), "null is absent");
         assert_eq!(s.choice("mode", &[("slow", 1), ("fast", 2)]), Ok(Some(2)));
         let empty = parse_object("demo", " ", &KNOWN).unwrap();

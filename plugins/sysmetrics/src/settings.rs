@@ -2,7 +2,6 @@
 //! key by key so an error names the key that is wrong.
 
 use serde::Serialize;
-use serde_json::Value;
 use sonde_plugin_sdk::settings;
 use sonde_plugin_sdk::types::SampleRequest;
 
@@ -40,17 +39,17 @@ impl Settings {
         // Rejecting unknown keys turns a typo into an error instead of a silent default.
         let o = settings::parse_object("sysmetrics", json, &KNOWN_KEYS)?;
         let period_ms = o
-            .read(
+            .u32_in(
                 "period_ms",
+                MIN_PERIOD_MS..=u32::MAX,
                 &format!("an integer >= {MIN_PERIOD_MS} (milliseconds)"),
-                |v| millis(v).filter(|&ms| ms >= MIN_PERIOD_MS),
             )?
             .unwrap_or(DEFAULT_PERIOD_MS);
         let deliver_every_ms = o
-            .read(
+            .u32_in(
                 "deliver_every_ms",
+                period_ms..=u32::MAX,
                 &format!("an integer >= period_ms ({period_ms})"),
-                |v| millis(v).filter(|&ms| ms >= period_ms),
             )?
             // A long period alone should not be an error: deliver at least once per period.
             .unwrap_or(DEFAULT_DELIVER_EVERY_MS.max(period_ms));
@@ -77,10 +76,6 @@ impl Settings {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("settings serialize")
     }
-}
-
-fn millis(v: &Value) -> Option<u32> {
-    v.as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
 #[cfg(test)]
