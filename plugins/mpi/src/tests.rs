@@ -14,7 +14,7 @@ const MS: u64 = 1_000_000;
 type Row<'a> = (&'a str, i32, u32, u8, &'a str, &'a str, u32);
 
 fn batch(rows: &[Row]) -> EventBatch {
-    let mut b = EventBatch { ..Default::default() };
+    let mut b = EventBatch::default();
     let mut c = MpiSampleColumns {
         origin: vec![],
         thread: vec![],

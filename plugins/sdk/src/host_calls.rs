@@ -1,6 +1,6 @@
 //! [`Host`]: every function of the contract's `host` interface as a trait, so
 //! a plugin's logic takes `&mut impl Host` and runs against the real host
-//! ([`WasmHost`], inside sonde) or against [`crate::testing::FakeHost`] in a
+//! ([`WasmHost`], inside sonde) or against `testing::FakeHost` in a
 //! native test, unchanged.
 //!
 //! The methods mirror `sonde:plugin/host` one for one, with the signatures
@@ -55,7 +55,7 @@ pub trait Host {
 
 /// The real host: each method is the generated import. Only callable inside
 /// sonde; in a native build every call panics (`unreachable`), which is why
-/// native tests use [`crate::testing::FakeHost`].
+/// native tests use `testing::FakeHost`.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct WasmHost;
 

@@ -4,7 +4,7 @@
 //! exports: it keeps the one instance between calls and passes the real host.
 //!
 //! Because every hook takes the host as an argument, a native test calls the
-//! same methods with a [`crate::testing::FakeHost`] and reads what it recorded.
+//! same methods with a `testing::FakeHost` and reads what it recorded.
 
 use crate::Host;
 use crate::instance::InstanceCell;

@@ -62,7 +62,7 @@ impl SettingsMap<'_> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
-    /// The error for `key`: "<plugin> settings: setting `key` must be <want>, got <value>".
+    /// The error for `key`: "PLUGIN settings: setting `KEY` must be WANT, got VALUE".
     pub fn bad(&self, key: &str, want: &str, got: &Value) -> String {
         format!("{} settings: setting `{key}` must be {want}, got {got}", self.plugin)
     }
