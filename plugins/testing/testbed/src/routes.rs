@@ -121,9 +121,7 @@ mod tests {
 
     #[test]
     fn counts_events_of_every_kind() {
-        let mut batch = EventBatch {
-            ..Default::default()
-        };
+        let mut batch = EventBatch::default();
         assert_eq!(count_events(&batch), 0);
         batch.progress = Some(ProgressColumns {
             origin: vec![0, 0],
