@@ -9,13 +9,13 @@
 //! - `in_time`: `requests_in_time` of infer actions sent without it, from their requests.
 //! - `analysis`: goodput, SLO, latency, cold starts, batch, errors, GPU
 //!   utilisation per window; each request's time split and miss cause.
-//! - `settings`, `plugin` (every hook's logic), `routes`, `host` (trait + fake).
+//! - `settings`, `plugin` (every hook's logic), `routes`; the host is the SDK's
+//!   `Host` trait (`FakeHost` in the tests).
 //!
-//! All plain Rust with native tests; the `Guest` impl below is only glue.
+//! All plain Rust with native tests; the `Plugin` impl below is only glue.
 
 pub mod analysis;
 pub mod estimator;
-pub mod host;
 pub mod in_time;
 pub mod infer5;
 pub mod plugin;
@@ -27,16 +27,11 @@ pub mod tsv;
 #[cfg(test)]
 mod tests;
 
-use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
-use sonde_plugin_sdk::{Guest, InstanceCell};
+use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, StartInfo};
+use sonde_plugin_sdk::{Host, Plugin};
 
-use crate::host::Wasm;
-use crate::plugin::Clockwork;
+pub use crate::plugin::Clockwork;
 use crate::settings::Settings;
-
-static STATE: InstanceCell<Clockwork> = InstanceCell::new();
-
-struct Plugin;
 
 pub fn manifest() -> Manifest {
     Manifest {
@@ -48,39 +43,35 @@ pub fn manifest() -> Manifest {
     }
 }
 
-impl Guest for Plugin {
-    fn start(info: StartInfo) -> Result<Manifest, String> {
-        let settings = Settings::parse(&info.settings)?;
-        STATE.set(Clockwork::start(&mut Wasm, settings));
-        Ok(manifest())
+impl Plugin for Clockwork {
+    fn start(host: &mut impl Host, info: StartInfo) -> Result<Self, String> {
+        Ok(Clockwork::start(host, Settings::parse(&info.settings)?))
     }
 
-    fn configure(json: String) -> Result<(), String> {
-        let s = Settings::parse(&json)?;
-        STATE.with(|p| p.configure(s))
+    fn manifest(&self) -> Manifest {
+        manifest()
     }
 
-    fn on_samples(_batch: SampleBatch) -> Result<(), String> {
+    fn configure(&mut self, _host: &mut impl Host, json: &str) -> Result<(), String> {
+        self.configure(Settings::parse(json)?);
         Ok(())
     }
 
-    fn on_events(batch: EventBatch) -> Result<(), String> {
-        STATE.with(|p| p.on_events(&mut Wasm, &batch))?
+    fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
+        Clockwork::on_events(self, host, &batch)
     }
 
-    fn on_timer(_id: u64) -> Result<(), String> {
-        STATE.with(|p| p.on_timer(&mut Wasm))?
+    fn on_timer(&mut self, host: &mut impl Host, _id: u64) -> Result<(), String> {
+        Clockwork::on_timer(self, host)
     }
 
-    fn on_request(request: HttpRequest) -> HttpResponse {
-        STATE
-            .with(|p| routes::handle(p, &mut Wasm, &request))
-            .unwrap_or_else(|e| HttpResponse::error(503, &e))
+    fn on_request(&mut self, host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
+        routes::handle(self, host, request)
     }
 
-    fn stop() {
-        let _ = STATE.with(|p| p.stop(&mut Wasm));
+    fn stop(&mut self, host: &mut impl Host) {
+        Clockwork::stop(self, host)
     }
 }
 
-sonde_plugin_sdk::export!(Plugin);
+sonde_plugin_sdk::export_plugin!(Clockwork);

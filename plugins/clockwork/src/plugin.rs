@@ -1,5 +1,5 @@
 //! Every hook's logic: events in → TSV rows, estimator updates, analysis;
-//! timer → metrics. The host is behind `host::Host`.
+//! timer → metrics. The host is behind the SDK's `Host` trait.
 
 use std::collections::BTreeMap;
 
@@ -10,11 +10,11 @@ use sonde_plugin_sdk::types::{
 
 use crate::analysis::{Analysis, Metric};
 use crate::estimator::ModelEstimator;
-use crate::host::Host;
 use crate::in_time::InTime;
 use crate::rows::{Action, INFER, LOAD_WEIGHTS, Request, action_at, request_at};
 use crate::settings::Settings;
 use crate::tsv::{self, Col};
+use sonde_plugin_sdk::Host;
 
 /// A TSV log: its handle, or why it is not written.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

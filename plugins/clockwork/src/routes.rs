@@ -13,9 +13,9 @@ use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
 use crate::analysis::{CAUSES, COMPONENTS};
 use crate::estimator::DEFAULT_CLOCK;
-use crate::host::Host;
 use crate::infer5::{Demand, LoadTracker, Queued, Slo, decide_batch};
 use crate::plugin::Clockwork;
+use sonde_plugin_sdk::Host;
 
 const ROUTES: &str = "GET /summary, GET /requests?limit=N, GET /estimates, POST /batch, POST /placement";
 

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use sonde_plugin_sdk::settings;
 
 use crate::estimator::{Limits, Profile};
 use crate::infer5::{Config, MS};
@@ -52,8 +53,7 @@ impl Default for Settings {
 
 impl Settings {
     pub fn parse(json: &str) -> Result<Settings, String> {
-        let json = if json.trim().is_empty() { "{}" } else { json };
-        let s: Settings = serde_json::from_str(json).map_err(|e| format!("clockwork settings: {e}"))?;
+        let s: Settings = settings::parse_json("clockwork", json)?;
         if !(s.window_s >= 0.1 && s.window_s <= 3600.0) {
             return Err(format!(
                 "clockwork settings: window_s {} must be in 0.1..=3600",

@@ -3,21 +3,16 @@
 
 use sonde_plugin_sdk::types::{ActionColumns, EventBatch, HttpRequest, RequestColumns};
 
-use crate::host::fake::Fake;
 use crate::plugin::Clockwork;
 use crate::rows::{Action, Request};
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 const T0: u64 = 2_000_000_000_000;
 
 fn batch(reqs: &[Request], acts: &[Action]) -> EventBatch {
     EventBatch {
-        origins: vec![],
-        names: vec![],
-        point_series: vec![],
-        progress: None,
-        timings: None,
         requests: Some(RequestColumns {
             origin: reqs.iter().map(|_| 0).collect(),
             request_id: reqs.iter().map(|r| r.request_id).collect(),
@@ -60,11 +55,7 @@ fn batch(reqs: &[Request], acts: &[Action]) -> EventBatch {
             copies_loaded: acts.iter().map(|a| a.copies_loaded).collect(),
             requests_in_time: acts.iter().map(|a| a.requests_in_time).collect(),
         }),
-        mpi_samples: None,
-        heartbeats: None,
-        points: None,
-        node_events: vec![],
-        custom: vec![],
+        ..Default::default()
     }
 }
 
@@ -106,24 +97,19 @@ fn workload() -> (Vec<Request>, Vec<Action>) {
 
 #[test]
 fn events_become_both_logs_metrics_and_estimates() {
-    let mut host = Fake {
-        now: T0,
-        ..Default::default()
-    };
+    let mut host = FakeHost::at(T0);
     let settings = Settings::parse(r#"{"profiles":{"3":{"exec_ns":{"1":2900000,"2":3600000}}}}"#).unwrap();
     let mut p = Clockwork::start(&mut host, settings);
     assert_eq!(p.estimator(3).predict(2, 1380), 3_600_000, "seeded from the profile");
     let (reqs, acts) = workload();
     p.on_events(&mut host, &batch(&reqs, &acts)).unwrap();
-    let files = host.files.clone();
-    assert_eq!(files[0].0, "clockwork_request_log.tsv");
+    assert_eq!(host.files.len(), 2, "{:?}", host.files.keys());
     assert_eq!(
-        files[0].1.lines().nth(1).unwrap(),
+        host.files["clockwork_request_log.tsv"].lines().nth(1).unwrap(),
         format!("{}\t1\t0\t0\t3\t0\t11000000\t100000000\t1\t1\t1\t0", T0 + 11 * MS)
     );
-    assert_eq!(files[1].0, "clockwork_action_log.tsv");
     assert_eq!(
-        files[1].1.lines().nth(1).unwrap(),
+        host.files["clockwork_action_log.tsv"].lines().nth(1).unwrap(),
         format!(
             "{}\t1\t2\t0\t0\t0\t3\t2\t4000000\t4000000\t6000000\t6000000\t1380\t1380\t1380\t0\t1000000\t7000000\t8000000\t8000000\t4000000\t0\t1",
             T0 + 10 * MS
@@ -133,21 +119,21 @@ fn events_become_both_logs_metrics_and_estimates() {
     assert_eq!(p.estimators[&3].predict(2, 1380), 4 * MS);
     host.now = T0 + 10_000 * MS;
     p.on_timer(&mut host).unwrap();
-    let goodput: Vec<_> = host.points.iter().filter(|pt| pt.0 == "clockwork.goodput").collect();
+    let goodput = host.points_of("clockwork.goodput", &[]);
     assert_eq!(goodput.len(), 1);
-    assert_eq!(goodput[0].3, 0.5, "2 requests in a 4 s window");
-    assert!(goodput[0].1.contains(&"clockwork.model.id=3".to_string()));
-    let requests: Vec<_> = host.points.iter().filter(|pt| pt.0 == "clockwork.requests").collect();
-    assert_eq!(requests[0].3, 2.0);
+    assert_eq!(goodput[0].value, 0.5, "2 requests in a 4 s window");
+    assert_eq!(goodput[0].attr("clockwork.model.id"), Some("3"));
+    assert_eq!(host.points_of("clockwork.requests", &[])[0].value, 2.0);
     let summary = crate::routes::summary(&p);
     assert_eq!(summary["models"][0]["requests"], 2);
     assert_eq!(summary["logs"][0]["rows"], 2);
 }
 
 /// The goodput column (ns) of every row of the action log written so far.
-fn logged_goodput(host: &Fake) -> Vec<String> {
-    let log = &host.files.iter().find(|f| f.0 == "clockwork_action_log.tsv").unwrap().1;
-    log.lines()
+fn logged_goodput(host: &FakeHost) -> Vec<String> {
+    host.file("clockwork_action_log.tsv")
+        .unwrap()
+        .lines()
         .skip(1)
         .map(|l| l.split('\t').nth(20).unwrap().to_string())
         .collect()
@@ -162,10 +148,7 @@ fn an_infer_action_without_requests_in_time_gets_goodput_from_its_requests() {
     };
     // Together in one batch, and the action first with its requests later.
     for split in [false, true] {
-        let mut host = Fake {
-            now: T0,
-            ..Default::default()
-        };
+        let mut host = FakeHost::at(T0);
         let mut p = Clockwork::start(&mut host, Settings::default());
         let acts: Vec<Action> = acts.iter().cloned().map(unset).collect();
         if split {
@@ -181,18 +164,11 @@ fn an_infer_action_without_requests_in_time_gets_goodput_from_its_requests() {
         assert_eq!(p.in_time.derived, 1);
         host.now = T0 + 10_000 * MS;
         p.on_timer(&mut host).unwrap();
-        let util: Vec<_> = host
-            .points
-            .iter()
-            .filter(|pt| pt.0 == "clockwork.gpu.goodput_utilization")
-            .collect();
-        assert!((util[0].3 - 0.004 / 4.0).abs() < 1e-12, "{util:?}");
+        let util = host.points_of("clockwork.gpu.goodput_utilization", &[]);
+        assert!((util[0].value - 0.004 / 4.0).abs() < 1e-12, "{util:?}");
     }
     // One of the two late: half; its requests never all come: what came, after lag_ms.
-    let mut host = Fake {
-        now: T0,
-        ..Default::default()
-    };
+    let mut host = FakeHost::at(T0);
     let mut p = Clockwork::start(&mut host, Settings::default());
     let mut late = reqs[1].clone();
     late.deadline = T0 + 5 * MS;
@@ -210,17 +186,13 @@ fn an_infer_action_without_requests_in_time_gets_goodput_from_its_requests() {
 
 #[test]
 fn an_unwritable_sink_directory_writes_no_file_and_loses_no_analysis() {
-    let mut host = Fake {
+    let mut host = FakeHost {
         now: T0,
-        sink_error: Some("sink directory /local does not exist (sonde does not create it)".into()),
+        fail_open_sink: Some("sink directory /local does not exist (sonde does not create it)".into()),
         ..Default::default()
     };
     let mut p = Clockwork::start(&mut host, Settings::default());
-    assert!(
-        host.logs
-            .iter()
-            .any(|(_, m)| m.contains("not writing clockwork_request_log.tsv"))
-    );
+    assert!(host.logged("not writing clockwork_request_log.tsv"));
     let (reqs, acts) = workload();
     p.on_events(&mut host, &batch(&reqs, &acts)).unwrap();
     assert!(host.files.is_empty());
@@ -231,10 +203,7 @@ fn an_unwritable_sink_directory_writes_no_file_and_loses_no_analysis() {
 
 #[test]
 fn the_batch_route_answers_a_controllers_queue() {
-    let mut host = Fake {
-        now: T0,
-        ..Default::default()
-    };
+    let mut host = FakeHost::at(T0);
     let settings = Settings::parse(r#"{"profiles":{"3":{"exec_ns":{"1":2900000,"2":3600000,"4":5000000}}}}"#).unwrap();
     let mut p = Clockwork::start(&mut host, settings);
     let body = serde_json::json!({
@@ -244,9 +213,8 @@ fn the_batch_route_answers_a_controllers_queue() {
     let req = |method: &str, path: &str, body: Vec<u8>| HttpRequest {
         method: method.into(),
         path: path.into(),
-        query: String::new(),
-        headers: vec![],
         body,
+        ..Default::default()
     };
     let r = crate::routes::handle(&mut p, &mut host, &req("POST", "/batch", body.to_string().into_bytes()));
     assert_eq!(r.status, 200);

@@ -17,15 +17,14 @@
 //! - `outputs`: Determined metric -> metric name, unit, attributes; the
 //!   Determined batch format.
 //! - `profiler`: every hook's logic (events, lag, resolution, flush, stop,
-//!   restore), with the host behind the `host::Host` trait.
+//!   restore), with the host behind the SDK's `Host` trait (`FakeHost` in
+//!   the tests).
 //! - `routes`: `GET /state`, `GET /timings`, `POST /reset`.
-//! - `host`: the `Host` trait, its real implementation and a test fake.
 //!
-//! All of it is plain Rust with native tests; the `Guest` impl below is only
+//! All of it is plain Rust with native tests; the `Plugin` impl below is only
 //! the glue to the host.
 
 pub mod agents;
-pub mod host;
 pub mod machine;
 pub mod outputs;
 pub mod profiler;
@@ -38,15 +37,10 @@ pub mod timeline;
 mod tests;
 
 use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
-use sonde_plugin_sdk::{Guest, InstanceCell};
+use sonde_plugin_sdk::{Host, Plugin};
 
-use crate::host::Wasm;
-use crate::profiler::Profiler;
+pub use crate::profiler::Profiler;
 use crate::settings::Settings;
-
-static STATE: InstanceCell<Profiler> = InstanceCell::new();
-
-struct Determined;
 
 pub fn manifest(settings: &Settings) -> Manifest {
     Manifest {
@@ -58,40 +52,42 @@ pub fn manifest(settings: &Settings) -> Manifest {
     }
 }
 
-impl Guest for Determined {
-    fn start(info: StartInfo) -> Result<Manifest, String> {
+impl Plugin for Profiler {
+    fn start(host: &mut impl Host, info: StartInfo) -> Result<Self, String> {
         let settings = Settings::parse(&info.settings)?;
-        let manifest = manifest(&settings);
-        STATE.set(Profiler::start(&mut Wasm, settings, info.restarts));
-        Ok(manifest)
+        Ok(Profiler::start(host, settings, info.restarts))
     }
 
-    fn configure(json: String) -> Result<(), String> {
-        let new = Settings::parse(&json)?;
-        STATE.with(|p| p.configure(&mut Wasm, new))
+    fn manifest(&self) -> Manifest {
+        manifest(&self.settings)
     }
 
-    fn on_samples(batch: SampleBatch) -> Result<(), String> {
-        STATE.with(|p| p.on_samples(&mut Wasm, batch))?
+    fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {
+        Profiler::configure(self, host, Settings::parse(json)?);
+        Ok(())
     }
 
-    fn on_events(batch: EventBatch) -> Result<(), String> {
-        STATE.with(|p| p.on_events(&mut Wasm, batch))
+    fn on_samples(&mut self, host: &mut impl Host, batch: SampleBatch) -> Result<(), String> {
+        Profiler::on_samples(self, host, batch)
     }
 
-    fn on_timer(id: u64) -> Result<(), String> {
-        STATE.with(|p| p.on_timer(&mut Wasm, id))
+    fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
+        Profiler::on_events(self, host, batch);
+        Ok(())
     }
 
-    fn on_request(request: HttpRequest) -> HttpResponse {
-        STATE
-            .with(|p| routes::handle(p, &mut Wasm, &request))
-            .unwrap_or_else(|e| HttpResponse::error(503, &e))
+    fn on_timer(&mut self, host: &mut impl Host, id: u64) -> Result<(), String> {
+        Profiler::on_timer(self, host, id);
+        Ok(())
     }
 
-    fn stop() {
-        let _ = STATE.with(|p| p.stop(&mut Wasm));
+    fn on_request(&mut self, host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
+        routes::handle(self, host, request)
+    }
+
+    fn stop(&mut self, host: &mut impl Host) {
+        Profiler::stop(self, host)
     }
 }
 
-sonde_plugin_sdk::export!(Determined);
+sonde_plugin_sdk::export_plugin!(Profiler);

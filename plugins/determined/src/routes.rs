@@ -7,8 +7,8 @@
 use serde_json::{Value, json};
 use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
-use crate::host::Host;
 use crate::profiler::{Job, Profiler, RECENT_TIMINGS};
+use sonde_plugin_sdk::Host;
 
 /// `limit` when the request gives none.
 pub const DEFAULT_TIMINGS_LIMIT: usize = 1000;

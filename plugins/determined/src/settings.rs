@@ -4,7 +4,8 @@
 //! default.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use sonde_plugin_sdk::settings;
 use sonde_plugin_sdk::types::SampleRequest;
 
 /// What to do with measurements still held when the plugin stops.
@@ -142,164 +143,91 @@ impl Settings {
     /// Parses settings JSON; missing keys take their defaults and an empty
     /// string counts as `{}`.
     pub fn parse(json: &str) -> Result<Settings, String> {
-        if json.trim().is_empty() {
-            return Ok(Settings::default());
-        }
-        let value: Value = serde_json::from_str(json).map_err(|e| format!("settings are not valid JSON: {e}"))?;
-        let Value::Object(map) = value else {
-            return Err(format!("settings must be a JSON object, got {value}"));
-        };
-        Self::from_map(&map)
-    }
-
-    fn from_map(map: &Map<String, Value>) -> Result<Settings, String> {
-        if let Some(unknown) = map.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "unknown setting `{unknown}` (known: {})",
-                KNOWN_KEYS.join(", ")
-            ));
-        }
+        let o = settings::parse_object("determined", json, &KNOWN_KEYS)?;
         let d = Settings::default();
-        let get = |key: &str| map.get(key).filter(|v| !v.is_null());
 
-        let enabled = match get("enabled") {
-            None => d.enabled,
-            Some(v) => v.as_bool().ok_or_else(|| bad("enabled", "true or false", v))?,
-        };
-        let job = match get("job") {
-            None => d.job,
-            Some(v) => v
-                .as_str()
-                .ok_or_else(|| bad("job", "a job name (string; \"\" = every job)", v))?
-                .to_string(),
-        };
-        let begin_on_batch = match get("begin_on_batch") {
-            None => d.begin_on_batch,
-            Some(v) => v.as_u64().ok_or_else(|| bad("begin_on_batch", "an integer >= 0", v))?,
-        };
-        let end_after_batch = match get("end_after_batch") {
-            None => None,
-            Some(v) => {
-                let n = v
-                    .as_u64()
-                    .ok_or_else(|| bad("end_after_batch", "an integer >= 0 or null", v))?;
-                if n < begin_on_batch {
-                    return Err(format!(
-                        "setting `end_after_batch` ({n}) must be >= begin_on_batch ({begin_on_batch}): \
-                         collection would end before it began"
-                    ));
-                }
-                Some(n)
-            }
-        };
-        let max_active_s = match get("max_active_s") {
-            None => d.max_active_s,
-            Some(v) => v
-                .as_f64()
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .ok_or_else(|| bad("max_active_s", "a number of seconds >= 0 (0 = no cap)", v))?,
-        };
-        let sample_period_ms = match get("sample_period_ms") {
-            None => d.sample_period_ms,
-            Some(v) => u32_of(v)
-                .filter(|&ms| ms >= MIN_PERIOD_MS)
-                .ok_or_else(|| bad("sample_period_ms", &format!("an integer >= {MIN_PERIOD_MS} (ms)"), v))?,
-        };
-        let deliver_every_ms = match get("deliver_every_ms") {
+        let begin_on_batch = o
+            .u64_in("begin_on_batch", 0..=u64::MAX, "an integer >= 0")?
+            .unwrap_or(d.begin_on_batch);
+        let end_after_batch = o.u64_in("end_after_batch", 0..=u64::MAX, "an integer >= 0 or null")?;
+        if let Some(n) = end_after_batch.filter(|&n| n < begin_on_batch) {
+            return Err(o.error(&format!(
+                "setting `end_after_batch` ({n}) must be >= begin_on_batch ({begin_on_batch}): \
+                 collection would end before it began"
+            )));
+        }
+        let sample_period_ms = o
+            .u32_in(
+                "sample_period_ms",
+                MIN_PERIOD_MS..=u32::MAX,
+                &format!("an integer >= {MIN_PERIOD_MS} (ms)"),
+            )?
+            .unwrap_or(d.sample_period_ms);
+        let deliver_every_ms = o
+            .u32_in(
+                "deliver_every_ms",
+                sample_period_ms..=u32::MAX,
+                &format!("an integer >= sample_period_ms ({sample_period_ms})"),
+            )?
             // A long period alone should not be an error: deliver at least once per period.
-            None => DEFAULT_DELIVER_EVERY_MS.max(sample_period_ms),
-            Some(v) => u32_of(v).filter(|&ms| ms >= sample_period_ms).ok_or_else(|| {
-                bad(
-                    "deliver_every_ms",
-                    &format!("an integer >= sample_period_ms ({sample_period_ms})"),
-                    v,
-                )
-            })?,
-        };
-        let flush_every_s = match get("flush_every_s") {
-            None => d.flush_every_s,
-            Some(v) => v
-                .as_f64()
-                .filter(|s| s.is_finite() && *s >= MIN_FLUSH_EVERY_S && *s <= 86_400.0)
-                .ok_or_else(|| bad("flush_every_s", "a number of seconds from 0.1 to 86400", v))?,
-        };
-        let lag_ms = match get("lag_ms") {
-            None => d.lag_ms,
-            Some(v) => v
-                .as_u64()
-                .filter(|&ms| ms <= 600_000)
-                .ok_or_else(|| bad("lag_ms", "an integer of milliseconds from 0 to 600000", v))?,
-        };
-        let resume_after_restart = match get("resume_after_restart") {
-            None => d.resume_after_restart,
-            Some(v) => v
-                .as_bool()
-                .ok_or_else(|| bad("resume_after_restart", "true or false", v))?,
-        };
-        let at_shutdown = match get("at_shutdown") {
-            None => d.at_shutdown,
-            Some(v) => choice(
-                "at_shutdown",
-                v,
-                &[("flush", AtShutdown::Flush), ("drop", AtShutdown::Drop)],
-            )?,
-        };
-        let max_pending = match get("max_pending") {
-            None => d.max_pending,
-            Some(v) => v
-                .as_u64()
-                .filter(|&n| n >= 1)
-                .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| bad("max_pending", "an integer >= 1", v))?,
-        };
-        let rank = |key: &str| -> Result<Option<i32>, String> {
-            match get(key) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_i64()
-                    .filter(|&r| r >= 0)
-                    .and_then(|r| i32::try_from(r).ok())
-                    .map(Some)
-                    .ok_or_else(|| bad(key, "an integer >= 0 or null", v)),
-            }
-        };
-        let timing_ranks = match get("timing_ranks") {
-            None => d.timing_ranks,
-            Some(v) => choice(
-                "timing_ranks",
-                v,
-                &[("all", TimingRanks::All), ("rank0", TimingRanks::Rank0)],
-            )?,
-        };
-        let system_metrics_from = match get("system_metrics_from") {
-            None => d.system_metrics_from,
-            Some(v) => choice(
-                "system_metrics_from",
-                v,
-                &[
-                    ("auto", SystemFrom::Auto),
-                    ("local", SystemFrom::Local),
-                    ("agents", SystemFrom::Agents),
-                ],
-            )?,
+            .unwrap_or(DEFAULT_DELIVER_EVERY_MS.max(sample_period_ms));
+        let rank = |key: &str| {
+            o.read(key, "an integer >= 0 or null", |v| {
+                v.as_i64().filter(|&r| r >= 0).and_then(|r| i32::try_from(r).ok())
+            })
         };
         Ok(Settings {
-            enabled,
-            job,
+            enabled: o.bool("enabled")?.unwrap_or(d.enabled),
+            job: o
+                .string("job", "a job name (string; \"\" = every job)")?
+                .unwrap_or(d.job),
             begin_on_batch,
             end_after_batch,
-            max_active_s,
+            max_active_s: o
+                .f64_in("max_active_s", 0.0..=f64::MAX, "a number of seconds >= 0 (0 = no cap)")?
+                .unwrap_or(d.max_active_s),
             sample_period_ms,
             deliver_every_ms,
-            flush_every_s,
-            lag_ms,
-            resume_after_restart,
-            at_shutdown,
-            max_pending,
+            flush_every_s: o
+                .f64_in(
+                    "flush_every_s",
+                    MIN_FLUSH_EVERY_S..=86_400.0,
+                    "a number of seconds from 0.1 to 86400",
+                )?
+                .unwrap_or(d.flush_every_s),
+            lag_ms: o
+                .u64_in("lag_ms", 0..=600_000, "an integer of milliseconds from 0 to 600000")?
+                .unwrap_or(d.lag_ms),
+            resume_after_restart: o.bool("resume_after_restart")?.unwrap_or(d.resume_after_restart),
+            at_shutdown: o
+                .choice(
+                    "at_shutdown",
+                    &[("flush", AtShutdown::Flush), ("drop", AtShutdown::Drop)],
+                )?
+                .unwrap_or(d.at_shutdown),
+            max_pending: o
+                .read("max_pending", "an integer >= 1", |v| {
+                    v.as_u64().filter(|&n| n >= 1).and_then(|n| usize::try_from(n).ok())
+                })?
+                .unwrap_or(d.max_pending),
             global_rank: rank("global_rank")?,
             local_rank: rank("local_rank")?,
-            timing_ranks,
-            system_metrics_from,
+            timing_ranks: o
+                .choice(
+                    "timing_ranks",
+                    &[("all", TimingRanks::All), ("rank0", TimingRanks::Rank0)],
+                )?
+                .unwrap_or(d.timing_ranks),
+            system_metrics_from: o
+                .choice(
+                    "system_metrics_from",
+                    &[
+                        ("auto", SystemFrom::Auto),
+                        ("local", SystemFrom::Local),
+                        ("agents", SystemFrom::Agents),
+                    ],
+                )?
+                .unwrap_or(d.system_metrics_from),
         })
     }
 
@@ -341,23 +269,6 @@ impl Settings {
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).expect("settings serialize")
     }
-}
-
-fn u32_of(v: &Value) -> Option<u32> {
-    v.as_u64().and_then(|n| u32::try_from(n).ok())
-}
-
-/// One of a few named values; the error lists them.
-fn choice<T: Copy>(key: &str, v: &Value, options: &[(&str, T)]) -> Result<T, String> {
-    let found = v.as_str().and_then(|s| options.iter().find(|(name, _)| *name == s));
-    found.map(|(_, t)| *t).ok_or_else(|| {
-        let names: Vec<String> = options.iter().map(|(name, _)| format!("\"{name}\"")).collect();
-        bad(key, &format!("one of {}", names.join(", ")), v)
-    })
-}
-
-fn bad(key: &str, want: &str, got: &Value) -> String {
-    format!("setting `{key}` must be {want}, got {got}")
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! detects dead, failed, hung and straggling nodes, and tells all-reduce
 //! ranks how many micro-batches keep the global batch fixed.
 //!
-//! Where things live (all plain Rust with native tests; the `Guest` impl
+//! Where things live (all plain Rust with native tests; the `Plugin` impl
 //! below is only the glue to the host):
 //! - `model`: node types, resources (cores, MiB), plans, runtime records.
 //! - `settings`: the settings JSON.
@@ -22,12 +22,12 @@
 //! - `nodes`: the node registry's records.
 //! - `master`: every hook's logic and the state store layout.
 //! - `routes`: the HTTP routes.
-//! - `host`: the `Host` trait, the real host and a test fake.
+//!
+//! The host is the SDK's `Host` trait (`FakeHost` in the tests).
 
 pub mod batch;
 pub mod client;
 pub mod failures;
-pub mod host;
 pub mod master;
 pub mod model;
 pub mod nodes;
@@ -42,15 +42,10 @@ pub mod stats;
 mod tests;
 
 use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
-use sonde_plugin_sdk::{Guest, InstanceCell};
+use sonde_plugin_sdk::{Host, Plugin};
 
-use crate::host::Wasm;
-use crate::master::Master;
+pub use crate::master::Master;
 use crate::settings::Settings;
-
-static STATE: InstanceCell<Master> = InstanceCell::new();
-
-struct Dlrover;
 
 pub fn manifest(settings: &Settings) -> Manifest {
     Manifest {
@@ -68,40 +63,41 @@ pub fn manifest(settings: &Settings) -> Manifest {
     }
 }
 
-impl Guest for Dlrover {
-    fn start(info: StartInfo) -> Result<Manifest, String> {
+impl Plugin for Master {
+    fn start(host: &mut impl Host, info: StartInfo) -> Result<Self, String> {
         let settings = Settings::parse(&info.settings)?;
-        let manifest = manifest(&settings);
-        STATE.set(Master::start(&mut Wasm, settings, info.restarts));
-        Ok(manifest)
+        Ok(Master::start(host, settings, info.restarts))
     }
 
-    fn configure(json: String) -> Result<(), String> {
-        let new = Settings::parse(&json)?;
-        STATE.with(|m| m.configure(&mut Wasm, new))?
+    fn manifest(&self) -> Manifest {
+        manifest(&self.settings)
     }
 
-    fn on_samples(batch: SampleBatch) -> Result<(), String> {
-        STATE.with(|m| m.on_samples(&mut Wasm, batch))?
+    fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {
+        Master::configure(self, host, Settings::parse(json)?)
     }
 
-    fn on_events(batch: EventBatch) -> Result<(), String> {
-        STATE.with(|m| m.on_events(&mut Wasm, batch))
+    fn on_samples(&mut self, host: &mut impl Host, batch: SampleBatch) -> Result<(), String> {
+        Master::on_samples(self, host, batch)
     }
 
-    fn on_timer(_id: u64) -> Result<(), String> {
-        STATE.with(|m| m.on_timer(&mut Wasm))
+    fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
+        Master::on_events(self, host, batch);
+        Ok(())
     }
 
-    fn on_request(request: HttpRequest) -> HttpResponse {
-        STATE
-            .with(|m| routes::handle(m, &mut Wasm, &request))
-            .unwrap_or_else(|e| HttpResponse::error(503, &e))
+    fn on_timer(&mut self, host: &mut impl Host, _id: u64) -> Result<(), String> {
+        Master::on_timer(self, host);
+        Ok(())
     }
 
-    fn stop() {
-        let _ = STATE.with(|m| m.stop(&mut Wasm));
+    fn on_request(&mut self, host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
+        routes::handle(self, host, request)
+    }
+
+    fn stop(&mut self, host: &mut impl Host) {
+        Master::stop(self, host)
     }
 }
 
-sonde_plugin_sdk::export!(Dlrover);
+sonde_plugin_sdk::export_plugin!(Master);

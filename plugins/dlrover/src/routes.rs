@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
 use crate::batch;
-use crate::host::Host;
 use crate::master::Master;
 use crate::model::secs;
 use crate::optimizer::brain::HistoryJob;
 use crate::sharding::{DatasetParams, ReportAnswer, TaskAnswer};
+use sonde_plugin_sdk::Host;
 
 const ROUTES: &str = "GET /overview, /nodes, /stats, /speed, /plans, /datasets, /datasets/NAME, /checkpoint?dataset=NAME, \
 /batch?rank=R, /stragglers, /node-check/groups?round=R, /failures, /history, /state; POST /datasets, /tasks/next, \

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
+use sonde_plugin_sdk::settings;
 use sonde_plugin_sdk::types::SampleRequest;
 
 use crate::model::NodeType;
@@ -351,10 +352,7 @@ pub const SAMPLED_METRICS: [&str; 6] = [
 impl Settings {
     /// Parses settings JSON; missing keys take their defaults, "" counts as `{}`.
     pub fn parse(json: &str) -> Result<Settings, String> {
-        if json.trim().is_empty() {
-            return Ok(Settings::default());
-        }
-        let s: Settings = serde_json::from_str(json).map_err(|e| format!("dlrover settings: {e}"))?;
+        let s: Settings = settings::parse_json("dlrover", json)?;
         s.validate()?;
         Ok(s)
     }

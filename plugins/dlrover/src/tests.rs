@@ -8,11 +8,11 @@ use sonde_plugin_sdk::types::{
     SampleBatch, SeriesInfo, SeriesKind, TimingColumns, Value as V,
 };
 
-use crate::host::fake::Fake;
 use crate::master::Master;
 use crate::model::NS;
 use crate::routes;
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const T0: u64 = 1_700_000_000 * NS;
 
@@ -35,17 +35,7 @@ fn origin(node: &str, role: &str, index: i32) -> Origin {
 fn empty_batch(origins: Vec<Origin>) -> EventBatch {
     EventBatch {
         origins,
-        names: vec![],
-        point_series: vec![],
-        progress: None,
-        timings: None,
-        requests: None,
-        actions: None,
-        mpi_samples: None,
-        heartbeats: None,
-        points: None,
-        node_events: vec![],
-        custom: vec![],
+        ..Default::default()
     }
 }
 
@@ -150,25 +140,25 @@ fn req(method: &str, path: &str, body: Value) -> HttpRequest {
     }
 }
 
-fn call(m: &mut Master, h: &mut Fake, method: &str, path: &str, body: Value) -> (u16, Value) {
+fn call(m: &mut Master, h: &mut FakeHost, method: &str, path: &str, body: Value) -> (u16, Value) {
     let r = routes::handle(m, h, &req(method, path, body));
     (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
 }
 
-fn get(m: &mut Master, h: &mut Fake, path: &str) -> Value {
+fn get(m: &mut Master, h: &mut FakeHost, path: &str) -> Value {
     let (s, v) = call(m, h, "GET", path, Value::Null);
     assert_eq!(s, 200, "{path}: {v}");
     v
 }
 
-fn tick(m: &mut Master, h: &mut Fake, secs: f64) {
+fn tick(m: &mut Master, h: &mut FakeHost, secs: f64) {
     h.now += (secs * NS as f64) as u64;
     m.on_timer(h);
 }
 
 #[test]
 fn collection_from_the_host_and_from_other_sondes() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"node": "gw"}"#), 0);
     m.on_samples(&mut h, host_samples(T0)).unwrap();
     // Another sonde's exported metrics, through gateway mode: origin node = its host.name.
@@ -224,7 +214,7 @@ fn collection_from_the_host_and_from_other_sondes() {
 
 #[test]
 fn runtime_statistics_are_persisted_one_record_per_sample_and_survive_a_restart() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let s = r#"{"node": "worker-0", "stats_interval_s": 1}"#;
     let mut m = Master::start(&mut h, settings(s), 0);
     m.on_events(&mut h, heartbeats(&["worker-0"], T0));
@@ -248,7 +238,7 @@ fn runtime_statistics_are_persisted_one_record_per_sample_and_survive_a_restart(
     assert_eq!(get(&mut m2, &mut h2, "/stats?limit=2").as_array().unwrap().len(), 2);
     assert_eq!(m2.nodes["worker-0"].status, crate::nodes::Status::Running);
     // Trimmed to stats_keep.
-    let mut h3 = Fake::at(T0);
+    let mut h3 = FakeHost::at(T0);
     let mut m3 = Master::start(&mut h3, settings(r#"{"stats_interval_s": 1, "stats_keep": 10}"#), 0);
     m3.on_events(&mut h3, heartbeats(&["local"], T0));
     for _ in 0..70 {
@@ -268,7 +258,7 @@ fn runtime_statistics_are_persisted_one_record_per_sample_and_survive_a_restart(
 
 #[test]
 fn the_initial_plan_is_emitted_once_with_its_reason_and_served() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let s = r#"{"limits": {"cpu": 10, "memory": "8192Mi"}, "clamp": {"enabled": false}}"#;
     let mut m = Master::start(&mut h, settings(s), 0);
     let d = h.decisions_of("resource-plan");
@@ -290,7 +280,7 @@ fn the_initial_plan_is_emitted_once_with_its_reason_and_served() {
 
 #[test]
 fn brain_strategy_is_chosen_in_the_settings() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(
         &mut h,
         settings(r#"{"strategy": "brain", "clamp": {"enabled": false}}"#),
@@ -311,8 +301,8 @@ fn brain_strategy_is_chosen_in_the_settings() {
 
 /// A PS job on the loop: typed nodes with given resources, samples per node
 /// through the host and gateway points, global steps; 12 intervals of 15 s.
-fn run_loop(strategy: &str) -> (Fake, Master) {
-    let mut h = Fake::at(T0);
+fn run_loop(strategy: &str) -> (FakeHost, Master) {
+    let mut h = FakeHost::at(T0);
     let s = format!(
         r#"{{"node": "ps-0", "strategy": "{strategy}", "stats_interval_s": 15, "clamp": {{"enabled": false}},
             "plan_interval_s": 0, "nodes": {{"ps-0": {{"type": "ps", "cpu": 4, "memory": 4096}}}}}}"#
@@ -396,7 +386,7 @@ fn the_loop_makes_a_worker_plan_from_runtime_statistics() {
             .contains("asked for 10")
     );
     // Emitted as a metric too.
-    assert!(h.points.iter().any(|(n, _, v)| n == "sonde.training.speed" && *v > 0.0));
+    assert!(h.points_of("sonde.training.speed", &[]).iter().any(|p| p.value > 0.0));
 }
 
 #[test]
@@ -439,7 +429,7 @@ fn d4_d5_the_brain_strategy_plans_from_the_persisted_records_at_every_stage() {
     );
 }
 
-fn register(m: &mut Master, h: &mut Fake, name: &str, size: u64, batch: u64, epochs: u32) {
+fn register(m: &mut Master, h: &mut FakeHost, name: &str, size: u64, batch: u64, epochs: u32) {
     let (s, v) = call(
         m,
         h,
@@ -451,7 +441,7 @@ fn register(m: &mut Master, h: &mut Fake, name: &str, size: u64, batch: u64, epo
     assert_eq!(s, 200, "{v}");
 }
 
-fn next(m: &mut Master, h: &mut Fake, node: &str, rid: &str) -> Value {
+fn next(m: &mut Master, h: &mut FakeHost, node: &str, rid: &str) -> Value {
     let (s, v) = call(
         m,
         h,
@@ -463,7 +453,7 @@ fn next(m: &mut Master, h: &mut Fake, node: &str, rid: &str) -> Value {
     v
 }
 
-fn report(m: &mut Master, h: &mut Fake, node: &str, task: &Value, err: &str) -> (u16, Value) {
+fn report(m: &mut Master, h: &mut FakeHost, node: &str, task: &Value, err: &str) -> (u16, Value) {
     call(
         m,
         h,
@@ -476,7 +466,7 @@ fn report(m: &mut Master, h: &mut Fake, node: &str, task: &Value, err: &str) -> 
 
 #[test]
 fn sharding_over_routes_resumes_exactly_after_a_restart() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let s = r#"{"heartbeat_timeout_s": 5, "heartbeat_scan_s": 1}"#;
     let mut m = Master::start(&mut h, settings(s), 0);
     register(&mut m, &mut h, "ds", 100, 10, 2);
@@ -565,10 +555,10 @@ fn sharding_over_routes_resumes_exactly_after_a_restart() {
 
 #[test]
 fn a_failed_write_leaves_the_state_unchanged_and_answers_503() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings("{}"), 0);
     register(&mut m, &mut h, "ds", 100, 10, 1);
-    h.fail_writes = true;
+    h.fail_state_writes = Some("disk full".into());
     let (s, _) = call(
         &mut m,
         &mut h,
@@ -581,13 +571,13 @@ fn a_failed_write_leaves_the_state_unchanged_and_answers_503() {
         m.datasets["ds"].doing.is_empty(),
         "nothing handed out that a restart would not know"
     );
-    h.fail_writes = false;
+    h.fail_state_writes = None;
     assert_eq!(next(&mut m, &mut h, "w0", "")["shard"]["start"], 0);
 }
 
 #[test]
 fn exit_codes_release_shards_and_decide_relaunches() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"max_shard_failures": 2}"#), 0);
     register(&mut m, &mut h, "ds", 30, 10, 1);
     let t = next(&mut m, &mut h, "w0", "");
@@ -622,20 +612,20 @@ fn exit_codes_release_shards_and_decide_relaunches() {
 }
 
 /// A PS is pending with the given CPU and memory (MiB).
-fn pending_ps(m: &mut Master, h: &mut Fake, name: &str, cpu: i64, memory_mib: i64) {
+fn pending_ps(m: &mut Master, h: &mut FakeHost, name: &str, cpu: i64, memory_mib: i64) {
     let attrs = [("cpu", V::Int(cpu)), ("memory_mib", V::Int(memory_mib))];
     m.on_events(h, node_event(name, "ps", "pending", None, &attrs));
 }
 
 /// A worker starts with the given memory (MiB) and CPU.
-fn start_worker(m: &mut Master, h: &mut Fake, name: &str, memory_mib: i64, cpu: i64) {
+fn start_worker(m: &mut Master, h: &mut FakeHost, name: &str, memory_mib: i64, cpu: i64) {
     let attrs = [("memory_mib", V::Int(memory_mib)), ("cpu", V::Int(cpu))];
     m.on_events(h, node_event(name, "worker", "started", None, &attrs));
 }
 
 #[test]
 fn oom_relaunch_memory_is_planned() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"clamp": {"enabled": false}}"#), 0);
     start_worker(&mut m, &mut h, "worker-3", 16384, 4);
     m.on_events(&mut h, node_event("worker-3", "worker", "oom", None, &[]));
@@ -660,7 +650,7 @@ fn oom_relaunch_memory_is_planned() {
 fn an_oom_relaunch_from_60000_mib_is_capped_at_65536() {
     // The reference's worker cap and the limits table both say 65536: the
     // plan must not reach 60000 + 8192 through an unclamped group memory.
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings("{}"), 0);
     start_worker(&mut m, &mut h, "worker-0", 60000, 8);
     m.on_events(&mut h, node_event("worker-0", "worker", "exited", Some(247), &[]));
@@ -694,7 +684,7 @@ fn within_the_table(plan: &Value) -> bool {
 #[test]
 fn every_kind_of_plan_passes_the_clamps() {
     use crate::model::{GroupResource, NodeType, Outcome, Plan, Resource};
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     // initial: the CREATE rule's 2 CPU / 1639 MiB are under the table's minimum.
     let s = r#"{"limits": {"cpu": 10, "memory": "8192Mi"}, "pending_timeout_s": 900}"#;
     let mut m = Master::start(&mut h, settings(s), 0);
@@ -764,7 +754,7 @@ fn every_kind_of_plan_passes_the_clamps() {
 
 #[test]
 fn pending_nodes_are_halved_before_auto_scaling_starts() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"pending_timeout_s": 900}"#), 0);
     pending_ps(&mut m, &mut h, "ps-1", 16, 32768);
     tick(&mut m, &mut h, 60.0);
@@ -782,7 +772,7 @@ fn pending_nodes_are_halved_before_auto_scaling_starts() {
 
 #[test]
 fn heartbeat_death_is_configurable_and_recovery_is_noticed() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(
         &mut h,
         settings(r#"{"heartbeat_timeout_s": 30, "heartbeat_scan_s": 15}"#),
@@ -813,7 +803,7 @@ fn heartbeat_death_is_configurable_and_recovery_is_noticed() {
 
 #[test]
 fn stragglers_are_detected_during_training_from_step_times() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"stats_interval_s": 1}"#), 0);
     let nodes = ["w0", "w1", "w2", "w3"];
     let mut b = empty_batch(
@@ -871,7 +861,7 @@ fn stragglers_are_detected_during_training_from_step_times() {
 
 #[test]
 fn fixed_global_batch_route() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings(r#"{"global_batch": {"max_world_size": 8}}"#), 0);
     let v = get(&mut m, &mut h, "/batch?world_size=3&rank=2");
     assert_eq!(v["micro_batches"], json!([3, 3, 2]));
@@ -885,7 +875,7 @@ fn fixed_global_batch_route() {
 
 #[test]
 fn checkpoint_round_trip_and_d3_wrapping() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings("{}"), 0);
     register(&mut m, &mut h, "ds", 40, 10, 1);
     let t = next(&mut m, &mut h, "w0", "");
@@ -912,7 +902,7 @@ fn checkpoint_round_trip_and_d3_wrapping() {
 
 #[test]
 fn routes_answer_errors_clearly() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings("{}"), 0);
     assert_eq!(call(&mut m, &mut h, "GET", "/nope", Value::Null).0, 404);
     assert_eq!(call(&mut m, &mut h, "DELETE", "/plans", Value::Null).0, 405);
@@ -950,7 +940,7 @@ fn routes_answer_errors_clearly() {
 
 #[test]
 fn job_without_global_steps_starts_on_a_late_task_result() {
-    let mut h = Fake::at(T0);
+    let mut h = FakeHost::at(T0);
     let mut m = Master::start(&mut h, settings("{}"), 0);
     register(&mut m, &mut h, "ds", 1000, 10, 1);
     let t = next(&mut m, &mut h, "w0", "");

@@ -11,11 +11,10 @@
 //!
 //! - `settings`: the settings JSON, validated key by key.
 //! - `profile`: bins, summaries, imbalance, folded text (plain data).
-//! - `plugin`: every hook's logic, with the host behind `host::Host`.
+//! - `plugin`: every hook's logic, with the host behind the SDK's `Host`
+//!   trait (`FakeHost` in the tests).
 //! - `routes`: `GET /jobs`, `GET /profile`, `GET /folded`, `POST /reset`.
-//! - `host`: the `Host` trait, its real implementation and a test fake.
 
-pub mod host;
 pub mod plugin;
 pub mod profile;
 pub mod routes;
@@ -24,14 +23,11 @@ pub mod settings;
 #[cfg(test)]
 mod tests;
 
-use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
-use sonde_plugin_sdk::{Guest, InstanceCell};
+use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, StartInfo};
+use sonde_plugin_sdk::{Host, Plugin};
 
-use crate::host::Wasm;
-use crate::plugin::Mpi;
+pub use crate::plugin::Mpi;
 use crate::settings::Settings;
-
-static STATE: InstanceCell<Mpi> = InstanceCell::new();
 
 pub fn manifest() -> Manifest {
     Manifest {
@@ -43,41 +39,36 @@ pub fn manifest() -> Manifest {
     }
 }
 
-struct Plugin;
-
-impl Guest for Plugin {
-    fn start(info: StartInfo) -> Result<Manifest, String> {
-        let settings = Settings::parse(&info.settings)?;
-        STATE.set(Mpi::start(&mut Wasm, settings));
-        Ok(manifest())
+impl Plugin for Mpi {
+    fn start(host: &mut impl Host, info: StartInfo) -> Result<Self, String> {
+        Ok(Mpi::start(host, Settings::parse(&info.settings)?))
     }
 
-    fn configure(json: String) -> Result<(), String> {
-        let new = Settings::parse(&json)?;
-        STATE.with(|m| m.configure(&mut Wasm, new))
+    fn manifest(&self) -> Manifest {
+        manifest()
     }
 
-    fn on_samples(_batch: SampleBatch) -> Result<(), String> {
+    fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {
+        Mpi::configure(self, host, Settings::parse(json)?);
         Ok(())
     }
 
-    fn on_events(batch: EventBatch) -> Result<(), String> {
-        STATE.with(|m| m.on_events(&batch))
+    fn on_events(&mut self, _host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
+        Mpi::on_events(self, &batch);
+        Ok(())
     }
 
-    fn on_timer(id: u64) -> Result<(), String> {
-        STATE.with(|m| m.on_timer(&mut Wasm, id))?
+    fn on_timer(&mut self, host: &mut impl Host, id: u64) -> Result<(), String> {
+        Mpi::on_timer(self, host, id)
     }
 
-    fn on_request(request: HttpRequest) -> HttpResponse {
-        STATE
-            .with(|m| routes::handle(m, &request))
-            .unwrap_or_else(|e| HttpResponse::error(503, &e))
+    fn on_request(&mut self, _host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
+        routes::handle(self, request)
     }
 
-    fn stop() {
-        let _ = STATE.with(|m| m.stop(&mut Wasm));
+    fn stop(&mut self, host: &mut impl Host) {
+        Mpi::stop(self, host)
     }
 }
 
-sonde_plugin_sdk::export!(Plugin);
+sonde_plugin_sdk::export_plugin!(Mpi);

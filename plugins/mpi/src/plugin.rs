@@ -9,9 +9,9 @@ use sonde_plugin_sdk::types::{
     Attribute, EventBatch, MetricDesc, MetricKind, PointBatch, Severity, SinkFormat, SinkMode, SinkSpec,
 };
 
-use crate::host::Host;
 use crate::profile::{JobProfile, NOT_IN_MPI, STALL, Sample, WORK, folded_file_name, state_name};
 use crate::settings::Settings;
+use sonde_plugin_sdk::Host;
 
 pub struct Mpi {
     pub settings: Settings,

@@ -2,7 +2,8 @@
 //! wrong types are refused naming the key.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use sonde_plugin_sdk::settings;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Settings {
@@ -43,66 +44,27 @@ impl Default for Settings {
     }
 }
 
-fn bad(key: &str, want: &str, got: &Value) -> String {
-    format!("setting `{key}` must be {want}, got {got}")
-}
+/// The plugin's name in settings errors.
+const PLUGIN: &str = "mpi";
 
 impl Settings {
     pub fn parse(json: &str) -> Result<Settings, String> {
-        if json.trim().is_empty() {
-            return Ok(Settings::default());
-        }
-        let value: Value = serde_json::from_str(json).map_err(|e| format!("settings are not valid JSON: {e}"))?;
-        let Value::Object(map) = value else {
-            return Err(format!("settings must be a JSON object, got {value}"));
-        };
-        Self::from_map(&map)
-    }
-
-    fn from_map(map: &Map<String, Value>) -> Result<Settings, String> {
-        if let Some(unknown) = map.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "unknown setting `{unknown}` (known: {})",
-                KNOWN_KEYS.join(", ")
-            ));
-        }
+        let o = settings::parse_object(PLUGIN, json, &KNOWN_KEYS)?;
         let d = Settings::default();
-        let get = |key: &str| map.get(key).filter(|v| !v.is_null());
-        let ms = |key: &str, default: u64| -> Result<u64, String> {
-            match get(key) {
-                None => Ok(default),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|&n| (100..=3_600_000).contains(&n))
-                    .ok_or_else(|| bad(key, "an integer of milliseconds from 100 to 3600000", v)),
-            }
-        };
-        let count = |key: &str, default: usize| -> Result<usize, String> {
-            match get(key) {
-                None => Ok(default),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|&n| (1..=10_000_000).contains(&n))
-                    .map(|n| n as usize)
-                    .ok_or_else(|| bad(key, "an integer from 1 to 10000000", v)),
-            }
+        let ms = |key: &str| o.u64_in(key, 100..=3_600_000, "an integer of milliseconds from 100 to 3600000");
+        let count = |key: &str| {
+            o.u64_in(key, 1..=10_000_000, "an integer from 1 to 10000000")
+                .map(|n| n.map(|n| n as usize))
         };
         Ok(Settings {
-            job: match get("job") {
-                None => d.job,
-                Some(v) => v
-                    .as_str()
-                    .ok_or_else(|| bad("job", "a job name (string; \"\" = every job)", v))?
-                    .to_string(),
-            },
-            emit_every_ms: ms("emit_every_ms", d.emit_every_ms)?,
-            write_every_ms: ms("write_every_ms", d.write_every_ms)?,
-            folded_file: match get("folded_file") {
-                None => d.folded_file,
-                Some(v) => v.as_bool().ok_or_else(|| bad("folded_file", "true or false", v))?,
-            },
-            max_bins: count("max_bins", d.max_bins)?,
-            max_jobs: count("max_jobs", d.max_jobs)?,
+            job: o
+                .string("job", "a job name (string; \"\" = every job)")?
+                .unwrap_or(d.job),
+            emit_every_ms: ms("emit_every_ms")?.unwrap_or(d.emit_every_ms),
+            write_every_ms: ms("write_every_ms")?.unwrap_or(d.write_every_ms),
+            folded_file: o.bool("folded_file")?.unwrap_or(d.folded_file),
+            max_bins: count("max_bins")?.unwrap_or(d.max_bins),
+            max_jobs: count("max_jobs")?.unwrap_or(d.max_jobs),
         })
     }
 

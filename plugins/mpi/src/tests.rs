@@ -2,11 +2,11 @@
 
 use sonde_plugin_sdk::types::{Attribute, EventBatch, HttpRequest, MpiSampleColumns, Origin};
 
-use crate::host::fake::Fake;
 use crate::plugin::Mpi;
 use crate::profile::{folded_file_name, state_name};
 use crate::routes;
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 
@@ -14,20 +14,7 @@ const MS: u64 = 1_000_000;
 type Row<'a> = (&'a str, i32, u32, u8, &'a str, &'a str, u32);
 
 fn batch(rows: &[Row]) -> EventBatch {
-    let mut b = EventBatch {
-        origins: vec![],
-        names: vec![],
-        point_series: vec![],
-        progress: None,
-        timings: None,
-        requests: None,
-        actions: None,
-        mpi_samples: None,
-        heartbeats: None,
-        points: None,
-        node_events: vec![],
-        custom: vec![],
-    };
+    let mut b = EventBatch::default();
     let mut c = MpiSampleColumns {
         origin: vec![],
         thread: vec![],
@@ -111,10 +98,10 @@ fn req(m: &mut Mpi, method: &str, path: &str, query: &str) -> (u16, String) {
     (r.status, String::from_utf8(r.body).unwrap())
 }
 
-fn started(settings: &str) -> (Fake, Mpi) {
-    let mut host = Fake {
+fn started(settings: &str) -> (FakeHost, Mpi) {
+    let mut host = FakeHost {
         now: 5,
-        ..Fake::default()
+        ..FakeHost::default()
     };
     let m = Mpi::start(&mut host, Settings::parse(settings).unwrap());
     (host, m)
@@ -161,7 +148,7 @@ fn metrics_per_rank_state_and_function_are_emitted_for_changed_jobs_only() {
     let (mut host, mut m) = started("{}");
     m.on_events(&batch(&imbalanced()));
     m.emit_metrics(&mut host).unwrap();
-    let share = |host: &Fake, r: &str| {
+    let share = |host: &FakeHost, r: &str| {
         host.last("mpi.stall.share", &[("sonde.job", "job"), ("mpi.rank", r)])
             .unwrap()
     };
@@ -249,7 +236,7 @@ fn the_folded_file_is_written_through_a_replace_sink_and_adds_up() {
 #[test]
 fn without_a_sink_the_profile_is_still_served_and_the_failure_logged_once() {
     let (mut host, mut m) = started("{}");
-    host.sink_error = Some("sink directory /x does not exist".into());
+    host.fail_open_sink = Some("sink directory /x does not exist".into());
     m.on_events(&batch(&imbalanced()));
     m.write_files(&mut host);
     m.on_events(&batch(&imbalanced()));
@@ -337,6 +324,6 @@ fn configure_resets_the_timers_only_when_their_periods_change() {
     assert_eq!(host.timers.keys().copied().collect::<Vec<_>>(), before);
     m.configure(&mut host, Settings::parse(r#"{"emit_every_ms":200}"#).unwrap());
     assert_eq!(host.timers.len(), 2);
-    assert!(host.timers.values().any(|&(ms, rep)| ms == 200 && rep));
+    assert!(host.timers.values().any(|t| t.after_ms == 200 && t.repeat));
     assert_ne!(host.timers.keys().copied().collect::<Vec<_>>(), before);
 }

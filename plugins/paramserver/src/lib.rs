@@ -11,15 +11,14 @@
 //! - `detector`: heartbeat deadlines and detection latency.
 //! - `incidents`: checkpoints, stages → phases, the seed's table.
 //! - `consistency`: clocks, staleness, blocked time, stragglers.
-//! - `ps`: every hook's logic and the outputs, host behind `host::Host`.
+//! - `ps`: every hook's logic and the outputs, host behind the SDK's `Host`
+//!   trait (`FakeHost` in the tests).
 //! - `routes`: the HTTP routes.
-//! - `host`: the `Host` trait, the real one and a test fake.
 //!
-//! All plain Rust with native tests; the `Guest` impl below is glue.
+//! All plain Rust with native tests; the `Plugin` impl below is glue.
 
 pub mod consistency;
 pub mod detector;
-pub mod host;
 pub mod incidents;
 pub mod ps;
 pub mod routes;
@@ -28,16 +27,11 @@ pub mod settings;
 #[cfg(test)]
 mod tests;
 
-use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
-use sonde_plugin_sdk::{Guest, InstanceCell};
+use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, StartInfo};
+use sonde_plugin_sdk::{Host, Plugin};
 
-use crate::host::Wasm;
-use crate::ps::Plugin;
+pub use crate::ps::ParamServer;
 use crate::settings::Settings;
-
-static STATE: InstanceCell<Plugin> = InstanceCell::new();
-
-struct ParamServer;
 
 pub fn manifest() -> Manifest {
     Manifest {
@@ -50,37 +44,33 @@ pub fn manifest() -> Manifest {
     }
 }
 
-impl Guest for ParamServer {
-    fn start(info: StartInfo) -> Result<Manifest, String> {
-        let settings = Settings::parse(&info.settings)?;
-        STATE.set(Plugin::start(&mut Wasm, settings));
-        Ok(manifest())
+impl Plugin for ParamServer {
+    fn start(host: &mut impl Host, info: StartInfo) -> Result<Self, String> {
+        Ok(ParamServer::start(host, Settings::parse(&info.settings)?))
     }
 
-    fn configure(json: String) -> Result<(), String> {
-        let new = Settings::parse(&json)?;
-        STATE.with(|p| p.configure(&mut Wasm, new))
+    fn manifest(&self) -> Manifest {
+        manifest()
     }
 
-    fn on_samples(_batch: SampleBatch) -> Result<(), String> {
+    fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {
+        ParamServer::configure(self, host, Settings::parse(json)?);
         Ok(())
     }
 
-    fn on_events(batch: EventBatch) -> Result<(), String> {
-        STATE.with(|p| p.on_events(&mut Wasm, &batch))
+    fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
+        ParamServer::on_events(self, host, &batch);
+        Ok(())
     }
 
-    fn on_timer(id: u64) -> Result<(), String> {
-        STATE.with(|p| p.on_timer(&mut Wasm, id))
+    fn on_timer(&mut self, host: &mut impl Host, id: u64) -> Result<(), String> {
+        ParamServer::on_timer(self, host, id);
+        Ok(())
     }
 
-    fn on_request(request: HttpRequest) -> HttpResponse {
-        STATE
-            .with(|p| routes::handle(p, &mut Wasm, &request))
-            .unwrap_or_else(|e| HttpResponse::error(503, &e))
+    fn on_request(&mut self, host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
+        routes::handle(self, host, request)
     }
-
-    fn stop() {}
 }
 
-sonde_plugin_sdk::export!(ParamServer);
+sonde_plugin_sdk::export_plugin!(ParamServer);

@@ -14,9 +14,9 @@ use sonde_plugin_sdk::{MetricRegistry, PointBuffer};
 
 use crate::consistency::{Clocks, Release};
 use crate::detector::{Detection, Detector};
-use crate::host::Host;
 use crate::incidents::{Checkpoints, Incident};
 use crate::settings::Settings;
+use sonde_plugin_sdk::Host;
 
 /// One straggler decision per worker at most this often (BSP names the
 /// last worker at nearly every barrier).
@@ -127,7 +127,7 @@ enum Item<'a> {
     Node(&'a NodeEvent),
 }
 
-pub struct Plugin {
+pub struct ParamServer {
     pub settings: Settings,
     pub jobs: BTreeMap<String, Job>,
     pub counters: Counters,
@@ -137,9 +137,9 @@ pub struct Plugin {
     next_incident: u32,
 }
 
-impl Plugin {
-    pub fn start(host: &mut dyn Host, settings: Settings) -> Plugin {
-        let mut p = Plugin {
+impl ParamServer {
+    pub fn start(host: &mut dyn Host, settings: Settings) -> ParamServer {
+        let mut p = ParamServer {
             settings,
             jobs: BTreeMap::new(),
             counters: Counters::default(),

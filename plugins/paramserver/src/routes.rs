@@ -13,13 +13,13 @@
 use serde_json::{Value, json};
 use sonde_plugin_sdk::types::{HttpRequest, HttpResponse};
 
-use crate::host::Host;
-use crate::ps::Plugin;
+use crate::ps::ParamServer;
+use sonde_plugin_sdk::Host;
 
 pub const ROUTES: &str =
     "GET /state, /incidents, /incidents.md, /clocks, /stragglers, /checkpoints (each takes ?job=NAME)";
 
-pub fn handle(p: &Plugin, host: &mut dyn Host, req: &HttpRequest) -> HttpResponse {
+pub fn handle(p: &ParamServer, host: &mut dyn Host, req: &HttpRequest) -> HttpResponse {
     let path = req.path.trim_end_matches('/');
     let job = req.query_param("job").map(|j| j.into_owned()).filter(|j| !j.is_empty());
     let job = job.as_deref();

@@ -3,7 +3,8 @@
 //! refused with a message naming the key.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use sonde_plugin_sdk::settings;
 
 use crate::consistency::Model;
 
@@ -58,88 +59,39 @@ impl Default for Settings {
     }
 }
 
-fn bad(key: &str, want: &str, got: &Value) -> String {
-    format!("setting `{key}` must be {want}, got {got}")
-}
+/// The plugin's name in settings errors.
+const PLUGIN: &str = "paramserver";
 
 impl Settings {
     /// Parses settings JSON; missing keys take their defaults, "" counts as `{}`.
     pub fn parse(json: &str) -> Result<Settings, String> {
-        if json.trim().is_empty() {
-            return Ok(Settings::default());
-        }
-        let value: Value = serde_json::from_str(json).map_err(|e| format!("settings are not valid JSON: {e}"))?;
-        let Value::Object(map) = value else {
-            return Err(format!("settings must be a JSON object, got {value}"));
-        };
-        Self::from_map(&map)
-    }
-
-    fn from_map(map: &Map<String, Value>) -> Result<Settings, String> {
-        if let Some(unknown) = map.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "unknown setting `{unknown}` (known: {})",
-                KNOWN_KEYS.join(", ")
-            ));
-        }
+        let o = settings::parse_object(PLUGIN, json, &KNOWN_KEYS)?;
         let d = Settings::default();
-        let get = |key: &str| map.get(key).filter(|v| !v.is_null());
-        let uint = |key: &str, min: u64, default: u64| -> Result<u64, String> {
-            match get(key) {
-                None => Ok(default),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|n| *n >= min)
-                    .ok_or_else(|| bad(key, &format!("an integer >= {min}"), v)),
-            }
-        };
-        let job = match get("job") {
-            None => d.job.clone(),
-            Some(v) => v
-                .as_str()
-                .ok_or_else(|| bad("job", "a job name (string; \"\" = every job)", v))?
-                .to_string(),
-        };
-        let heartbeat_timeout_s = match get("heartbeat_timeout_s") {
-            None => d.heartbeat_timeout_s,
-            Some(v) => v
-                .as_f64()
-                .filter(|x| x.is_finite() && *x >= 0.01)
-                .ok_or_else(|| bad("heartbeat_timeout_s", "a number of seconds >= 0.01", v))?,
-        };
-        let check_every_ms = uint("check_every_ms", 10, d.check_every_ms)?;
-        let staleness = uint("staleness", 0, d.staleness)?;
-        let consistency = match get("consistency") {
-            None => d.consistency,
-            Some(v) => match v.as_str().map(str::to_ascii_lowercase).as_deref() {
-                Some("bsp") => Model::Bsp,
-                Some("ssp") => Model::Ssp(staleness),
-                Some("asp") => Model::Asp,
-                _ => return Err(bad("consistency", "\"bsp\", \"ssp\" or \"asp\"", v)),
-            },
-        };
-        let straggler_clocks = match get("straggler_clocks") {
-            None => None,
-            Some(_) => Some(uint("straggler_clocks", 1, 1)?),
-        };
-        let clock_name = match get("clock_name") {
-            None => d.clock_name.clone(),
-            Some(v) => v
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| bad("clock_name", "a non-empty progress name", v))?
-                .to_string(),
-        };
+        let uint = |key: &str, min: u64| o.u64_in(key, min..=u64::MAX, &format!("an integer >= {min}"));
+        let staleness = uint("staleness", 0)?.unwrap_or(d.staleness);
+        let model = [("bsp", Model::Bsp), ("ssp", Model::Ssp(staleness)), ("asp", Model::Asp)];
+        let consistency = o.read("consistency", "\"bsp\", \"ssp\" or \"asp\"", |v| {
+            let name = v.as_str()?.to_ascii_lowercase();
+            model.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+        })?;
         Ok(Settings {
-            job,
-            heartbeat_timeout_s,
-            check_every_ms,
-            consistency,
+            job: o
+                .string("job", "a job name (string; \"\" = every job)")?
+                .unwrap_or(d.job),
+            heartbeat_timeout_s: o
+                .f64_in("heartbeat_timeout_s", 0.01..=f64::MAX, "a number of seconds >= 0.01")?
+                .unwrap_or(d.heartbeat_timeout_s),
+            check_every_ms: uint("check_every_ms", 10)?.unwrap_or(d.check_every_ms),
+            consistency: consistency.unwrap_or(d.consistency),
             staleness,
-            straggler_clocks,
-            clock_name,
-            max_incidents: uint("max_incidents", 1, d.max_incidents as u64)? as usize,
-            max_checkpoints: uint("max_checkpoints", 1, d.max_checkpoints as u64)? as usize,
+            straggler_clocks: uint("straggler_clocks", 1)?,
+            clock_name: o
+                .read("clock_name", "a non-empty progress name", |v| {
+                    v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+                })?
+                .unwrap_or(d.clock_name),
+            max_incidents: uint("max_incidents", 1)?.map_or(d.max_incidents, |n| n as usize),
+            max_checkpoints: uint("max_checkpoints", 1)?.map_or(d.max_checkpoints, |n| n as usize),
         })
     }
 

@@ -6,10 +6,10 @@ use sonde_plugin_sdk::types::{
     Attribute, EventBatch, HeartbeatColumns, HttpRequest, NodeEvent, Origin, ProgressColumns, Severity,
 };
 
-use crate::host::fake::Fake;
-use crate::ps::Plugin;
+use crate::ps::ParamServer;
 use crate::routes;
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_700_000_000_000 * MS;
@@ -36,18 +36,8 @@ enum Ev {
 
 fn batch(rows: &[(u64, (&str, i32), Ev)]) -> EventBatch {
     let mut b = EventBatch {
-        origins: vec![],
         names: vec!["clock".into(), "batch_idx".into()],
-        point_series: vec![],
-        progress: None,
-        timings: None,
-        requests: None,
-        actions: None,
-        mpi_samples: None,
-        heartbeats: None,
-        points: None,
-        node_events: vec![],
-        custom: vec![],
+        ..Default::default()
     };
     for &(ms, (role, idx), ev) in rows {
         let o = origin(role, idx);
@@ -93,17 +83,17 @@ fn batch(rows: &[(u64, (&str, i32), Ev)]) -> EventBatch {
     b
 }
 
-fn start(settings: &str) -> (Plugin, Fake) {
-    let mut host = Fake {
+fn start(settings: &str) -> (ParamServer, FakeHost) {
+    let mut host = FakeHost {
         now: T0,
-        ..Fake::default()
+        ..FakeHost::default()
     };
-    let p = Plugin::start(&mut host, Settings::parse(settings).unwrap());
+    let p = ParamServer::start(&mut host, Settings::parse(settings).unwrap());
     (p, host)
 }
 
 /// Runs the check timer every `every` ms from `from` to `to` (ms after T0).
-fn tick(p: &mut Plugin, host: &mut Fake, from: u64, to: u64, every: u64) {
+fn tick(p: &mut ParamServer, host: &mut FakeHost, from: u64, to: u64, every: u64) {
     let id = *host.timers.keys().next().expect("the check timer is set");
     let mut t = from;
     while t <= to {
@@ -113,7 +103,7 @@ fn tick(p: &mut Plugin, host: &mut Fake, from: u64, to: u64, every: u64) {
     }
 }
 
-fn get(p: &Plugin, host: &mut Fake, path: &str) -> (u16, String) {
+fn get(p: &ParamServer, host: &mut FakeHost, path: &str) -> (u16, String) {
     let r = routes::handle(
         p,
         host,
@@ -139,8 +129,8 @@ fn a_killed_worker_gives_the_seven_stages_and_five_phases() {
     // detection, recovers 2 s later, everyone 300 ms after that.
     let (mut p, mut host) = start(r#"{"heartbeat_timeout_s": 2, "check_every_ms": 100}"#);
     assert_eq!(
-        host.timers.values().next(),
-        Some(&(100, true)),
+        host.timers.values().next().map(|t| (t.after_ms, t.repeat)),
+        Some((100, true)),
         "a repeating check timer"
     );
     let mut rows = vec![
@@ -295,7 +285,7 @@ fn the_empty_data_node_is_an_event_and_leaves_the_barrier() {
             (200, W1, Ev::Clock(1)), // waits for worker-2
         ]),
     );
-    let clocks = |p: &Plugin, host: &mut Fake| -> Value {
+    let clocks = |p: &ParamServer, host: &mut FakeHost| -> Value {
         let (_, b) = get(p, host, "/clocks");
         serde_json::from_str::<Value>(&b).unwrap()["jobs"][0].clone()
     };

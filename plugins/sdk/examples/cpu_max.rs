@@ -1,68 +1,112 @@
-//! A complete, minimal plugin: the example in plugins/README.md.
-//! `cargo test` compiles it natively; for a component run
-//! `cargo build --manifest-path plugins/Cargo.toml -p sonde-plugin-sdk --example cpu_max --release --target wasm32-wasip2`.
+//! Example: the smallest useful plugin. Samples in, one metric out.
+//!
+//! Every tick the host samples each CPU's utilization; this plugin emits the
+//! busiest CPU's value as `cpu.max`. It shows the shape every plugin has:
+//!
+//! 1. a type holding the plugin's state (`CpuMax`),
+//! 2. `start`, which builds it, and `manifest`, which says what to deliver,
+//! 3. the hooks it uses (here only `on_samples`; the others default to no-ops),
+//! 4. `export_plugin!`, which makes it the component's exports.
+//!
+//! Build the component:
+//! `cargo build --manifest-path plugins/Cargo.toml -p sonde-plugin-sdk --example cpu_max --release --target wasm32-wasip2`
+//! (`scripts/build-plugins.sh` builds every example into `target/plugins/examples/`).
+//! Test it natively: `cargo test --manifest-path plugins/Cargo.toml -p sonde-plugin-sdk --example cpu_max`.
 
-use sonde_plugin_sdk::types::{
-    EventBatch, HttpRequest, HttpResponse, Manifest, MetricDesc, MetricKind, SampleBatch, SampleRequest, StartInfo,
-};
-use sonde_plugin_sdk::{Guest, InstanceCell, MetricRegistry, PointBuffer, SampleView, SeriesTable};
+use sonde_plugin_sdk::types::{Manifest, MetricDesc, MetricKind, SampleBatch, SampleRequest, StartInfo};
+use sonde_plugin_sdk::{Host, MetricRegistry, Plugin, PointBuffer, SampleView, SeriesTable};
 
-#[derive(Default)]
-struct State {
+struct CpuMax {
+    /// Series descriptions: the host sends each one once, then only its id.
     series: SeriesTable,
+    /// Metric handles: `declare-metric` is called once per series, then cached.
     metrics: MetricRegistry,
+    /// Points collected during a call, emitted with one host call at its end.
     points: PointBuffer,
 }
 
-static STATE: InstanceCell<State> = InstanceCell::new();
+impl Plugin for CpuMax {
+    fn start(_host: &mut impl Host, _info: StartInfo) -> Result<Self, String> {
+        Ok(CpuMax {
+            series: SeriesTable::new(),
+            metrics: MetricRegistry::new(),
+            points: PointBuffer::new(),
+        })
+    }
 
-struct CpuMax;
-
-impl Guest for CpuMax {
-    fn start(_info: StartInfo) -> Result<Manifest, String> {
-        STATE.set(State::default());
-        Ok(Manifest {
+    fn manifest(&self) -> Manifest {
+        Manifest {
             version: env!("CARGO_PKG_VERSION").into(),
-            description: "Busiest CPU per batch".into(),
+            description: "Busiest CPU per tick".into(),
+            // Sample every 100 ms, deliver ten ticks per call: fewer, bigger calls.
             samples: Some(SampleRequest {
                 period_ms: 100,
                 deliver_every_ms: 1000,
                 metrics: vec!["system.cpu.utilization".into()],
             }),
-            events: vec![],
-        })
+            ..Default::default()
+        }
     }
 
-    fn on_samples(mut batch: SampleBatch) -> Result<(), String> {
-        STATE.with(|s| {
-            s.series.absorb(&mut batch); // remember new series descriptions
-            let max = MetricDesc::new("cpu.max", MetricKind::Gauge, "1", "Busiest CPU");
-            let handle = s.metrics.declare(&max)?; // declared with the host once
-            let view = SampleView::new(&batch)?; // values[s * T + t] as per-series slices
-            for (t, &time) in view.timestamps().iter().enumerate() {
-                let busiest = view.iter().map(|cpu| cpu.values[t]).fold(f64::NAN, f64::max); // NaN-skipping max
-                if !busiest.is_nan() {
-                    s.points.push(handle, time, busiest);
-                }
+    fn on_samples(&mut self, host: &mut impl Host, mut batch: SampleBatch) -> Result<(), String> {
+        self.series.absorb(&mut batch); // remember new series descriptions
+        let max = MetricDesc::new("cpu.max", MetricKind::Gauge, "1", "Busiest CPU");
+        let handle = self.metrics.declare_in(host, &max)?;
+        let view = SampleView::new(&batch)?; // values[s * T + t] as per-series slices
+        for (t, &time) in view.timestamps().iter().enumerate() {
+            // NaN is a value the host could not read; f64::max skips it.
+            let busiest = view.iter().map(|cpu| cpu.values[t]).fold(f64::NAN, f64::max);
+            if !busiest.is_nan() {
+                self.points.push(handle, time, busiest);
             }
-            s.points.flush(); // one host::emit_points call
-            Ok(())
-        })?
-    }
-
-    fn configure(_settings: String) -> Result<(), String> {
+        }
+        self.points.flush_to(host); // one emit-points call
         Ok(())
     }
-    fn on_events(_batch: EventBatch) -> Result<(), String> {
-        Ok(())
-    }
-    fn on_timer(_id: u64) -> Result<(), String> {
-        Ok(())
-    }
-    fn on_request(_req: HttpRequest) -> HttpResponse {
-        HttpResponse::error(404, "no routes")
-    }
-    fn stop() {}
 }
 
-sonde_plugin_sdk::export!(CpuMax);
+sonde_plugin_sdk::export_plugin!(CpuMax);
+
+#[cfg(test)]
+mod tests {
+    use sonde_plugin_sdk::testing::FakeHost;
+    use sonde_plugin_sdk::types::{SeriesInfo, SeriesKind};
+
+    use super::*;
+
+    fn cpu(id: u32) -> SeriesInfo {
+        SeriesInfo {
+            id,
+            metric: "system.cpu.utilization".into(),
+            unit: "1".into(),
+            kind: SeriesKind::Gauge,
+            attributes: vec![],
+        }
+    }
+
+    #[test]
+    fn emits_the_busiest_cpu_of_each_tick_and_skips_unread_values() {
+        let mut host = FakeHost::default();
+        let mut p = CpuMax::start(&mut host, StartInfo::default()).unwrap();
+        // Two CPUs, three ticks, series-major; CPU 1 was unreadable at tick 1,
+        // and at tick 2 neither could be read.
+        let batch = SampleBatch {
+            new_series: vec![cpu(0), cpu(1)],
+            timestamps: vec![10, 20, 30],
+            series: vec![0, 1],
+            values: vec![0.2, 0.5, f64::NAN, 0.9, f64::NAN, f64::NAN],
+        };
+        p.on_samples(&mut host, batch).unwrap();
+        assert_eq!(host.series("cpu.max", &[]), vec![(10, 0.9), (20, 0.5)]);
+        // Later batches carry ids only; the table remembers the descriptions.
+        let later = SampleBatch {
+            timestamps: vec![40],
+            series: vec![0, 1],
+            values: vec![0.1, 0.3],
+            ..Default::default()
+        };
+        p.on_samples(&mut host, later).unwrap();
+        assert_eq!(host.last("cpu.max", &[]), Some(0.3));
+        assert_eq!(host.declared.len(), 1, "declared once");
+    }
+}

@@ -1,19 +1,29 @@
 //! sonde-plugin-sdk: what every sonde plugin links.
 //!
 //! It holds the bindings that `wit-bindgen` generates from `wit/` (the
-//! `sonde:plugin` contract, world `plugin`) and the small helpers that every
-//! plugin would otherwise write again: a table of sampled series, a view over
-//! the series-major sample layout, a point buffer and a metric-handle cache.
+//! `sonde:plugin` contract, world `plugin`) and everything a plugin would
+//! otherwise write again:
+//!
+//! - `plugin`: the [`Plugin`] trait (the hooks as methods with default no-ops,
+//!   each given the host) and [`export_plugin!`], which wires it to the exports.
+//! - `host_calls`: the [`Host`] trait, one method per function of the
+//!   contract's `host` interface, and [`WasmHost`], the real one.
+//! - `testing` (feature `testing`): `testing::FakeHost` for native tests.
+//! - `settings`: reading a plugin's settings JSON with errors that name the key.
+//! - `series`, `samples`, `points`, `metrics`: the sampled-series table, a
+//!   view over the series-major sample layout, a point buffer and a
+//!   metric-handle cache. `attrs`, `http`: conveniences on generated types.
+//! - `instance`: the cell that keeps a plugin's state between calls.
 //!
 //! A plugin crate (`crate-type = ["cdylib"]`, built for `wasm32-wasip2`)
-//! implements [`Guest`] (`exports::sonde::plugin::hooks::Guest`) for a type
-//! and exports it with `sonde_plugin_sdk::export!(MyPlugin);`. A complete
-//! plugin is `examples/cpu_max.rs` (walked through in `plugins/README.md`).
+//! implements [`Plugin`] for its state and ends with
+//! `sonde_plugin_sdk::export_plugin!(MyPlugin);`. Complete plugins are in
+//! `examples/`; the author's guide is `docs/plugins.md`. A plugin may also
+//! implement the generated [`Guest`] trait itself and use [`export!`].
 //!
-//! The helpers are plain Rust over the generated types and unit-test natively.
-//! Calls into the host (`host::*`, and the few helpers that wrap them such as
-//! [`PointBuffer::flush`] and [`MetricRegistry::declare`]) only work inside
-//! the host: in a native test they panic with `unreachable`.
+//! Everything here is plain Rust that unit-tests natively, except calls into
+//! the real host ([`WasmHost`], `host::*`), which only work inside sonde: in a
+//! native build they panic with `unreachable`.
 
 wit_bindgen::generate!({
     // Relative to this crate's Cargo.toml: the repository's wit/.
@@ -27,19 +37,45 @@ wit_bindgen::generate!({
     export_macro_name: "__export_hooks",
     // Lets tests and plugins compare records (e.g. a manifest or a batch).
     additional_derives: [PartialEq],
-    // An empty batch is where `PointBuffer` starts.
+    // `Default` for every record made only of lists, options, strings and
+    // numbers: a test (or a plugin) writes the fields it cares about and
+    // `..Default::default()`, so a new field or event kind touches none of
+    // them. Records holding a WIT enum (metric-desc, sink-spec, log-record)
+    // have no sensible default and get none.
     additional_type_attributes: {
         "sonde:plugin/types@0.1.0/point-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/sample-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/sample-request": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/origin": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/progress-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/timing-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/request-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/action-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/mpi-sample-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/heartbeat-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/point-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/node-event": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/custom-event": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/event-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/decision": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/http-request": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/start-info": [#[derive(Default)]],
+        "sonde:plugin/types@0.1.0/manifest": [#[derive(Default)]],
     },
 });
 
 mod attrs;
+mod host_calls;
 mod http;
 mod instance;
 mod metrics;
+pub mod plugin;
 mod points;
 mod samples;
 mod series;
+pub mod settings;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// The types of the contract (`sonde:plugin/types`).
 pub use sonde::plugin::types;
@@ -53,9 +89,11 @@ pub use exports::sonde::plugin::hooks;
 /// The trait a plugin implements; `export!(MyPlugin)` wires it to the component's exports.
 pub use exports::sonde::plugin::hooks::Guest;
 
+pub use host_calls::{Host, WasmHost};
 pub use http::query_param;
 pub use instance::InstanceCell;
 pub use metrics::MetricRegistry;
+pub use plugin::Plugin;
 pub use points::PointBuffer;
 pub use samples::{SampleView, SeriesSamples};
 pub use series::SeriesTable;

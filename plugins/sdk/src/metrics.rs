@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use crate::host;
 use crate::types::{Attribute, MetricDesc, Value};
+use crate::{Host, WasmHost};
 
 #[derive(Debug, Default)]
 pub struct MetricRegistry {
@@ -56,9 +56,14 @@ impl MetricRegistry {
         Self::default()
     }
 
-    /// The handle for `desc`, declaring it with the host the first time.
+    /// The handle for `desc`, declaring it with `host` the first time.
+    pub fn declare_in(&mut self, host: &mut impl Host, desc: &MetricDesc) -> Result<u32, String> {
+        self.declare_with(desc, |d| host.declare_metric(d))
+    }
+
+    /// [`MetricRegistry::declare_in`] the real host.
     pub fn declare(&mut self, desc: &MetricDesc) -> Result<u32, String> {
-        self.declare_with(desc, host::declare_metric)
+        self.declare_in(&mut WasmHost, desc)
     }
 
     /// Like [`MetricRegistry::declare`], with the host call supplied by the

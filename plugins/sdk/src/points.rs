@@ -1,8 +1,8 @@
 //! `PointBuffer`: collects points into the three columns of a `point-batch`
 //! so a hook emits them with one host call instead of one per point.
 
-use crate::host;
 use crate::types::{PointBatch, Timestamp};
+use crate::{Host, WasmHost};
 
 #[derive(Debug, Default)]
 pub struct PointBuffer {
@@ -68,15 +68,20 @@ impl PointBuffer {
         self.batch.value.clear();
     }
 
-    /// Emits the collected points with `host::emit-points` (nothing when
-    /// empty) and clears the buffer. Returns how many were emitted.
-    pub fn flush(&mut self) -> usize {
+    /// Emits the collected points with one `emit-points` call to `host`
+    /// (none when empty) and clears the buffer. Returns how many were emitted.
+    pub fn flush_to(&mut self, host: &mut impl Host) -> usize {
         let n = self.len();
         if n > 0 {
-            host::emit_points(&self.batch);
+            host.emit_points(&self.batch);
             self.clear();
         }
         n
+    }
+
+    /// [`PointBuffer::flush_to`] the real host.
+    pub fn flush(&mut self) -> usize {
+        self.flush_to(&mut WasmHost)
     }
 }
 
@@ -109,5 +114,18 @@ mod tests {
         assert!(buf.is_empty());
         // Flushing an empty buffer must not call the host (which would panic natively).
         assert_eq!(buf.flush(), 0);
+        let mut host = crate::testing::FakeHost::default();
+        let h = host
+            .declare_metric(&crate::types::MetricDesc::new(
+                "m",
+                crate::types::MetricKind::Gauge,
+                "1",
+                "",
+            ))
+            .unwrap();
+        buf.push(h, 5, 2.0);
+        assert_eq!(buf.flush_to(&mut host), 1);
+        assert!(buf.is_empty());
+        assert_eq!(host.series("m", &[]), vec![(5, 2.0)]);
     }
 }

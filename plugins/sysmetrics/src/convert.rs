@@ -171,11 +171,11 @@ mod tests {
     /// A stand-in for `declare-metric`: hands out 100, 101, ... and records
     /// what was declared.
     #[derive(Default)]
-    struct FakeHost {
+    struct Declarer {
         declared: Vec<MetricDesc>,
     }
 
-    impl FakeHost {
+    impl Declarer {
         fn declare(&mut self, d: &MetricDesc) -> Result<u32, String> {
             self.declared.push(d.clone());
             Ok(99 + self.declared.len() as u32)
@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn three_series_by_four_ticks_gives_twelve_points_in_order() {
         let mut conv = Converter::new(vec![]);
-        let mut host = FakeHost::default();
+        let mut host = Declarer::default();
         conv.convert(batch(three_series()), |d| host.declare(d)).unwrap();
 
         let kinds: Vec<_> = host.declared.iter().map(|d| (d.name.as_str(), d.kind)).collect();
@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn nan_readings_are_skipped() {
         let mut conv = Converter::new(vec![]);
-        let mut host = FakeHost::default();
+        let mut host = Declarer::default();
         let mut b = batch(three_series());
         b.values[1] = f64::NAN; // series 0, tick 1
         b.values[8] = f64::NAN; // series 2, tick 0
@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn series_are_declared_once_across_batches() {
         let mut conv = Converter::new(vec![]);
-        let mut host = FakeHost::default();
+        let mut host = Declarer::default();
         conv.convert(batch(three_series()), |d| host.declare(d)).unwrap();
         conv.points().clear();
         // Later batches carry no descriptions; the table remembers them.
@@ -245,7 +245,7 @@ mod tests {
     #[test]
     fn prefixes_filter_and_can_change() {
         let mut conv = Converter::new(vec!["system.network.".into()]);
-        let mut host = FakeHost::default();
+        let mut host = Declarer::default();
         conv.convert(batch(three_series()), |d| host.declare(d)).unwrap();
         assert_eq!(host.declared.len(), 1);
         assert_eq!(conv.points().take().series, vec![100; 4]);
@@ -282,7 +282,7 @@ mod tests {
 
         // The refused series is not retried (or re-reported); the undescribed one
         // is picked up once the host describes it.
-        let mut host = FakeHost::default();
+        let mut host = Declarer::default();
         let mut b = batch(vec![three_series().remove(2)]);
         b.series = vec![0, 1, 2];
         conv.convert(b, |d| host.declare(d)).unwrap();

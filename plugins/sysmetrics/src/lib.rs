@@ -5,91 +5,123 @@
 //! - `mapping`: host series -> metric description and instrument kind.
 //! - `convert`: sample batch -> metric points (host calls passed in).
 //!
-//! Those three are plain Rust with native tests; the `Guest` impl below is
-//! only the glue to the host.
+//! Those three are plain Rust with native tests; the `Plugin` impl below is
+//! only the glue to the host, tested with the SDK's `FakeHost`.
 
 pub mod convert;
 pub mod mapping;
 pub mod settings;
 
-use sonde_plugin_sdk::types::{EventBatch, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
-use sonde_plugin_sdk::{Guest, InstanceCell, host};
+use sonde_plugin_sdk::types::{HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
+use sonde_plugin_sdk::{Host, Plugin};
 
 use crate::convert::Converter;
 use crate::settings::Settings;
 
-struct State {
+pub struct Sysmetrics {
     settings: Settings,
     converter: Converter,
 }
 
-static STATE: InstanceCell<State> = InstanceCell::new();
-
-struct Sysmetrics;
-
-fn manifest(settings: &Settings) -> Manifest {
-    Manifest {
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        description: "Host samples as OpenTelemetry system.* and hw.* metrics".to_string(),
-        samples: Some(settings.sample_request()),
-        events: Vec::new(),
-    }
-}
-
-impl Guest for Sysmetrics {
-    fn start(info: StartInfo) -> Result<Manifest, String> {
+impl Plugin for Sysmetrics {
+    fn start(_host: &mut impl Host, info: StartInfo) -> Result<Self, String> {
         let settings = Settings::parse(&info.settings)?;
-        let manifest = manifest(&settings);
-        STATE.set(State {
+        Ok(Sysmetrics {
             converter: Converter::new(settings.metrics.clone()),
             settings,
-        });
-        Ok(manifest)
-    }
-
-    fn configure(json: String) -> Result<(), String> {
-        let new = Settings::parse(&json)?;
-        STATE.with(|state| {
-            if new.sample_request() != state.settings.sample_request() {
-                host::request_samples(Some(&new.sample_request()));
-            }
-            state.converter.set_prefixes(new.metrics.clone());
-            state.settings = new;
         })
     }
 
-    fn on_samples(batch: SampleBatch) -> Result<(), String> {
-        STATE.with(|state| {
-            let result = state.converter.convert(batch, host::declare_metric);
-            // Emit what converted even when some series had problems.
-            state.converter.points().flush();
-            result
-        })?
+    fn manifest(&self) -> Manifest {
+        Manifest {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            description: "Host samples as OpenTelemetry system.* and hw.* metrics".to_string(),
+            samples: Some(self.settings.sample_request()),
+            events: Vec::new(),
+        }
     }
 
-    fn on_events(_batch: EventBatch) -> Result<(), String> {
-        // The manifest subscribes to no events.
+    fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {
+        let new = Settings::parse(json)?;
+        if new.sample_request() != self.settings.sample_request() {
+            host.request_samples(Some(&new.sample_request()));
+        }
+        self.converter.set_prefixes(new.metrics.clone());
+        self.settings = new;
         Ok(())
     }
 
-    fn on_timer(_id: u64) -> Result<(), String> {
-        // No timers are set.
-        Ok(())
+    fn on_samples(&mut self, host: &mut impl Host, batch: SampleBatch) -> Result<(), String> {
+        let result = self.converter.convert(batch, |d| host.declare_metric(d));
+        // Emit what converted even when some series had problems.
+        self.converter.points().flush_to(host);
+        result
     }
 
-    fn on_request(request: HttpRequest) -> HttpResponse {
+    fn on_request(&mut self, _host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
         match (request.method.as_str(), request.path.as_str()) {
-            ("GET", "/settings") => match STATE.with(|s| s.settings.to_json()) {
-                Ok(json) => HttpResponse::json(200, json),
-                Err(e) => HttpResponse::error(503, &e),
-            },
+            ("GET", "/settings") => HttpResponse::json(200, self.settings.to_json()),
             (method, path) => HttpResponse::error(404, &format!("no route {method} {path}")),
         }
     }
 
-    fn stop() {
-        // Points are emitted in the call that converts them: nothing to flush.
-    }
+    // No events, no timers; points are emitted in the call that converts
+    // them, so `stop` has nothing to flush: the default hooks do.
 }
 
-sonde_plugin_sdk::export!(Sysmetrics);
+sonde_plugin_sdk::export_plugin!(Sysmetrics);
+
+#[cfg(test)]
+mod tests {
+    use sonde_plugin_sdk::testing::FakeHost;
+    use sonde_plugin_sdk::types::{SeriesInfo, SeriesKind};
+
+    use super::*;
+
+    fn started(settings: &str, host: &mut FakeHost) -> Sysmetrics {
+        let info = StartInfo {
+            settings: settings.into(),
+            ..Default::default()
+        };
+        Sysmetrics::start(host, info).unwrap()
+    }
+
+    #[test]
+    fn the_hooks_declare_emit_and_follow_new_settings() {
+        let mut host = FakeHost::default();
+        let mut p = started(r#"{"period_ms":50}"#, &mut host);
+        assert_eq!(p.manifest().samples.unwrap().period_ms, 50);
+        let cpu = SeriesInfo {
+            id: 7,
+            metric: "system.cpu.utilization".into(),
+            unit: "1".into(),
+            kind: SeriesKind::Gauge,
+            attributes: vec![],
+        };
+        let batch = SampleBatch {
+            new_series: vec![cpu],
+            timestamps: vec![10, 20],
+            series: vec![7],
+            values: vec![0.25, f64::NAN],
+        };
+        p.on_samples(&mut host, batch).unwrap();
+        assert_eq!(host.series("system.cpu.utilization", &[]), vec![(10, 0.25)]);
+
+        p.configure(&mut host, r#"{"period_ms":50}"#).unwrap();
+        assert!(host.sample_requests.is_empty(), "same request: not asked again");
+        p.configure(&mut host, r#"{"period_ms":200}"#).unwrap();
+        assert_eq!(host.sample_requests.len(), 1);
+        assert!(
+            p.configure(&mut host, r#"{"period":1}"#)
+                .unwrap_err()
+                .contains("unknown setting `period`")
+        );
+        let get = HttpRequest {
+            method: "GET".into(),
+            path: "/settings".into(),
+            ..Default::default()
+        };
+        let body = p.on_request(&mut host, &get).body;
+        assert!(String::from_utf8(body).unwrap().contains("\"period_ms\":200"));
+    }
+}

@@ -2,7 +2,7 @@
 //! key by key so an error names the key that is wrong.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use sonde_plugin_sdk::settings;
 use sonde_plugin_sdk::types::SampleRequest;
 
 /// `{"period_ms":100,"deliver_every_ms":1000,"metrics":["system.","hw."]}`
@@ -36,54 +36,26 @@ impl Settings {
     /// Parses settings JSON; missing keys take their defaults and an empty
     /// string counts as `{}`.
     pub fn parse(json: &str) -> Result<Settings, String> {
-        if json.trim().is_empty() {
-            return Ok(Settings::default());
-        }
-        let value: Value = serde_json::from_str(json).map_err(|e| format!("settings are not valid JSON: {e}"))?;
-        let Value::Object(map) = value else {
-            return Err(format!("settings must be a JSON object, got {value}"));
-        };
-        Self::from_map(&map)
-    }
-
-    fn from_map(map: &Map<String, Value>) -> Result<Settings, String> {
         // Rejecting unknown keys turns a typo into an error instead of a silent default.
-        if let Some(unknown) = map.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "unknown setting `{unknown}` (known: {})",
-                KNOWN_KEYS.join(", ")
-            ));
-        }
-        let period_ms = match map.get("period_ms") {
-            None => DEFAULT_PERIOD_MS,
-            Some(v) => millis(v).filter(|&ms| ms >= MIN_PERIOD_MS).ok_or_else(|| {
-                format!("setting `period_ms` must be an integer >= {MIN_PERIOD_MS} (milliseconds), got {v}")
-            })?,
-        };
-        let deliver_every_ms = match map.get("deliver_every_ms") {
+        let o = settings::parse_object("sysmetrics", json, &KNOWN_KEYS)?;
+        let period_ms = o
+            .u32_in(
+                "period_ms",
+                MIN_PERIOD_MS..=u32::MAX,
+                &format!("an integer >= {MIN_PERIOD_MS} (milliseconds)"),
+            )?
+            .unwrap_or(DEFAULT_PERIOD_MS);
+        let deliver_every_ms = o
+            .u32_in(
+                "deliver_every_ms",
+                period_ms..=u32::MAX,
+                &format!("an integer >= period_ms ({period_ms})"),
+            )?
             // A long period alone should not be an error: deliver at least once per period.
-            None => DEFAULT_DELIVER_EVERY_MS.max(period_ms),
-            Some(v) => millis(v).filter(|&ms| ms >= period_ms).ok_or_else(|| {
-                format!("setting `deliver_every_ms` must be an integer >= period_ms ({period_ms}), got {v}")
-            })?,
-        };
-        let metrics = match map.get("metrics") {
-            None => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|item| match item {
-                    Value::String(s) => Ok(s.clone()),
-                    other => Err(format!(
-                        "setting `metrics` must be a list of metric-name prefixes (strings), got {other}"
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
-            Some(v) => {
-                return Err(format!(
-                    "setting `metrics` must be a list of metric-name prefixes, got {v}"
-                ));
-            }
-        };
+            .unwrap_or(DEFAULT_DELIVER_EVERY_MS.max(period_ms));
+        let metrics = o
+            .strings("metrics", "a list of metric-name prefixes (strings)")?
+            .unwrap_or_default();
         Ok(Settings {
             period_ms,
             deliver_every_ms,
@@ -104,10 +76,6 @@ impl Settings {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("settings serialize")
     }
-}
-
-fn millis(v: &Value) -> Option<u32> {
-    v.as_u64().and_then(|n| u32::try_from(n).ok())
 }
 
 #[cfg(test)]

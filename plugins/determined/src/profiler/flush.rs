@@ -8,8 +8,8 @@ use sonde_plugin_sdk::types::{Attribute, LogRecord, Severity};
 
 use super::series::{Row, SeriesDef, declare};
 use super::{BATCH_EVENT, COUNTERS_KEY, MAX_ROWS_PER_RECORD, Profiler};
-use crate::host::Host;
 use crate::outputs::{self, BatchBody, DROP_REASONS};
+use sonde_plugin_sdk::Host;
 
 /// One Determined-format batch for `rows` of a series.
 fn batch_record(def: &SeriesDef, rows: &[Row], now: u64) -> LogRecord {

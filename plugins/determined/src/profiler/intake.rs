@@ -9,10 +9,10 @@ use sonde_plugin_sdk::types::{EventBatch, Origin, SampleBatch, Severity};
 use super::job::{Job, JobKind, RankInfo, limits};
 use super::{BATCH_IDX, MAX_TIMING_NAMES, PendingSys, Profiler};
 use crate::agents::LOCAL;
-use crate::host::Host;
 use crate::machine::Machine;
 use crate::outputs::is_samples_per_second;
 use crate::settings::TimingRanks;
+use sonde_plugin_sdk::Host;
 
 /// A timing or a throughput point, waiting for the lag.
 #[derive(Debug, Clone)]

@@ -12,11 +12,11 @@ use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
 
 use super::series::declare;
 use super::{DECISION_KIND, JOB_KEY_PREFIX};
-use crate::host::Host;
 use crate::machine::{Change, EndReason, Limits, Machine, Persisted};
 use crate::outputs::{self, MetricType};
 use crate::settings::Settings;
 use crate::timeline::Timeline;
+use sonde_plugin_sdk::Host;
 
 #[derive(Debug, Clone)]
 pub enum JobKind {

@@ -36,13 +36,13 @@ use serde::{Deserialize, Serialize};
 use sonde_plugin_sdk::types::Severity;
 
 use crate::agents::{AgentSamples, Source};
-use crate::host::Host;
 use crate::machine::{Machine, Persisted, Phase};
 use crate::samples::{SampleReader, SysMeasurement};
 use crate::settings::{AtShutdown, Settings};
 use intake::JobMeasurement;
 use job::limits;
 use series::Resolved;
+use sonde_plugin_sdk::Host;
 
 /// Progress name that carries the batch index.
 pub const BATCH_IDX: &str = "batch_idx";

@@ -9,10 +9,10 @@ use super::job::{JobKind, limits};
 use super::series::{SeriesKey, SeriesKind, TimingRow};
 use super::{PendingSys, Profiler, RECENT_TIMINGS, TIMELINE_MARGIN_NS};
 use crate::agents::LOCAL;
-use crate::host::Host;
 use crate::outputs::{MetricType, SAMPLES_PER_SECOND, TIMING};
 use crate::samples::NO_GPU;
 use crate::settings::SystemFrom;
+use sonde_plugin_sdk::Host;
 
 impl Profiler {
     /// Every hook's common tail: end jobs whose cap passed, resolve what the

@@ -11,8 +11,8 @@ use sonde_plugin_sdk::types::Severity;
 
 use super::Counters;
 use crate::agents::Source;
-use crate::host::Host;
 use crate::outputs::{self, Spec, SysMetric};
+use sonde_plugin_sdk::Host;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum SeriesKind {

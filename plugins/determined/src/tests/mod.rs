@@ -12,11 +12,11 @@ use sonde_plugin_sdk::types::{
     TimingColumns,
 };
 
-use crate::host::fake::Fake;
 use crate::profiler::{MAX_TIMING_NAMES, Profiler};
 use crate::routes;
 use crate::samples::tests::{gpu, nic, series};
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::{FakeHost, Timer};
 
 /// Milliseconds to ns; tests run at 1 000 000 ms after the epoch.
 fn ms(x: u64) -> u64 {
@@ -39,16 +39,7 @@ pub(crate) fn empty(origins: Vec<Origin>, names: &[&str]) -> EventBatch {
     EventBatch {
         origins,
         names: names.iter().map(|s| s.to_string()).collect(),
-        point_series: vec![],
-        progress: None,
-        timings: None,
-        requests: None,
-        actions: None,
-        mpi_samples: None,
-        heartbeats: None,
-        points: None,
-        node_events: vec![],
-        custom: vec![],
+        ..Default::default()
     }
 }
 
@@ -104,7 +95,7 @@ fn cpu_samples(ticks: &[u64], values: &[f64]) -> SampleBatch {
     samples(vec![cpu()], ticks, &[values])
 }
 
-fn start(host: &mut Fake, json: &str) -> Profiler {
+fn start(host: &mut FakeHost, json: &str) -> Profiler {
     Profiler::start(host, Settings::parse(json).unwrap(), 0)
 }
 
@@ -114,13 +105,24 @@ fn solo() -> Vec<Origin> {
 }
 
 /// Moves the clock to `at_ms` and fires the resolve tick.
-fn tick(p: &mut Profiler, host: &mut Fake, at_ms: u64) {
+fn tick(p: &mut Profiler, host: &mut FakeHost, at_ms: u64) {
     host.now = ms(at_ms);
     p.on_timer(host, u64::MAX);
 }
 
+/// The `reason` of every decision's body, in order: what moved a job's state.
+fn decision_reasons(host: &FakeHost) -> Vec<String> {
+    host.decisions
+        .iter()
+        .map(|d| {
+            let body: Value = serde_json::from_str(&d.body).unwrap();
+            body["reason"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
 /// The batch log records' bodies, parsed.
-fn batches(host: &Fake) -> Vec<Value> {
+fn batches(host: &FakeHost) -> Vec<Value> {
     host.records
         .iter()
         .filter(|r| r.event_name == "determined.profiler.batch")
@@ -132,7 +134,7 @@ fn batch_of<'a>(bodies: &'a [Value], metric: &str) -> Vec<&'a Value> {
     bodies.iter().filter(|b| b["metric"] == metric).collect()
 }
 
-fn get(p: &mut Profiler, host: &mut Fake, method: &str, path: &str, query: &str) -> (u16, Value) {
+fn get(p: &mut Profiler, host: &mut FakeHost, method: &str, path: &str, query: &str) -> (u16, Value) {
     let resp = routes::handle(
         p,
         host,
@@ -147,11 +149,11 @@ fn get(p: &mut Profiler, host: &mut Fake, method: &str, path: &str, query: &str)
     (resp.status, serde_json::from_slice(&resp.body).unwrap())
 }
 
-fn state(p: &mut Profiler, host: &mut Fake) -> Value {
+fn state(p: &mut Profiler, host: &mut FakeHost) -> Value {
     get(p, host, "GET", "/state", "").1
 }
 
-fn job_state(p: &mut Profiler, host: &mut Fake, job: &str) -> Value {
+fn job_state(p: &mut Profiler, host: &mut FakeHost, job: &str) -> Value {
     let s = state(p, host);
     s["jobs"]
         .as_array()
@@ -192,7 +194,7 @@ fn enabled_by_ranks_and_overrides() {
         (0, 0, r#"{"enabled":false}"#, (false, false)),
     ];
     for (rank, local, json, (sys, timing)) in table {
-        let mut host = Fake::at(ms(0));
+        let mut host = FakeHost::at(ms(0));
         let mut settings: Value = serde_json::from_str(json).unwrap();
         settings["timing_ranks"] = "rank0".into();
         let mut p = start(&mut host, &settings.to_string());
@@ -209,7 +211,7 @@ fn enabled_by_ranks_and_overrides() {
 
 #[test]
 fn ineligible_rank_is_ignored_and_counted_including_batch_indices() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0,"timing_ranks":"rank0"}"#);
     let origins = vec![origin("t1", "n1", 1, 1), origin("t1", "n1", 2, 0)];
     // Rank 1 / local 1 says batch 50: ignored. Local rank 0 (global 2) says 0: it drives the timeline.
@@ -241,11 +243,11 @@ fn ineligible_rank_is_ignored_and_counted_including_batch_indices() {
 
 #[test]
 fn begin_end_after_and_decisions() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"begin_on_batch":2,"end_after_batch":3,"lag_ms":0}"#);
     let reports: Vec<_> = (0..6).map(|b| (0, b * 100, b)).collect();
     p.on_events(&mut host, progress(solo(), &reports));
-    assert_eq!(host.decision_reasons(), ["seen", "begin_on_batch", "end_after_batch"]);
+    assert_eq!(decision_reasons(&host), ["seen", "begin_on_batch", "end_after_batch"]);
     let last: Value = serde_json::from_str(&host.decisions[2].body).unwrap();
     assert_eq!(
         last,
@@ -272,21 +274,21 @@ fn begin_end_after_and_decisions() {
 
 #[test]
 fn cap_ends_collection_by_timer_without_more_events() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"max_active_s":1,"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     // A one-shot timer for the cap expiry, besides the two repeating ones.
     let cap: Vec<_> = host
         .timers
         .iter()
-        .filter(|(_, t)| !t.1)
-        .map(|(id, t)| (*id, t.0))
+        .filter(|(_, t)| !t.repeat)
+        .map(|(id, t)| (*id, t.after_ms))
         .collect();
     assert_eq!(cap.len(), 1);
     assert_eq!(cap[0].1, 1000);
     host.now = ms(1500);
     p.on_timer(&mut host, cap[0].0);
-    assert_eq!(host.decision_reasons(), ["seen", "begin_on_batch", "max_active_s"]);
+    assert_eq!(decision_reasons(&host), ["seen", "begin_on_batch", "max_active_s"]);
     let j = job_state(&mut p, &mut host, "t1");
     assert_eq!(
         (j["ended"].as_bool(), j["ended_at_ns"].as_u64()),
@@ -298,7 +300,7 @@ fn cap_ends_collection_by_timer_without_more_events() {
         .unwrap();
     assert_eq!(host.series("system.cpu.utilization", &[]), [(ms(900), 0.1)]);
     // Persisted as ended.
-    let stored: Value = serde_json::from_slice(&host.state["job/t1"]).unwrap();
+    let stored: Value = serde_json::from_slice(&host.store.kv["job/t1"]).unwrap();
     assert_eq!(
         (stored["ended"].as_bool(), stored["end_reason"].as_str()),
         (Some(true), Some("max_active_s"))
@@ -307,7 +309,7 @@ fn cap_ends_collection_by_timer_without_more_events() {
 
 #[test]
 fn measurements_are_tied_to_the_batch_current_at_their_time_with_late_reports() {
-    let mut host = Fake::at(ms(1000));
+    let mut host = FakeHost::at(ms(1000));
     let mut p = start(&mut host, r#"{"lag_ms":500}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 1000, 0)]));
     host.now = ms(1400);
@@ -345,7 +347,7 @@ fn measurements_are_tied_to_the_batch_current_at_their_time_with_late_reports() 
 
 #[test]
 fn rates_discard_the_first_reading_after_activation_and_exclude_loopback() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     host.now = ms(1000);
     p.on_events(&mut host, progress(solo(), &[(0, 1000, 0)]));
@@ -382,7 +384,7 @@ fn rates_discard_the_first_reading_after_activation_and_exclude_loopback() {
 
 #[test]
 fn counter_reset_gives_no_rate_and_disk_metrics_in_determined_units() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     host.now = ms(5000);
@@ -432,7 +434,7 @@ fn counter_reset_gives_no_rate_and_disk_metrics_in_determined_units() {
 
 #[test]
 fn memory_and_gpu_series() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 7)]));
     host.now = ms(1000);
@@ -489,7 +491,7 @@ fn memory_and_gpu_series() {
 
 #[test]
 fn timings_use_their_step_or_the_timeline_and_samples_per_second_is_misc() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0), (0, 100, 1)]));
     host.now = ms(1000);
@@ -578,7 +580,7 @@ fn with_progress(mut b: EventBatch, rows: &[(u32, u64, u64)]) -> EventBatch {
 #[test]
 fn a_timing_with_its_own_batch_index_is_gated_by_it_in_both_report_orders() {
     for one_body in [false, true] {
-        let mut host = Fake::at(ms(0));
+        let mut host = FakeHost::at(ms(0));
         let mut p = start(&mut host, r#"{"begin_on_batch":3,"end_after_batch":8,"lag_ms":0}"#);
         for b in 0..=10u64 {
             let (start, end) = (b * 100, b * 100 + 90);
@@ -626,7 +628,7 @@ fn a_timing_with_its_own_batch_index_is_gated_by_it_in_both_report_orders() {
 
 #[test]
 fn distinct_timing_names_are_capped_per_job() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     let names: Vec<String> = (0..MAX_TIMING_NAMES + 3)
@@ -650,7 +652,7 @@ fn distinct_timing_names_are_capped_per_job() {
 
 #[test]
 fn at_shutdown_flush_resolves_everything_pending() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":5000}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 3)]));
     host.now = ms(500);
@@ -669,7 +671,7 @@ fn at_shutdown_flush_resolves_everything_pending() {
 
 #[test]
 fn at_shutdown_drop_discards_the_partial_batch() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":200,"at_shutdown":"drop"}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 3)]));
     host.now = ms(500);
@@ -685,7 +687,7 @@ fn at_shutdown_drop_discards_the_partial_batch() {
 
 #[test]
 fn queue_bound_drops_the_oldest_and_counts() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":10000,"max_pending":5}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     host.now = ms(1000);
@@ -712,7 +714,7 @@ fn queue_bound_drops_the_oldest_and_counts() {
     );
     assert!(host.logged("3 measurements dropped"));
     // Unflushed rows count too, and go first.
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0,"max_pending":2}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     host.now = ms(1000);
@@ -724,18 +726,18 @@ fn queue_bound_drops_the_oldest_and_counts() {
 #[test]
 fn restart_resumes_with_the_remaining_cap_or_stays_off() {
     // Before the restart: active from 0, 40 s used by the last flush.
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"max_active_s":100,"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     host.now = ms(40_000);
     p.on_events(&mut host, progress(solo(), &[(0, 40_000, 400)]));
     p.flush(&mut host);
     drop(p); // the instance traps
-    let stored = host.state.clone();
+    let stored = host.store.kv.clone();
 
     // resume_after_restart (default): resumes at the next report, 60 s left.
-    let mut host = Fake::at(ms(50_000));
-    host.state = stored.clone();
+    let mut host = FakeHost::at(ms(50_000));
+    host.store.kv = stored.clone();
     let mut p = Profiler::start(
         &mut host,
         Settings::parse(r#"{"max_active_s":100,"lag_ms":0}"#).unwrap(),
@@ -749,27 +751,33 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
         "nothing counts before it resumes"
     );
     p.on_events(&mut host, progress(solo(), &[(0, 50_000, 500)]));
-    assert_eq!(host.decision_reasons(), ["enabled", "resumed_after_restart"]);
+    assert_eq!(decision_reasons(&host), ["enabled", "resumed_after_restart"]);
     let j = job_state(&mut p, &mut host, "t1");
     assert_eq!(
         (j["active"].as_bool(), j["activated_at_ns"].as_u64()),
         (Some(true), Some(ms(0)))
     );
-    let cap: Vec<_> = host.timers.values().filter(|t| !t.1).collect();
-    assert_eq!(cap, [&(60_000, false)]);
+    let cap: Vec<_> = host.timers.values().filter(|t| !t.repeat).collect();
+    assert_eq!(
+        cap,
+        [&Timer {
+            after_ms: 60_000,
+            repeat: false
+        }]
+    );
     host.now = ms(50_200);
     p.on_samples(&mut host, cpu_samples(&[50_100], &[0.5])).unwrap();
     assert_eq!(host.series("system.cpu.utilization", &[]), [(ms(50_100), 0.5)]);
 
     // resume_after_restart = false: stays off, explicitly.
-    let mut host = Fake::at(ms(50_000));
-    host.state = stored.clone();
+    let mut host = FakeHost::at(ms(50_000));
+    host.store.kv = stored.clone();
     let mut p = Profiler::start(
         &mut host,
         Settings::parse(r#"{"max_active_s":100,"lag_ms":0,"resume_after_restart":false}"#).unwrap(),
         1,
     );
-    assert_eq!(host.decision_reasons(), ["not_resumed_after_restart"]);
+    assert_eq!(decision_reasons(&host), ["not_resumed_after_restart"]);
     assert!(
         host.logs
             .iter()
@@ -785,7 +793,7 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
     );
 
     // Ended before the restart: stays ended, with its reason.
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"end_after_batch":1,"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0), (0, 10, 2)]));
     drop(p);
@@ -800,15 +808,15 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
     // POST /reset forgets it: the next report starts a new collection.
     let (status, body) = get(&mut p, &mut host, "POST", "/reset", "job=t1");
     assert_eq!((status, body["existed"].as_bool()), (200, Some(true)));
-    assert!(!host.state.contains_key("job/t1"));
-    assert_eq!(host.decision_reasons().last().unwrap(), "reset");
+    assert!(!host.store.kv.contains_key("job/t1"));
+    assert_eq!(decision_reasons(&host).last().unwrap(), "reset");
     p.on_events(&mut host, progress(solo(), &[(0, 30, 0)]));
     assert_eq!(job_state(&mut p, &mut host, "t1")["phase"], "active");
 }
 
 #[test]
 fn counters_survive_a_restart() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0,"timing_ranks":"rank0"}"#);
     p.on_events(&mut host, progress(vec![origin("t1", "n1", 1, 1)], &[(0, 0, 0)]));
     p.flush(&mut host);
@@ -818,7 +826,7 @@ fn counters_survive_a_restart() {
 
 #[test]
 fn timings_of_a_job_without_batch_reports_create_no_job() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     p.on_events(
         &mut host,
@@ -842,7 +850,7 @@ fn timings_of_a_job_without_batch_reports_create_no_job() {
 
 #[test]
 fn job_filter_keeps_other_jobs_out() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"job":"t2","lag_ms":0}"#);
     let origins = vec![origin("t1", "n1", 0, 0), origin("t2", "n1", 0, 0)];
     p.on_events(&mut host, progress(origins, &[(0, 0, 0), (1, 0, 0)]));
@@ -859,7 +867,7 @@ fn job_filter_keeps_other_jobs_out() {
 
 #[test]
 fn configure_applies_live() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     let timers = host.timers.len();
@@ -880,17 +888,17 @@ fn configure_applies_live() {
         &mut host,
         Settings::parse(r#"{"lag_ms":0,"sample_period_ms":50,"flush_every_s":2}"#).unwrap(),
     );
-    assert!(host.timers.values().any(|t| *t == (2000, true)));
+    assert!(host.timers.values().any(|t| (t.after_ms, t.repeat) == (2000, true)));
     assert_eq!(host.timers.len(), timers);
     // A cap that has already passed ends the active job now.
     host.now = ms(5000);
     p.configure(&mut host, Settings::parse(r#"{"max_active_s":2}"#).unwrap());
-    assert_eq!(host.decision_reasons().last().unwrap(), "max_active_s");
+    assert_eq!(decision_reasons(&host).last().unwrap(), "max_active_s");
 }
 
 #[test]
 fn routes_answer_json() {
-    let mut host = Fake::at(ms(0));
+    let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, "{}");
     p.on_events(&mut host, progress(solo(), &[(0, 0, 5)]));
     let (status, s) = get(&mut p, &mut host, "GET", "/state", "");

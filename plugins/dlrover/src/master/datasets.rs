@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use sonde_plugin_sdk::types::Severity;
 
 use super::Master;
-use crate::host::Host;
 use crate::sharding::{Dataset, DatasetParams, ReportAnswer};
+use sonde_plugin_sdk::Host;
 
 impl Master {
     pub fn register(&mut self, host: &mut dyn Host, p: DatasetParams) -> Result<(bool, Value), String> {

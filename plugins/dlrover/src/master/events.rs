@@ -12,10 +12,10 @@ use sonde_plugin_sdk::types::{Attribute, EventBatch, NodeEvent, SampleBatch};
 use super::Master;
 use super::store::to_json;
 use crate::failures::{self, ExitReason};
-use crate::host::Host;
 use crate::model::{NS, NodeType, secs};
 use crate::nodes::{Node, Status, origin_node};
 use crate::stats::{SampleBuilder, role};
+use sonde_plugin_sdk::Host;
 
 fn attr_f64(attrs: &[Attribute], keys: &[&str]) -> Option<f64> {
     use sonde_plugin_sdk::types::Value as V;

@@ -10,10 +10,10 @@ use sonde_plugin_sdk::types::Severity;
 use super::Master;
 use super::plans::ctx_of;
 use crate::failures::{self, CheckResult, ExitReason, Failed, OomContext, Relaunch};
-use crate::host::Host;
 use crate::model::{NodeType, Outcome, Plan, Resource, RuntimeStat, ns, secs};
 use crate::nodes::Status;
 use crate::sharding::ReportAnswer;
+use sonde_plugin_sdk::Host;
 
 impl Master {
     /// A node ended: its DOING shards go back to TODO (any end: an ended

@@ -6,8 +6,8 @@ use sonde_plugin_sdk::types::{Attribute, MetricDesc, MetricKind, PointBatch, Sev
 
 use super::Master;
 use super::store::to_json;
-use crate::host::Host;
 use crate::model::{NodeStat, Resource, RuntimeStat};
+use sonde_plugin_sdk::Host;
 
 impl Master {
     /// One runtime-statistics record: every running typed node's mean use

@@ -31,7 +31,6 @@ use serde_json::{Value, json};
 use sonde_plugin_sdk::SeriesTable;
 use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
 
-use crate::host::Host;
 use crate::model::{NS, RuntimeStat, ns};
 use crate::nodes::Node;
 use crate::optimizer::Optimizer;
@@ -40,6 +39,7 @@ use crate::scaler::{PlanRecord, Scaler};
 use crate::settings::Settings;
 use crate::sharding::Dataset;
 use crate::stats::PerfMonitor;
+use sonde_plugin_sdk::Host;
 
 /// Failure and straggler events kept for the routes.
 const RECENT_EVENTS: usize = 200;

@@ -6,7 +6,6 @@ use sonde_plugin_sdk::types::{Attribute, Decision, Severity};
 
 use super::Master;
 use super::store::to_json;
-use crate::host::Host;
 use crate::model::{Outcome, Plan, Resource, RuntimeStat, ns};
 use crate::nodes::Status;
 use crate::optimizer::Ctx;
@@ -14,6 +13,7 @@ use crate::optimizer::brain::{HistoryJob, JobInfo};
 use crate::scaler::{PlanRecord, pending_halving};
 use crate::settings::Settings;
 use crate::sharding::{Dataset, TaskType};
+use sonde_plugin_sdk::Host;
 
 /// Plans kept in memory for the routes (all are in the `plans` stream).
 pub(super) const RECENT_PLANS: usize = 200;

@@ -20,10 +20,10 @@ use sonde_plugin_sdk::types::Severity;
 
 use super::Master;
 use super::plans::RECENT_PLANS;
-use crate::host::Host;
 use crate::nodes::{Node, Status};
 use crate::sharding::Dataset;
 use crate::stats::PerfMonitor;
+use sonde_plugin_sdk::Host;
 
 /// Stream records read per call at start.
 const READ_CHUNK: u32 = 1000;

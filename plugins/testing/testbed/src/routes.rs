@@ -121,20 +121,7 @@ mod tests {
 
     #[test]
     fn counts_events_of_every_kind() {
-        let mut batch = EventBatch {
-            origins: vec![],
-            names: vec![],
-            point_series: vec![],
-            progress: None,
-            timings: None,
-            requests: None,
-            actions: None,
-            mpi_samples: None,
-            heartbeats: None,
-            points: None,
-            node_events: vec![],
-            custom: vec![],
-        };
+        let mut batch = EventBatch::default();
         assert_eq!(count_events(&batch), 0);
         batch.progress = Some(ProgressColumns {
             origin: vec![0, 0],
