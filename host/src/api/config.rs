@@ -40,6 +40,9 @@ pub struct ApiConfig {
 pub struct LiveLimits {
     pub window_ms: u64,
     pub max_series: usize,
+    /// How many aged-out series stay listed (without points) because the
+    /// embedded history still holds them; 0 without a history.
+    pub max_dormant: usize,
 }
 
 impl Default for LiveLimits {
@@ -47,6 +50,7 @@ impl Default for LiveLimits {
         LiveLimits {
             window_ms: 3_600_000,
             max_series: 2_048,
+            max_dormant: 0,
         }
     }
 }
@@ -58,6 +62,7 @@ impl ApiConfig {
         LiveLimits {
             window_ms: self.live_window_ms.unwrap_or(window_ms),
             max_series: self.live_max_series.unwrap_or(max_series),
+            max_dormant: 0,
         }
     }
 

@@ -15,6 +15,11 @@
 //!   [`IDLE_EVICT_MS`]; only when every series is busy is a new one refused
 //!   (counted). A long-running sonde, or a master that has seen hundreds of
 //!   ranks come and go, keeps showing new jobs. Ids are never reused.
+//! - With an embedded history behind it, a series removed that way goes
+//!   dormant instead of away: it stays listed under its id, without points,
+//!   so its past is still read from the history (a job that ended an hour
+//!   ago), and it takes the same id back when points come again. At most
+//!   `max_dormant` are kept; past that the longest dormant is forgotten.
 //! - Downsampling puts points into fixed buckets aligned to multiples of the
 //!   bucket width (so a bucket's identity never changes as data arrives) and
 //!   keeps min, max and mean per bucket. The live stream sends a snapshot in
@@ -84,6 +89,18 @@ struct Series {
     last_raw: Option<(u64, f64)>,
 }
 
+impl Series {
+    fn new(meta: SeriesMeta, key: SeriesKey) -> Self {
+        Series {
+            meta,
+            key,
+            last_write_ms: now_ns() / 1_000_000,
+            points: VecDeque::new(),
+            last_raw: None,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Store {
     /// Times are stored as u32 offsets from this (moved forward every ~24 days).
@@ -100,6 +117,11 @@ struct Store {
     refused_series: u64,
     /// Series removed: aged out, or replaced while idle in a full store.
     evicted_series: u64,
+    /// Removed series still listed (see the module comment), by id, and the
+    /// order they went dormant in (ids taken back since are skipped).
+    dormant: std::collections::BTreeMap<u32, (SeriesMeta, SeriesKey)>,
+    dormant_order: VecDeque<u32>,
+    max_dormant: usize,
     out_of_order: u64,
     /// The bounds ([`LiveLimits`]), and the per-series point cap they imply.
     window_ms: u64,
@@ -130,6 +152,8 @@ pub struct StoreStats {
     pub bytes: usize,
     pub refused_series: u64,
     pub evicted_series: u64,
+    /// Aged-out series still listed because the history holds their past.
+    pub dormant_series: usize,
     pub out_of_order: u64,
     /// The window kept (`api.live_window_ms`) and the series cap (`api.live_max_series`).
     pub retention_ms: u64,
@@ -217,7 +241,13 @@ impl LiveStore {
 
     /// Every series kept, in id order.
     pub fn list(&self) -> Vec<SeriesMeta> {
-        self.inner.read().series.values().map(|s| s.meta.clone()).collect()
+        let st = self.inner.read();
+        let mut out: Vec<SeriesMeta> = st.series.values().map(|s| s.meta.clone()).collect();
+        if !st.dormant.is_empty() {
+            out.extend(st.dormant.values().map(|(m, _)| m.clone()));
+            out.sort_unstable_by_key(|m| m.id);
+        }
+        out
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -230,6 +260,7 @@ impl LiveStore {
             bytes,
             refused_series: st.refused_series,
             evicted_series: st.evicted_series,
+            dormant_series: st.dormant.len(),
             out_of_order: st.out_of_order,
             retention_ms: st.window_ms,
             max_series: st.max_series,
@@ -363,6 +394,7 @@ impl Store {
             window_ms: limits.window_ms,
             max_series: limits.max_series,
             max_points: (limits.window_ms / POINT_PERIOD_MS).max(1) as usize,
+            max_dormant: limits.max_dormant,
             ..Default::default()
         }
     }
@@ -385,12 +417,21 @@ impl Store {
     fn id_for(&mut self, scope: &str, s: &MetricSeries) -> Option<u32> {
         let attrs: Vec<(String, String)> = s.attributes.iter().map(|(k, v)| (k.clone(), attr_text(v))).collect();
         let key = (scope.to_string(), s.name.clone(), attrs);
-        if let Some(&id) = self.index.get(&key) {
+        let known = self.index.get(&key).copied();
+        if let Some(id) = known
+            && self.series.contains_key(&id)
+        {
             return Some(id);
         }
         if self.series.len() >= self.max_series && !self.evict_idle(crate::model::now_ns() / 1_000_000) {
             self.refused_series += 1;
             return None;
+        }
+        if let Some((meta, key)) = known.and_then(|id| self.dormant.remove(&id)) {
+            // A dormant series back again: the same id, points from now on.
+            let id = meta.id;
+            self.series.insert(id, Series::new(meta, key));
+            return Some(id);
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -410,16 +451,7 @@ impl Store {
             attributes: s.attributes.iter().map(|(k, v)| (k.clone(), attr_json(v))).collect(),
         };
         self.index.insert(key.clone(), id);
-        self.series.insert(
-            id,
-            Series {
-                meta,
-                key,
-                last_write_ms: crate::model::now_ns() / 1_000_000,
-                points: VecDeque::new(),
-                last_raw: None,
-            },
-        );
+        self.series.insert(id, Series::new(meta, key));
         Some(id)
     }
 
@@ -459,11 +491,29 @@ impl Store {
 
     /// Removes a series and every cached way to its id.
     fn remove(&mut self, id: u32) {
-        if let Some(s) = self.series.remove(&id) {
+        let Some(s) = self.series.remove(&id) else { return };
+        // Refusals cached while the store was full may fit now: forget them too.
+        self.by_ptr.retain(|_, (_, cached)| cached.is_some_and(|c| c != id));
+        self.evicted_series += 1;
+        if self.max_dormant == 0 {
             self.index.remove(&s.key);
-            // Refusals cached while the store was full may fit now: forget them too.
-            self.by_ptr.retain(|_, (_, cached)| cached.is_some_and(|c| c != id));
-            self.evicted_series += 1;
+            return;
+        }
+        self.dormant.insert(id, (s.meta, s.key));
+        self.dormant_order.push_back(id);
+        while self.dormant.len() > self.max_dormant {
+            let Some(old) = self.dormant_order.pop_front() else {
+                break;
+            };
+            if let Some((_, key)) = self.dormant.remove(&old) {
+                self.index.remove(&key);
+            }
+        }
+        // Ids taken back since they went dormant are stale in the order: drop
+        // them now and then so the order stays as short as the map.
+        if self.dormant_order.len() > 2 * self.dormant.len() + 64 {
+            let dormant = &self.dormant;
+            self.dormant_order.retain(|id| dormant.contains_key(id));
         }
     }
 
@@ -681,6 +731,7 @@ mod tests {
         let st = LiveStore::with_limits(LiveLimits {
             window_ms: 300_000,
             max_series: 16,
+            max_dormant: 0,
         });
         let now = now_ns();
         // Ten minutes of 100 ms points for 20 series: 16 kept, 3 000 points each.
@@ -700,5 +751,49 @@ mod tests {
         assert!(stats.points <= 16 * 3_000, "{stats:?}");
         assert!(stats.points >= 16 * 2_990, "{stats:?}");
         assert!(st.covers_from_ms() >= now / 1_000_000 - 300_000 - 1_000);
+    }
+
+    #[test]
+    fn with_a_history_aged_out_series_stay_listed_and_come_back_under_their_id() {
+        let mut st = Store::new(LiveLimits {
+            max_series: 4,
+            max_dormant: 2,
+            ..LiveLimits::default()
+        });
+        let mk = |i: usize| series(&format!("m{i}"), MetricKind::Gauge, &[]);
+        let ids: Vec<u32> = (0..4).map(|i| st.id_for("s", &mk(i)).unwrap()).collect();
+        let now = st.series[&ids[3]].last_write_ms;
+        for id in &ids[..3] {
+            st.series.get_mut(id).unwrap().last_write_ms = now - st.window_ms - 1;
+        }
+        st.sweep(now);
+        assert_eq!(st.series.len(), 1);
+        assert_eq!(st.evicted_series, 3);
+        // Two kept (the cap), the first to go dormant forgotten.
+        assert_eq!(st.dormant.keys().copied().collect::<Vec<_>>(), vec![ids[1], ids[2]]);
+        let listed: Vec<u32> = (ids[1]..=ids[3]).collect();
+        let store = LiveStore {
+            inner: RwLock::new(st),
+            started_ms: 0,
+        };
+        assert_eq!(store.list().iter().map(|m| m.id).collect::<Vec<_>>(), listed);
+        assert_eq!(store.stats().dormant_series, 2);
+        let mut st = store.inner.into_inner();
+        // Points again: the dormant one takes its id back; the forgotten one is new.
+        assert_eq!(st.id_for("s", &mk(2)), Some(ids[2]));
+        assert!(st.series.contains_key(&ids[2]) && !st.dormant.contains_key(&ids[2]));
+        let again = st.id_for("s", &mk(0)).unwrap();
+        assert!(again > ids[3], "a forgotten series is new: {again}");
+    }
+
+    #[test]
+    fn without_a_history_aged_out_series_are_forgotten() {
+        let mut st = Store::new(LiveLimits::default());
+        let a = st.id_for("s", &series("a", MetricKind::Gauge, &[])).unwrap();
+        let now = st.series[&a].last_write_ms;
+        st.series.get_mut(&a).unwrap().last_write_ms = now - st.window_ms - 1;
+        st.sweep(now);
+        assert!(st.dormant.is_empty() && st.index.is_empty());
+        assert!(st.id_for("s", &series("a", MetricKind::Gauge, &[])).unwrap() > a);
     }
 }

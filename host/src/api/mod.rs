@@ -83,7 +83,13 @@ impl FromRef<Api> for AppState {
 pub fn router(state: AppState) -> Router {
     let limits = {
         let cfg = state.config.lock();
-        cfg.api.live_limits(cfg.cluster.role == crate::cluster::Role::Master)
+        let mut limits = cfg.api.live_limits(cfg.cluster.role == crate::cluster::Role::Master);
+        // With a history, a series that ages out of the live store stays
+        // listed, so its past (a job that ended an hour ago) can be read.
+        if state.storage.history.is_some() {
+            limits.max_dormant = limits.max_series;
+        }
+        limits
     };
     let live = live::LiveStore::spawn(&state.pipeline, limits);
     if let Some(h) = &state.storage.history {
