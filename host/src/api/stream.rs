@@ -254,33 +254,37 @@ async fn data_of(api: &Api, q: Result<Query<DataQuery>, QueryRejection>) -> Resu
             api.live.query(&ids, from, to, w)
         }
     };
-    // An hour of hundreds of series is megabytes of JSON: encoded per series
-    // on every core, then joined.
-    let data = tokio::task::spawn_blocking(move || encode_each(&data))
+    // An hour of hundreds of series is megabytes of JSON: each series encoded
+    // on some core, then joined once into a body of the exact size.
+    let body = tokio::task::spawn_blocking(move || data_body(from, to, w, &data))
         .await
         .unwrap_or_default();
-    #[derive(serde::Serialize)]
-    struct Resp {
-        from: u64,
-        to: u64,
-        bucket_ms: u64,
-        data: Vec<Box<serde_json::value::RawValue>>,
-    }
-    Ok(axum::Json(Resp {
-        from,
-        to,
-        bucket_ms: w,
-        data,
-    })
-    .into_response())
+    Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-/// Each series' buckets as its own JSON text, made on every core. Typed, not
-/// `json!`: f32 values print as f32 (0.25, not 0.25000000372529).
-fn encode_each(data: &[Buckets]) -> Vec<Box<serde_json::value::RawValue>> {
+/// `{"from":…,"to":…,"bucket_ms":…,"data":[<series>,…]}`. Written by hand
+/// around serde's per-series text: the body is copied once, where
+/// serializing a list of raw values would copy it through growing buffers
+/// several times (a tenth of an hour-long query's time).
+fn data_body(from: u64, to: u64, bucket_ms: u64, data: &[Buckets]) -> Vec<u8> {
     let buckets: usize = data.iter().map(|b| b.t.len()).sum();
     // A thread per 20 000 buckets at least: below that it costs more than it saves.
-    super::cores::map_on_cores(data, buckets / 20_000, |b| serde_json::value::to_raw_value(b).ok())
+    let parts = super::cores::map_on_cores(data, buckets / 20_000, |b| {
+        // About 30 bytes a bucket: a 13-digit time and three short numbers.
+        let mut out = Vec::with_capacity(64 + b.t.len() * 32);
+        serde_json::to_writer(&mut out, b).ok().map(|()| out)
+    });
+    let head = format!("{{\"from\":{from},\"to\":{to},\"bucket_ms\":{bucket_ms},\"data\":[");
+    let mut body = Vec::with_capacity(head.len() + parts.iter().map(|p| p.len() + 1).sum::<usize>() + 2);
+    body.extend_from_slice(head.as_bytes());
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(p);
+    }
+    body.extend_from_slice(b"]}");
+    body
 }
 
 #[derive(Debug, Deserialize)]
@@ -470,5 +474,30 @@ impl Feed {
             }
         }
         data.sort_by_key(|b| b.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hand_joined_body_is_the_json_serde_would_write() {
+        let series = |id: u32, n: usize| Buckets {
+            id,
+            t: (0..n as u64).map(|i| 1_700_000_000_000 + i * 3_600).collect(),
+            min: (0..n).map(|i| i as f32 * 0.25).collect(),
+            max: (0..n).map(|i| i as f32 + 1.0).collect(),
+            mean: (0..n).map(|i| i as f32 + 0.5).collect(),
+        };
+        for data in [
+            vec![],
+            vec![series(3, 0)],
+            vec![series(1, 5), series(2, 30_000), series(9, 1)],
+        ] {
+            let got: serde_json::Value = serde_json::from_slice(&data_body(10, 20, 3_600, &data)).expect("valid JSON");
+            let want = json!({ "from": 10, "to": 20, "bucket_ms": 3_600, "data": data });
+            assert_eq!(got, want);
+        }
     }
 }

@@ -81,9 +81,13 @@ impl BitWriter {
     }
 }
 
-/// Reads what [`BitWriter`] wrote.
+/// Reads what [`BitWriter`] wrote, by peeking at the next 64 bits and then
+/// consuming as many as the field took: one unaligned load decodes a whole
+/// prefix code and its payload, which is what makes a query's decode fast (an
+/// hour of 320 series is over a million rollup buckets of four columns).
 pub(crate) struct BitReader<'a> {
     data: &'a [u8],
+    /// Bits consumed so far.
     pos: usize,
 }
 
@@ -92,6 +96,32 @@ impl<'a> BitReader<'a> {
         Self { data, pos: 0 }
     }
 
+    /// The next 64 bits, most significant first; past the end they read as
+    /// zeros (the caller's [`Self::consume`] then fails). At least 57 of them
+    /// are the stream's own bits whenever that many remain.
+    #[inline(always)]
+    fn peek(&self) -> u64 {
+        let byte = self.pos / 8;
+        let w = match self.data.get(byte..byte + 8) {
+            Some(w) => u64::from_be_bytes(w.try_into().expect("8 bytes")),
+            None => {
+                let mut w = [0u8; 8];
+                let tail = self.data.get(byte..).unwrap_or_default();
+                w[..tail.len()].copy_from_slice(tail);
+                u64::from_be_bytes(w)
+            }
+        };
+        w << (self.pos % 8)
+    }
+
+    /// Moves past `bits` bits; `None` when that runs past the data.
+    #[inline(always)]
+    fn consume(&mut self, bits: u32) -> Option<()> {
+        self.pos += bits as usize;
+        (self.pos <= self.data.len() * 8).then_some(())
+    }
+
+    /// The next `bits` (up to 64) as a number.
     #[inline]
     fn read(&mut self, bits: u32) -> Option<u64> {
         if bits == 0 {
@@ -102,29 +132,16 @@ impl<'a> BitReader<'a> {
             let lo = self.read(32)?;
             return Some((hi << 32) | lo);
         }
-        if self.pos + bits as usize > self.data.len() * 8 {
-            return None;
-        }
-        let byte = self.pos / 8;
-        let off = (self.pos % 8) as u32;
-        let x = match self.data.get(byte..byte + 8) {
-            Some(w) => u64::from_be_bytes(w.try_into().expect("8 bytes")),
-            None => {
-                // The last few bytes: pad with zeros.
-                let mut w = [0u8; 8];
-                let avail = self.data.len() - byte;
-                w[..avail].copy_from_slice(&self.data[byte..]);
-                u64::from_be_bytes(w)
-            }
-        };
-        self.pos += bits as usize;
-        Some((x << off) >> (64 - bits))
+        let v = self.peek() >> (64 - bits);
+        self.consume(bits)?;
+        Some(v)
     }
+}
 
-    #[inline]
-    fn bit(&mut self) -> Option<bool> {
-        self.read(1).map(|b| b == 1)
-    }
+/// The top `bits` (1..=64) of `w`.
+#[inline(always)]
+fn top(w: u64, bits: u32) -> u64 {
+    w >> (64 - bits)
 }
 
 #[inline]
@@ -319,16 +336,19 @@ pub(crate) fn decode(data: &[u8], n: u32, cols: usize, mut f: impl FnMut(u64, &[
     f(t, &vals[..cols]);
     let mut delta: i64 = 0;
     for _ in 1..n {
-        let z = if !r.bit()? {
+        // The delta-of-delta: a prefix of up to four 1s, then its payload.
+        let w = r.peek();
+        let ones = (!w).leading_zeros().min(4);
+        let (prefix, width) = [(1, 0), (2, 7), (3, 24), (4, 40), (4, 64)][ones as usize];
+        let z = if width == 0 {
+            r.consume(1)?;
             0
-        } else if !r.bit()? {
-            r.read(7)?
-        } else if !r.bit()? {
-            r.read(24)?
-        } else if !r.bit()? {
-            r.read(40)?
+        } else if prefix + width <= 57 {
+            r.consume(prefix + width)?;
+            top(w << prefix, width)
         } else {
-            r.read(64)?
+            r.consume(prefix)?;
+            r.read(width)?
         };
         delta = delta.wrapping_add(unzigzag(z));
         let next = t.wrapping_add(delta as u64);
@@ -338,24 +358,42 @@ pub(crate) fn decode(data: &[u8], n: u32, cols: usize, mut f: impl FnMut(u64, &[
         t = next;
         for i in 0..cols {
             let st = &mut x[i];
-            if r.bit()? {
-                let xv = if !r.bit()? {
-                    if st.lead == 64 {
-                        return None;
-                    }
-                    r.read(64 - st.lead - st.trail)? << st.trail
+            let w = r.peek();
+            if w >> 63 == 0 {
+                // `0`: the same value as before.
+                r.consume(1)?;
+            } else if w >> 62 == 0b10 {
+                // `10`: the meaningful bits within the previous window.
+                if st.lead == 64 {
+                    return None;
+                }
+                let sig = 64 - st.lead - st.trail;
+                let v = if 2 + sig <= 57 {
+                    r.consume(2 + sig)?;
+                    top(w << 2, sig)
                 } else {
-                    let lead = r.read(5)? as u32;
-                    let sig = r.read(6)? as u32 + 1;
-                    if lead + sig > 64 {
-                        return None;
-                    }
-                    let trail = 64 - lead - sig;
-                    st.lead = lead;
-                    st.trail = trail;
-                    r.read(sig)? << trail
+                    r.consume(2)?;
+                    r.read(sig)?
                 };
-                st.prev ^= xv;
+                st.prev ^= v << st.trail;
+            } else {
+                // `11`: 5 bits of leading zeros, 6 of length, then the bits.
+                let lead = ((w >> 57) & 31) as u32;
+                let sig = ((w >> 51) & 63) as u32 + 1;
+                if lead + sig > 64 {
+                    return None;
+                }
+                let trail = 64 - lead - sig;
+                let v = if 13 + sig <= 57 {
+                    r.consume(13 + sig)?;
+                    top(w << 13, sig)
+                } else {
+                    r.consume(13)?;
+                    r.read(sig)?
+                };
+                st.lead = lead;
+                st.trail = trail;
+                st.prev ^= v << trail;
             }
             vals[i] = f64::from_bits(st.prev);
         }

@@ -1572,15 +1572,16 @@ impl Snapshot {
             } else {
                 Agg::from_values(0, v)
             };
-            let b = ms / w * w;
+            // Points come in time order: only one past the open bucket's end
+            // starts another (no division per point).
             match &mut cur {
-                Some(c) if c.start == b => c.merge(&a),
+                Some(c) if ms < c.start + w => c.merge(&a),
                 _ => {
                     if let Some(c) = &cur {
                         flush(&mut out, c);
                     }
                     let mut n = a;
-                    n.start = b;
+                    n.start = ms / w * w;
                     cur = Some(n);
                 }
             }
