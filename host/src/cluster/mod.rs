@@ -158,12 +158,12 @@ async fn watch_nodes(
         let mut records = Vec::new();
         for t in &changes {
             let kind = t.event_name().trim_start_matches("sonde.cluster.").replace('_', "-");
-            let reason = t.describe();
+            let (sentence, reason) = (t.describe(), t.reason());
             match t {
                 nodes::Transition::Lost { .. } | nodes::Transition::DuplicateName { .. } => {
-                    tracing::warn!("{reason}")
+                    tracing::warn!("{sentence}")
                 }
-                _ => tracing::info!("{reason}"),
+                _ => tracing::info!("{sentence}"),
             }
             let body = serde_json::json!({"node": t.node(), "event": kind}).to_string();
             decisions.record(

@@ -67,22 +67,32 @@ impl Transition {
         }
     }
 
-    /// A sentence for the decision's body.
+    /// A whole sentence, for the log.
     pub fn describe(&self) -> String {
+        let node = self.node();
         match self {
-            Transition::Lost { node, silent_ms } => {
-                format!("node {node} lost: nothing heard for {:.1} s", *silent_ms as f64 / 1e3)
+            Transition::Lost { .. } => format!("node {node} lost: {}", self.reason()),
+            Transition::Back { .. } => format!("node {node} back: {}", self.reason()),
+            Transition::DuplicateName { .. } => format!("node name {node} is {}", self.reason()),
+            Transition::ClockSkew { .. } => format!("node {node}'s clock is {}", self.reason()),
+        }
+    }
+
+    /// The why of the decision, without the node (its subject, which the
+    /// dashboard's sentence already names).
+    pub fn reason(&self) -> String {
+        match self {
+            Transition::Lost { silent_ms, .. } => {
+                format!("nothing heard for {:.1} s", *silent_ms as f64 / 1e3)
             }
-            Transition::Back { node, lost_ms } => {
-                format!("node {node} back after {:.1} s lost", *lost_ms as f64 / 1e3)
-            }
-            Transition::DuplicateName { node, instances } => format!(
-                "node name {node} is used by {} processes at once ({}): give each machine its own host.name",
+            Transition::Back { lost_ms, .. } => format!("lost for {:.1} s", *lost_ms as f64 / 1e3),
+            Transition::DuplicateName { instances, .. } => format!(
+                "used by {} processes at once ({}): give each machine its own host.name",
                 instances.len(),
                 instances.join(", ")
             ),
-            Transition::ClockSkew { node, skew_ms } => format!(
-                "node {node}'s clock is {:.1} s {} the master's; its points keep their own timestamps",
+            Transition::ClockSkew { skew_ms, .. } => format!(
+                "{:.1} s {} the master's; its points keep their own timestamps",
                 skew_ms.unsigned_abs() as f64 / 1e3,
                 if *skew_ms > 0 { "ahead of" } else { "behind" }
             ),
