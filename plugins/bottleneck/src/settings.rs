@@ -48,6 +48,14 @@ pub struct Settings {
     /// CPU rate (cores) during the step. 0.75: a neighbour taking a quarter of
     /// the process's CPU is visible; small scheduling noise is not.
     pub cpu_starved_share: f64,
+    /// A step whose compute took at least this multiple of the usual with the
+    /// node's CPU at `node_busy` is host-bound whatever the process's CPU
+    /// readings say: 3. A process starved this much also reports its CPU
+    /// time late and in clumps (its exporter thread waits for a CPU too), so
+    /// its rate over one step is no longer evidence; a job's own work
+    /// tripling from one step to the next while the node is saturated is not
+    /// what healthy loops do.
+    pub starved_factor: f64,
     /// When the process reports no CPU time, host-bound needs the node's CPU
     /// at or above this utilization instead (0..1 of all cores): 0.9, i.e.
     /// practically no idle core left for the job.
@@ -55,11 +63,16 @@ pub struct Settings {
     /// host-bound (memory pressure) when available memory falls below this
     /// share of the node's memory: 0.05, where Linux starts reclaiming hard.
     pub memory_pressure: f64,
-    /// idle when the process used at most this many cores during the step (or,
-    /// without process CPU, the node's CPU stayed below this utilization) and
-    /// the GPU at most `gpu_idle`: 0.25, since a step that computes keeps at
-    /// least one core near busy.
-    pub idle_cpu: f64,
+    /// idle when the process used at most this share of its usual CPU rate
+    /// during the step: 0.5. Relative, because what a busy process gets
+    /// depends on its neighbours: on a crowded node a computing process may
+    /// get a quarter of a core, and still twice what it gets while it sleeps.
+    pub idle_cpu_share: f64,
+    /// ... before the rank has a usual CPU rate: at most this many cores (0.1).
+    pub idle_cores: f64,
+    /// ... and when the process reports no CPU time: the node's CPU at most
+    /// this utilization (0.25), since a computing rank keeps a core busy.
+    pub idle_node_cpu: f64,
     /// GPU utilization (0..1) at or below which the GPU is idle: 0.2.
     pub gpu_idle: f64,
     /// GPU utilization at or above which a step is compute-bound on the GPU:
@@ -130,9 +143,12 @@ impl Default for Settings {
             min_peak_bytes_per_s: 1e6,
             slow_factor: 1.4,
             cpu_starved_share: 0.75,
+            starved_factor: 3.0,
             node_busy: 0.9,
             memory_pressure: 0.05,
-            idle_cpu: 0.25,
+            idle_cpu_share: 0.5,
+            idle_cores: 0.1,
+            idle_node_cpu: 0.25,
             gpu_idle: 0.2,
             gpu_busy: 0.6,
             reference_steps: 256,
@@ -169,6 +185,8 @@ impl Settings {
             ("node_busy", self.node_busy),
             ("memory_pressure", self.memory_pressure),
             ("gpu_idle", self.gpu_idle),
+            ("idle_cpu_share", self.idle_cpu_share),
+            ("idle_node_cpu", self.idle_node_cpu),
             ("gpu_busy", self.gpu_busy),
             ("reference_quantile", self.reference_quantile),
             ("dominant_share", self.dominant_share),
@@ -181,7 +199,8 @@ impl Settings {
         }
         let positive = [
             ("slow_factor", self.slow_factor),
-            ("idle_cpu", self.idle_cpu),
+            ("starved_factor", self.starved_factor),
+            ("idle_cores", self.idle_cores),
             ("min_peak_bytes_per_s", self.min_peak_bytes_per_s),
         ];
         for (key, v) in positive {

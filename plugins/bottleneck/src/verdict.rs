@@ -13,14 +13,17 @@
 //!    or the node's CPU at `node_busy` or more while the step's compute took
 //!    `slow_factor` times the rank's usual or longer and (when the process
 //!    reports its CPU time) the process got at most `cpu_starved_share` of its
-//!    usual CPU rate: something outside the job took the CPU it needed.
-//! 4. `idle`: the process used at most `idle_cpu` cores (without process CPU
-//!    time: the node at most `idle_cpu` utilization) and the GPU, if any, at
+//!    usual CPU rate (or the compute took `starved_factor` times the usual,
+//!    when a starved process's own CPU readings arrive too late to judge
+//!    by): something outside the job took the CPU it needed.
+//! 4. `idle`: the process used at most `idle_cpu_share` of its usual CPU rate
+//!    (`idle_cores` before it has one; without process CPU time: the node at
+//!    most `idle_node_cpu` utilization) and the GPU, if any, at
 //!    most `gpu_idle`, while the time outside named compute phases took at
 //!    least `comm_share` (or the rank names no phases): the rank waited on
 //!    something it does not report.
 //! 5. `compute-bound`: a GPU at `gpu_busy` or more; without a GPU, CPU at work
-//!    (the process above `idle_cpu` cores, or the node above `idle_cpu`).
+//!    (above the idle thresholds of rule 4).
 //! 6. `unknown`: none of the above, or no evidence beyond the step's length.
 //!
 //! Input and communication come first because they are measured by the job
@@ -194,7 +197,11 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
     let slow = e
         .usual_compute_s
         .is_some_and(|u| u > 0.0 && e.compute_s >= s.slow_factor * u);
-    let starved = match (e.process_cpu, e.usual_cpu) {
+    let much_slower = e
+        .usual_compute_s
+        .is_some_and(|u| u > 0.0 && e.compute_s >= s.starved_factor * u);
+    let starved = much_slower
+        || match (e.process_cpu, e.usual_cpu) {
         (Some(p), Some(u)) => p <= s.cpu_starved_share * u,
         (Some(_), None) => false,
         (None, _) => true,
@@ -213,9 +220,10 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         return (Verdict::HostBound, Evidence::join(parts));
     }
     // 4. idle
-    let cpu_low = match e.process_cpu {
-        Some(p) => p <= s.idle_cpu,
-        None => e.node_cpu.is_some_and(|n| n <= s.idle_cpu),
+    let cpu_low = match (e.process_cpu, e.usual_cpu) {
+        (Some(p), Some(u)) => p <= s.idle_cpu_share * u,
+        (Some(p), None) => p <= s.idle_cores,
+        (None, _) => e.node_cpu.is_some_and(|n| n <= s.idle_node_cpu),
     };
     let gpu_low = e.gpu.is_none_or(|g| g <= s.gpu_idle);
     let waiting = 1.0 - e.compute_share - e.input_share - e.comm_share;
@@ -228,10 +236,7 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
     }
     // 5. compute
     let gpu_busy = e.gpu.is_some_and(|g| g >= s.gpu_busy);
-    let cpu_working = match e.process_cpu {
-        Some(p) => p > s.idle_cpu,
-        None => e.node_cpu.is_some_and(|n| n > s.idle_cpu),
-    };
+    let cpu_working = (e.process_cpu.is_some() || e.node_cpu.is_some()) && !cpu_low;
     if gpu_busy || (e.gpu.is_none() && cpu_working) {
         let mut parts = Vec::new();
         if e.phased {
