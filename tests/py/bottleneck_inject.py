@@ -12,12 +12,12 @@ CPU time as the semantic-convention counter `process.cpu.time` (per
 taken away by a neighbour makes it last longer, as it would in a real job.
 
 SCENARIO, applied to steps A <= step < B (the others are the healthy loop):
-  dataloader  the dataloader sleeps 300 ms (waiting on storage) instead of 8 ms of work
+  dataloader  the dataloader sleeps 500 ms (waiting on storage) instead of 8 ms of work
   burner      busy processes (2 per core) run beside the job
   network     after compute, a loopback TCP transfer whose size doubles each step
               from 64 KiB up to 256 MiB (the other steps transfer nothing)
-  sleeper     the rank sleeps 300 ms outside its phases on every 10th step
-              (step % 10 == 9), A and B ignored
+  sleeper     rank --sleepy-rank (1) sleeps 1 s outside its phases on every
+              10th step (step % 10 == 9), A and B ignored
   none        the healthy loop throughout
 
 RECORD_JSON gets the ground truth, one row per step: batch, rank, start_ns,
@@ -131,6 +131,7 @@ def main():
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--from", dest="first", type=int, default=40)
     ap.add_argument("--to", dest="last", type=int, default=80)
+    ap.add_argument("--sleepy-rank", type=int, default=1)
     a = ap.parse_args()
 
     resource = Resource.create(
@@ -174,7 +175,7 @@ def main():
     for batch in range(a.steps):
         injected = a.scenario != "none" and a.first <= batch < a.last
         if a.scenario == "sleeper":
-            injected = batch % 10 == 9
+            injected = batch % 10 == 9 and a.rank == a.sleepy_rank
         if a.scenario == "burner" and batch == a.first:
             for _ in range(2 * (os.cpu_count() or 1)):
                 p = multiprocessing.Process(target=burn, args=(stop_burn,), daemon=True)
@@ -193,7 +194,7 @@ def main():
         ctx = trace.set_span_in_context(step)
         with tracer.start_as_current_span("dataloader_next", context=ctx, attributes=attrs):
             if a.scenario == "dataloader" and injected:
-                time.sleep(0.3)
+                time.sleep(0.5)
             else:
                 spin(int(8 * per_ms))
         with tracer.start_as_current_span("forward", context=ctx, attributes=attrs):
@@ -207,7 +208,7 @@ def main():
             transfer_s = time.perf_counter() - t
             size = min(size * 2, 256 << 20)
         if a.scenario == "sleeper" and injected:
-            time.sleep(0.3)
+            time.sleep(1.0)
         end = time.time_ns()
         step.end(end_time=end)
         rows.append(

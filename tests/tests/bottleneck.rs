@@ -228,15 +228,8 @@ fn a_rank_sleeping_every_tenth_step_is_idle_then() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
-    let truth = inject(tmp.path(), otlp, "sleeper", 2, &["--steps", "60"]);
     // Only rank 1 sleeps: rank 0's every 10th step is healthy.
-    let truth: Vec<Truth> = truth
-        .into_iter()
-        .map(|t| Truth {
-            injected: t.injected && t.rank == 1,
-            ..t
-        })
-        .collect();
+    let truth = inject(tmp.path(), otlp, "sleeper", 2, &["--steps", "60", "--sleepy-rank", "1"]);
     let job = judged(&sonde, truth.len());
     // Steps before the rank has a usual CPU rate are judged on absolute CPU: skipped.
     check(&job, &truth, "idle", |t| (t.batch >= 10).then_some(t.injected));

@@ -55,6 +55,9 @@ const MAX_PROGRESS: usize = 1024;
 const MAX_READINGS: usize = 4096;
 const MAX_MPI_SPANS: usize = 4096;
 
+/// How long phases and readings outlive the judgement of their window.
+const KEEP_NS: u64 = 30_000_000_000;
+
 /// The process's cumulative CPU seconds (`process.cpu.time`), per series
 /// (one per `cpu.mode`), read at the times the job's SDK collected them.
 #[derive(Debug, Default)]
@@ -280,8 +283,10 @@ impl Rank {
         out
     }
 
-    /// Drops what no pending or future step can need.
+    /// Drops what no pending or future step can need. Phases and readings
+    /// are kept `KEEP_NS` longer: a parent span may arrive after its children.
     pub fn prune(&mut self, judged_until: u64) {
+        let judged_until = judged_until.saturating_sub(KEEP_NS);
         let keep_from = self
             .pending
             .iter()

@@ -29,10 +29,12 @@ pub struct Settings {
     /// same reason as `input_share`.
     pub comm_share: f64,
     /// communication-bound when the time outside every named phase takes at
-    /// least `comm_share` of the step while a network interface ran at this
-    /// share of its observed peak or more. 0.25: a transfer in progress keeps
-    /// the link at a large part of what it can do; an idle link stays at a few
-    /// % of it (background traffic), so the two are far apart.
+    /// least `comm_share` of the step while the busiest network interface
+    /// moved at least this share of its observed peak over the step: 0.05.
+    /// The peak is the best 100 ms tick seen, a burst; a step's mean is
+    /// diluted by its compute, so a transfer filling a third of a step at a
+    /// fifth of the link's best rate already averages above 5 %, while an
+    /// idle link (background chatter) stays well under 1 % of its peak.
     pub net_busy_share: f64,
     /// An interface's or disk's observed peak counts only from this rate up
     /// (bytes/s): below it any trickle would be "at its peak". 1 MB/s is far
@@ -64,9 +66,12 @@ pub struct Settings {
     /// share of the node's memory: 0.05, where Linux starts reclaiming hard.
     pub memory_pressure: f64,
     /// idle when the process used at most this share of its usual CPU rate
-    /// during the step: 0.5. Relative, because what a busy process gets
-    /// depends on its neighbours: on a crowded node a computing process may
-    /// get a quarter of a core, and still twice what it gets while it sleeps.
+    /// during the time outside its named phases: 0.75. Relative, because what
+    /// a busy process gets depends on its neighbours: on a crowded node a
+    /// computing process may get a tenth of a core, and still far more than
+    /// while it sleeps. Closer to "working" than to "asleep" because a starved
+    /// process's CPU readings arrive late and scattered: an unnamed phase that
+    /// computes uses its usual rate, 25 % above this.
     pub idle_cpu_share: f64,
     /// ... before the rank has a usual CPU rate: at most this many cores (0.1).
     pub idle_cores: f64,
@@ -89,9 +94,10 @@ pub struct Settings {
     /// the reference) applies: 8.
     pub min_reference_steps: usize,
     /// A step is judged this long after it ended (host clock), so that the
-    /// node's samples, the process's CPU readings and the MPI probe's bins
-    /// covering it have arrived: 1500 ms covers a 1 s sample delivery and the
-    /// probe's 500 ms flush.
+    /// node's samples, the process's CPU readings, late child spans and the
+    /// MPI probe's bins covering it have arrived: 3000 ms covers the 500 ms
+    /// sample delivery, the probe's 500 ms flush and an SDK's batch exporter
+    /// delayed by a CPU-starved process.
     pub lag_ms: u64,
     /// Ranks that report MPI samples and no steps are judged per window of
     /// this length: 1000 ms holds two flushes of the probe at its default.
@@ -139,14 +145,14 @@ impl Default for Settings {
             compute_phases: names(&["forward", "backward", "optimizer", "compute", "loss"]),
             input_share: 0.3,
             comm_share: 0.3,
-            net_busy_share: 0.25,
+            net_busy_share: 0.05,
             min_peak_bytes_per_s: 1e6,
             slow_factor: 1.4,
             cpu_starved_share: 0.75,
             starved_factor: 3.0,
             node_busy: 0.9,
             memory_pressure: 0.05,
-            idle_cpu_share: 0.5,
+            idle_cpu_share: 0.75,
             idle_cores: 0.1,
             idle_node_cpu: 0.25,
             gpu_idle: 0.2,
@@ -154,7 +160,7 @@ impl Default for Settings {
             reference_steps: 256,
             reference_quantile: 0.25,
             min_reference_steps: 8,
-            lag_ms: 1500,
+            lag_ms: 3000,
             mpi_window_ms: 1000,
             dominant_steps: 8,
             dominant_share: 0.6,

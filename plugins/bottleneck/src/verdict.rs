@@ -9,23 +9,27 @@
 //!    MPI stall takes that share of the rank's sampled time; or the time
 //!    outside every named phase takes that share while a network interface
 //!    ran at `net_busy_share` of its observed peak or more.
-//! 3. `host-bound`: available memory below `memory_pressure` of the node's;
+//! 3. `idle`: the process used at most `idle_cpu_share` of its usual CPU rate
+//!    during the time outside its named phases (what it used beyond its
+//!    phases at its usual rate; the whole step for a rank without phases;
+//!    `idle_cores` before it has a usual rate; without process CPU time: the node at
+//!    most `idle_node_cpu` utilization) and the GPU, if any, at
+//!    most `gpu_idle`, while the time outside named compute phases took at
+//!    least `comm_share` (or the rank names no phases): the rank waited on
+//!    something it does not report.
+//! 4. `host-bound`: available memory below `memory_pressure` of the node's;
 //!    or the node's CPU at `node_busy` or more while the step's compute took
 //!    `slow_factor` times the rank's usual or longer and (when the process
 //!    reports its CPU time) the process got at most `cpu_starved_share` of its
 //!    usual CPU rate (or the compute took `starved_factor` times the usual,
 //!    when a starved process's own CPU readings arrive too late to judge
 //!    by): something outside the job took the CPU it needed.
-//! 4. `idle`: the process used at most `idle_cpu_share` of its usual CPU rate
-//!    (`idle_cores` before it has one; without process CPU time: the node at
-//!    most `idle_node_cpu` utilization) and the GPU, if any, at
-//!    most `gpu_idle`, while the time outside named compute phases took at
-//!    least `comm_share` (or the rank names no phases): the rank waited on
-//!    something it does not report.
 //! 5. `compute-bound`: a GPU at `gpu_busy` or more; without a GPU, CPU at work
-//!    (above the idle thresholds of rule 4).
+//!    (above the idle thresholds of rule 3).
 //! 6. `unknown`: none of the above, or no evidence beyond the step's length.
 //!
+//! Idle comes before host-bound: a step that slept outside its phases
+//! waited on something, whatever its compute did.
 //! Input and communication come first because they are measured by the job
 //! itself (its phases, the MPI probe) and hold whatever the node's noise;
 //! host-bound needs the node and the rank's own history to agree.
@@ -186,7 +190,28 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         ];
         return (Verdict::CommunicationBound, Evidence::join(parts));
     }
-    // 3. host
+    // 3. idle
+    let cpu_low = match (e.process_cpu, e.usual_cpu) {
+        // The CPU the process used beyond what its named phases take at its
+        // usual rate is what it used while waiting: low means it slept.
+        (Some(p), Some(u)) if e.phased && e.other_share > 0.0 => {
+            let outside = p * e.wall_s - u * e.wall_s * (1.0 - e.other_share);
+            outside <= s.idle_cpu_share * u * e.wall_s * e.other_share
+        }
+        (Some(p), Some(u)) => p <= s.idle_cpu_share * u,
+        (Some(p), None) => p <= s.idle_cores,
+        (None, _) => e.node_cpu.is_some_and(|n| n <= s.idle_node_cpu),
+    };
+    let gpu_low = e.gpu.is_none_or(|g| g <= s.gpu_idle);
+    let waiting = 1.0 - e.compute_share - e.input_share - e.comm_share;
+    if cpu_low && gpu_low && (waiting >= s.comm_share || !e.phased) {
+        let parts = vec![
+            format!("{} of the step is outside its compute", pct(waiting)),
+            e.cpu_words(),
+        ];
+        return (Verdict::Idle, Evidence::join(parts));
+    }
+    // 4. host
     if let Some(avail) = e.memory_available.filter(|&a| a < s.memory_pressure) {
         return (
             Verdict::HostBound,
@@ -219,24 +244,13 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         parts.push(format!("node CPU at {}", pct(e.node_cpu.unwrap_or(f64::NAN))));
         return (Verdict::HostBound, Evidence::join(parts));
     }
-    // 4. idle
-    let cpu_low = match (e.process_cpu, e.usual_cpu) {
-        (Some(p), Some(u)) => p <= s.idle_cpu_share * u,
-        (Some(p), None) => p <= s.idle_cores,
-        (None, _) => e.node_cpu.is_some_and(|n| n <= s.idle_node_cpu),
-    };
-    let gpu_low = e.gpu.is_none_or(|g| g <= s.gpu_idle);
-    let waiting = 1.0 - e.compute_share - e.input_share - e.comm_share;
-    if cpu_low && gpu_low && (waiting >= s.comm_share || !e.phased) {
-        let parts = vec![
-            format!("{} of the step is outside its compute", pct(waiting)),
-            e.cpu_words(),
-        ];
-        return (Verdict::Idle, Evidence::join(parts));
-    }
     // 5. compute
     let gpu_busy = e.gpu.is_some_and(|g| g >= s.gpu_busy);
-    let cpu_working = (e.process_cpu.is_some() || e.node_cpu.is_some()) && !cpu_low;
+    let cpu_working = match (e.process_cpu, e.usual_cpu) {
+        (Some(p), Some(u)) => p > s.idle_cpu_share * u,
+        (Some(p), None) => p > s.idle_cores,
+        (None, _) => e.node_cpu.is_some_and(|n| n > s.idle_node_cpu),
+    };
     if gpu_busy || (e.gpu.is_none() && cpu_working) {
         let mut parts = Vec::new();
         if e.phased {
