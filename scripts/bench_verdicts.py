@@ -134,6 +134,8 @@ def confusion(binary):
             truth = inject(sonde, scenario, job, ranks, args)
             rows = rows_of(sonde, job, len(truth))["rows"]
             verdict = {(r["rank"], r["batch"]): r["verdict"] for r in rows}
+            before = sorted(t["runq_s"] / ((t["end_ns"] - t["start_ns"]) / 1e9) for t in truth if 10 <= t["batch"] < 40)
+            usual_runq = before[len(before) // 2]
             for t in truth:
                 wall = (t["end_ns"] - t["start_ns"]) / 1e9
                 affected = t["injected"]
@@ -146,7 +148,7 @@ def confusion(binary):
                     affected = share >= 0.5
                     if 0.1 <= share < 0.5:
                         continue
-                if scenario == "burner" and not affected and (t["batch"] < 10 or t["runq_s"] / wall >= 0.5):
+                if scenario == "burner" and not affected and (t["batch"] < 10 or t["runq_s"] / wall > usual_runq + 0.15):
                     continue
                 v = verdict.get((t["rank"], t["batch"]))
                 if v is not None:

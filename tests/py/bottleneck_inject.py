@@ -168,7 +168,8 @@ def main():
 
     per_ms = calibrate()
     link = Link() if a.scenario == "network" else None
-    stop_burn = multiprocessing.Event()
+    spawn = multiprocessing.get_context("spawn")
+    stop_burn = spawn.Event()
     burners = []
     rows = []
     size = 64 << 10
@@ -178,7 +179,10 @@ def main():
             injected = batch % 10 == 9 and a.rank == a.sleepy_rank
         if a.scenario == "burner" and batch == a.first:
             for _ in range(2 * (os.cpu_count() or 1)):
-                p = multiprocessing.Process(target=burn, args=(stop_burn,), daemon=True)
+                # Spawned, not forked: a forked child would restart the SDK's
+                # exporters (they re-arm at fork) and report its own CPU time
+                # as this rank's.
+                p = spawn.Process(target=burn, args=(stop_burn,), daemon=True)
                 p.start()
                 burners.append(p)
             time.sleep(0.5)  # every burner running before the first affected step

@@ -71,7 +71,9 @@ impl ProcessCpu {
             return;
         }
         let readings = self.series.entry(series.to_string()).or_default();
-        if readings.back().is_some_and(|&(t, _)| t >= time) {
+        // Out of order, or a cumulative value going back (a restarted
+        // process, or two processes reporting as one): not this series.
+        if readings.back().is_some_and(|&(t, v)| t >= time || seconds < v) {
             return;
         }
         readings.push_back((time, seconds));
