@@ -21,7 +21,7 @@ use crate::job::{Job, Persistent, Row};
 use crate::node::NodeSamples;
 use crate::rank::{Rank, Run, classify};
 use crate::settings::Settings;
-use crate::verdict::{Evidence, Verdict, judge};
+use crate::verdict::{Verdict, judge};
 
 /// Progress names that carry the batch index.
 const BATCH_NAMES: [&str; 2] = ["batch_idx", "batch"];
@@ -271,7 +271,7 @@ impl Bottleneck {
                     rank.remember(&e, s);
                     self.counters.steps_judged += 1;
                     if let Some(prev) = rank.dominance(step.batch, v, s) {
-                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &e, &reason));
+                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &reason));
                     }
                     rows.push(Row {
                         batch: step.batch,
@@ -305,7 +305,7 @@ impl Bottleneck {
                     let batch = ((start - job.first_window.unwrap_or(start)) / w) as i64;
                     self.counters.windows_judged += 1;
                     if let Some(prev) = rank.dominance(batch, v, s) {
-                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &e, &reason));
+                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &reason));
                     }
                     rows.push(Row {
                         batch,
@@ -345,7 +345,7 @@ fn steps_words(unit: &str, first: i64, last: i64) -> String {
 
 /// "steps 1200–1207 on rank 3 are input-bound: the dataloader takes 61 % of
 /// the step; ...; before: steps 0–1199 compute-bound".
-fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, e: &Evidence, why: &str) -> Decision {
+fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, why: &str) -> Decision {
     let run = r.run.as_ref().expect("a change sets the run");
     let unit = if r.timed { "step" } else { "window" };
     let mut reason = format!(
@@ -367,7 +367,6 @@ fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, e: &Evid
         "first": run.first,
         "last": run.last,
         "previous": previous.map(|p| json!({"verdict": p.verdict, "first": p.first, "last": p.last})),
-        "evidence": e,
         "reason": reason,
     });
     Decision {
