@@ -146,7 +146,10 @@ fn check(job: &Value, truth: &[Truth], cause: &str, affected: impl Fn(&Truth) ->
         }
     }
     eprintln!("{cause}: (affected, verdict) -> steps: {seen:?}");
-    assert!(total >= 5 && unaffected >= 5, "too few steps: {total} affected, {unaffected} unaffected");
+    assert!(
+        total >= 5 && unaffected >= 5,
+        "too few steps: {total} affected, {unaffected} unaffected"
+    );
     assert!(
         hit * 10 >= total * 9,
         "{hit} of {total} affected steps are {cause} (want >= 90 %): {seen:?}"
@@ -183,14 +186,24 @@ fn a_slow_dataloader_is_input_bound() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
-    let truth = inject(tmp.path(), otlp, "dataloader", 1, &["--steps", "90", "--from", "30", "--to", "60"]);
+    let truth = inject(
+        tmp.path(),
+        otlp,
+        "dataloader",
+        1,
+        &["--steps", "90", "--from", "30", "--to", "60"],
+    );
     let job = judged(&sonde, truth.len());
     check(&job, &truth, "input-bound", |t| Some(t.injected));
     // The change of dominant verdict is a decision with the dataloader's share.
     let ok = wait_for(Duration::from_secs(10), || {
-        decisions(&sonde)
-            .iter()
-            .any(|d| d["kind"] == "bottleneck" && d["reason"].as_str().unwrap_or("").contains("input-bound: the dataloader takes"))
+        decisions(&sonde).iter().any(|d| {
+            d["kind"] == "bottleneck"
+                && d["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("input-bound: the dataloader takes")
+        })
     });
     assert!(ok, "no input-bound decision: {:?}", decisions(&sonde));
 }
@@ -200,7 +213,13 @@ fn a_cpu_burner_beside_the_job_is_host_bound() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
-    let truth = inject(tmp.path(), otlp, "burner", 1, &["--steps", "100", "--from", "40", "--to", "70"]);
+    let truth = inject(
+        tmp.path(),
+        otlp,
+        "burner",
+        1,
+        &["--steps", "100", "--from", "40", "--to", "70"],
+    );
     let job = judged(&sonde, truth.len());
     // The first steps build the rank's usual compute time; a step outside the
     // burner's window that waited for a CPU clearly more than the job's steps
@@ -218,7 +237,13 @@ fn growing_loopback_transfers_are_communication_bound() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
-    let truth = inject(tmp.path(), otlp, "network", 1, &["--steps", "80", "--from", "30", "--to", "60"]);
+    let truth = inject(
+        tmp.path(),
+        otlp,
+        "network",
+        1,
+        &["--steps", "80", "--from", "30", "--to", "60"],
+    );
     let job = judged(&sonde, truth.len());
     // Affected: the transfer took at least half the step; unaffected: none or
     // under a tenth of it. Steps in between are not counted either way.
@@ -283,12 +308,29 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
     // imbalance.c: rank r computes r+1 units of 50 ms per step, then all
     // meet in MPI_Allreduce and MPI_Barrier; rank 3 is the slow one.
     let status = Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "4"])
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-np",
+            "4",
+        ])
         .arg("-x")
-        .arg(format!("LD_PRELOAD={}", repo().join("target/probes/libsonde_mpi.so").display()))
+        .arg(format!(
+            "LD_PRELOAD={}",
+            repo().join("target/probes/libsonde_mpi.so").display()
+        ))
         .arg("-x")
         .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
-        .args(["-x", "MPI_SONDE_JOB=inject", "-x", "MPI_SONDE_FLUSH_MS=200", "-x", "MPI_SONDE_HZ=200"])
+        .args([
+            "-x",
+            "MPI_SONDE_JOB=inject",
+            "-x",
+            "MPI_SONDE_FLUSH_MS=200",
+            "-x",
+            "MPI_SONDE_HZ=200",
+        ])
         .arg(repo().join("target/mpi/imbalance"))
         .args(["80", "50"])
         .env_remove("SONDE_BIN")
@@ -313,11 +355,25 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
     };
     let (c3, n3) = share(3, "compute-bound");
     let (c0, n0) = share(0, "communication-bound");
-    assert!(n3 >= 5 && c3 * 10 >= n3 * 9, "rank 3: {c3} of {n3} windows compute-bound");
-    assert!(n0 >= 5 && c0 * 10 >= n0 * 9, "rank 0: {c0} of {n0} windows communication-bound");
-    assert_eq!(share(3, "communication-bound").0, 0, "the slow rank never waits on the others");
-    let named = decisions(&sonde)
-        .iter()
-        .any(|d| d["kind"] == "straggler" && d["reason"].as_str().unwrap_or("").starts_with("rank 3 is the straggler"));
+    assert!(
+        n3 >= 5 && c3 * 10 >= n3 * 9,
+        "rank 3: {c3} of {n3} windows compute-bound"
+    );
+    assert!(
+        n0 >= 5 && c0 * 10 >= n0 * 9,
+        "rank 0: {c0} of {n0} windows communication-bound"
+    );
+    assert_eq!(
+        share(3, "communication-bound").0,
+        0,
+        "the slow rank never waits on the others"
+    );
+    let named = decisions(&sonde).iter().any(|d| {
+        d["kind"] == "straggler"
+            && d["reason"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("rank 3 is the straggler")
+    });
     assert!(named, "no straggler decision naming rank 3: {:?}", decisions(&sonde));
 }

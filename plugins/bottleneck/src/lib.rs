@@ -56,7 +56,12 @@ pub fn manifest() -> Manifest {
                 "hw.gpu.utilization".into(),
             ],
         }),
-        events: vec![EventKind::Progress, EventKind::Timings, EventKind::Points, EventKind::MpiSamples],
+        events: vec![
+            EventKind::Progress,
+            EventKind::Timings,
+            EventKind::Points,
+            EventKind::MpiSamples,
+        ],
     }
 }
 

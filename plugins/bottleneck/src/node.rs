@@ -70,10 +70,13 @@ pub struct NodeSamples {
 }
 
 fn attr<'a>(info: &'a SeriesInfo, key: &str) -> Option<&'a str> {
-    info.attributes.iter().find(|a| a.key == key).and_then(|a| match &a.value {
-        Value::Str(s) => Some(s.as_str()),
-        _ => None,
-    })
+    info.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| match &a.value {
+            Value::Str(s) => Some(s.as_str()),
+            _ => None,
+        })
 }
 
 fn has_attr(info: &SeriesInfo, key: &str) -> bool {
@@ -102,7 +105,9 @@ impl NodeSamples {
             "system.linux.memory.available" => Role::MemAvailable,
             "system.memory.limit" => Role::MemLimit,
             "system.network.io" => {
-                let Some(name) = attr(info, "network.interface.name") else { return Role::Ignore };
+                let Some(name) = attr(info, "network.interface.name") else {
+                    return Role::Ignore;
+                };
                 // Both directions of an interface add up to its throughput.
                 let i = match self.ifaces.iter().position(|n| n == name) {
                     Some(i) => i,
@@ -152,7 +157,9 @@ impl NodeSamples {
             let role = match self.roles.get(&series.id) {
                 Some(&r) => r,
                 None => {
-                    let Some(info) = self.table.get(series.id).cloned() else { continue };
+                    let Some(info) = self.table.get(series.id).cloned() else {
+                        continue;
+                    };
                     let r = self.classify(&info);
                     self.roles.insert(series.id, r);
                     r
@@ -230,11 +237,7 @@ impl NodeSamples {
             });
         }
         let newest = self.newest();
-        while self
-            .ticks
-            .front()
-            .is_some_and(|t| t.time + KEEP_NS < newest)
-        {
+        while self.ticks.front().is_some_and(|t| t.time + KEEP_NS < newest) {
             self.ticks.pop_front();
         }
         Ok(())
@@ -308,9 +311,7 @@ impl NodeSamples {
         Window {
             cpu: mean(cpu),
             cores: self.cores,
-            memory_available: mean(avail)
-                .filter(|_| self.mem_limit > 0.0)
-                .map(|a| a / self.mem_limit),
+            memory_available: mean(avail).filter(|_| self.mem_limit > 0.0).map(|a| a / self.mem_limit),
             net: busiest,
             disk_read: mean(disk).map(|r| (r, share(r, self.disk_peak))),
             gpu: mean(gpu),
@@ -358,8 +359,18 @@ mod tests {
         let b = batch(
             vec![
                 series(1, "system.cpu.utilization", SeriesKind::Gauge, &[]),
-                series(2, "system.cpu.utilization", SeriesKind::Gauge, &[("cpu.logical_number", "0")]),
-                series(3, "system.cpu.utilization", SeriesKind::Gauge, &[("cpu.logical_number", "1")]),
+                series(
+                    2,
+                    "system.cpu.utilization",
+                    SeriesKind::Gauge,
+                    &[("cpu.logical_number", "0")],
+                ),
+                series(
+                    3,
+                    "system.cpu.utilization",
+                    SeriesKind::Gauge,
+                    &[("cpu.logical_number", "1")],
+                ),
                 lo(4, "transmit"),
                 lo(5, "receive"),
                 series(6, "system.linux.memory.available", SeriesKind::Gauge, &[]),
@@ -390,7 +401,10 @@ mod tests {
         assert!((share - 1.0).abs() < 1e-9);
         // The last tick ran at half the peak.
         let (_, rate, share) = node.window(1_200_000_000, 1_300_000_000).net.unwrap();
-        assert!((rate - 100e6).abs() < 1.0 && (share - 0.5).abs() < 1e-9, "{rate} {share}");
+        assert!(
+            (rate - 100e6).abs() < 1.0 && (share - 0.5).abs() < 1e-9,
+            "{rate} {share}"
+        );
         // No tick covers a window in the future.
         assert_eq!(node.window(5_000_000_000, 6_000_000_000).cpu, None);
     }

@@ -51,11 +51,7 @@ pub struct Bottleneck {
 }
 
 fn rank_of(o: &sonde_plugin_sdk::types::Origin) -> i32 {
-    if o.rank >= 0 {
-        o.rank
-    } else {
-        o.index.max(0)
-    }
+    if o.rank >= 0 { o.rank } else { o.index.max(0) }
 }
 
 impl Bottleneck {
@@ -117,7 +113,9 @@ impl Bottleneck {
                 if !name(c.name[i]).is_some_and(|n| BATCH_NAMES.contains(&n)) {
                     continue;
                 }
-                let Some(o) = batch.origins.get(c.origin[i] as usize) else { continue };
+                let Some(o) = batch.origins.get(c.origin[i] as usize) else {
+                    continue;
+                };
                 if let Some(rank) = self.rank(o) {
                     rank.progress(c.time[i], c.value[i].min(i64::MAX as u64) as i64);
                 }
@@ -148,11 +146,15 @@ impl Bottleneck {
         }
         if let Some(c) = &batch.points {
             for i in 0..c.origin.len() {
-                let Some(info) = batch.point_series.get(c.series[i] as usize) else { continue };
+                let Some(info) = batch.point_series.get(c.series[i] as usize) else {
+                    continue;
+                };
                 if info.metric != PROCESS_CPU_TIME {
                     continue;
                 }
-                let Some(o) = batch.origins.get(c.origin[i] as usize) else { continue };
+                let Some(o) = batch.origins.get(c.origin[i] as usize) else {
+                    continue;
+                };
                 let key: String = info
                     .attributes
                     .iter()
@@ -180,7 +182,9 @@ impl Bottleneck {
                 }
             }
             for ((origin, time), (states, main)) in flushes {
-                let Some(o) = batch.origins.get(origin as usize) else { continue };
+                let Some(o) = batch.origins.get(origin as usize) else {
+                    continue;
+                };
                 let window_ms = self.settings.mpi_window_ms;
                 let first_window = {
                     let Some(rank) = self.rank(o) else { continue };
@@ -217,7 +221,9 @@ impl Bottleneck {
         };
         let names: Vec<String> = self.jobs.keys().cloned().collect();
         for name in names {
-            let Some(shares) = self.jobs.get_mut(&name).and_then(|j| j.take_shares(now)) else { continue };
+            let Some(shares) = self.jobs.get_mut(&name).and_then(|j| j.take_shares(now)) else {
+                continue;
+            };
             for v in Verdict::ALL {
                 let Some(h) = self.handle(host, &name, v) else { continue };
                 points.series.push(h);

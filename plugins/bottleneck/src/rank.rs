@@ -403,16 +403,18 @@ impl Rank {
         }
         let (best, &n) = counts.iter().enumerate().max_by_key(|(_, n)| **n).expect("six");
         let best = Verdict::ALL[best];
-        if (n as f64) < s.dominant_share * self.recent.len() as f64 || self.run.as_ref().is_some_and(|r| r.verdict == best)
+        if (n as f64) < s.dominant_share * self.recent.len() as f64
+            || self.run.as_ref().is_some_and(|r| r.verdict == best)
         {
             return None;
         }
-        let first = self
+        let first = self.recent.iter().find(|(_, v)| *v == best).map_or(batch, |(b, _)| *b);
+        let last = self
             .recent
             .iter()
+            .rev()
             .find(|(_, v)| *v == best)
             .map_or(batch, |(b, _)| *b);
-        let last = self.recent.iter().rev().find(|(_, v)| *v == best).map_or(batch, |(b, _)| *b);
         let previous = self.run.replace(Run {
             verdict: best,
             first,

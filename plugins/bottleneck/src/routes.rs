@@ -42,7 +42,9 @@ fn unescape(segment: &str) -> Result<String, String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = segment.get(i + 1..i + 3).ok_or("a truncated %-escape in the job name")?;
+            let hex = segment
+                .get(i + 1..i + 3)
+                .ok_or("a truncated %-escape in the job name")?;
             out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("a bad %-escape \"%{hex}\" in the job name"))?);
             i += 3;
         } else {
@@ -73,7 +75,10 @@ pub fn handle(p: &Bottleneck, req: &HttpRequest) -> HttpResponse {
         Err(e) => return HttpResponse::error(400, &e),
     };
     let Some(job) = p.jobs.get(&name) else {
-        return HttpResponse::error(404, &format!("no job named \"{name}\" has reported steps or MPI samples"));
+        return HttpResponse::error(
+            404,
+            &format!("no job named \"{name}\" has reported steps or MPI samples"),
+        );
     };
     let limit = match req.query_param("limit").map(|l| l.parse::<usize>()) {
         None => DEFAULT_ROWS,

@@ -227,7 +227,10 @@ impl Settings {
                 return Err(format!("bottleneck settings: {key} must be at least 1"));
             }
         }
-        for (key, v) in [("mpi_window_ms", self.mpi_window_ms), ("emit_every_ms", self.emit_every_ms)] {
+        for (key, v) in [
+            ("mpi_window_ms", self.mpi_window_ms),
+            ("emit_every_ms", self.emit_every_ms),
+        ] {
             if v < 100 {
                 return Err(format!("bottleneck settings: {key} must be at least 100, not {v}"));
             }

@@ -137,7 +137,11 @@ impl Evidence {
     }
 
     fn join(parts: Vec<String>) -> String {
-        parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("; ")
+        parts
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -227,10 +231,10 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         .is_some_and(|u| u > 0.0 && e.compute_s >= s.starved_factor * u);
     let starved = much_slower
         || match (e.process_cpu, e.usual_cpu) {
-        (Some(p), Some(u)) => p <= s.cpu_starved_share * u,
-        (Some(_), None) => false,
-        (None, _) => true,
-    };
+            (Some(p), Some(u)) => p <= s.cpu_starved_share * u,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
     if node_busy && slow && starved {
         let usual = e.usual_compute_s.unwrap_or(0.0);
         let mut parts = vec![format!(
@@ -315,7 +319,10 @@ mod tests {
         };
         let (v, why) = judge(&input, &s);
         assert_eq!(v, Verdict::InputBound);
-        assert!(why.contains("61 %") && why.contains("95 % of its observed peak"), "{why}");
+        assert!(
+            why.contains("61 %") && why.contains("95 % of its observed peak"),
+            "{why}"
+        );
 
         let net = Evidence {
             compute_share: 0.4,
