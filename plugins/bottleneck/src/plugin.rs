@@ -292,9 +292,9 @@ impl Bottleneck {
                         evidence: e,
                     });
                 }
-                rank.prune(now.saturating_sub(lag));
                 // Ranks without steps: one row per MPI window.
                 if rank.timed {
+                    rank.prune(now.saturating_sub(lag));
                     continue;
                 }
                 let w = s.mpi_window_ms * 1_000_000;
@@ -326,6 +326,7 @@ impl Bottleneck {
                         evidence: e,
                     });
                 }
+                rank.prune(now.saturating_sub(lag));
             }
             rows.sort_by_key(|r| (r.batch, r.rank));
             for row in rows {

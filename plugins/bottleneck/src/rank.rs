@@ -295,7 +295,9 @@ impl Rank {
             .map(|s| s.start)
             .min()
             .unwrap_or(judged_until)
-            .min(judged_until);
+            .min(judged_until)
+            // An MPI window not yet judged keeps its spans.
+            .min(self.next_window.unwrap_or(u64::MAX));
         while self.phases.front().is_some_and(|p| p.end < keep_from) {
             self.phases.pop_front();
         }
