@@ -208,7 +208,7 @@ fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
     };
     for k in 1..=60u64 {
         for r in 0..4u32 {
-            let compute = 125 * (r as u32 + 1);
+            let compute = 125 * (r + 1);
             for (state, count) in [(0u8, compute), (2u8, 500 - compute)] {
                 if count == 0 {
                     continue;
