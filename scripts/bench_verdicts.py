@@ -125,7 +125,7 @@ def confusion(binary):
     scenarios = [
         ("input (dataloader sleeps)", "dataloader", 1, ["--steps", "90", "--from", "30", "--to", "60"]),
         ("host (CPU burner)", "burner", 1, ["--steps", "100", "--from", "40", "--to", "70"]),
-        ("communication (loopback transfers)", "network", 1, ["--steps", "80", "--from", "30", "--to", "60"]),
+        ("communication (loopback transfers)", "network", 1, ["--steps", "70", "--from", "30", "--to", "56"]),
         ("idle (rank sleeps every 10th step)", "sleeper", 2, ["--steps", "60"]),
     ]
     try:

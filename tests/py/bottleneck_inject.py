@@ -15,7 +15,7 @@ SCENARIO, applied to steps A <= step < B (the others are the healthy loop):
   dataloader  the dataloader sleeps 500 ms (waiting on storage) instead of 8 ms of work
   burner      busy processes (2 per core) run beside the job
   network     after compute, a loopback TCP transfer whose size doubles each step
-              from 64 KiB up to 256 MiB (the other steps transfer nothing)
+              from 64 KiB up to 512 MiB (the other steps transfer nothing)
   sleeper     rank --sleepy-rank (1) sleeps 1 s outside its phases on every
               10th step (step % 10 == 9), A and B ignored
   none        the healthy loop throughout
@@ -210,7 +210,7 @@ def main():
             t = time.perf_counter()
             link.send(size)
             transfer_s = time.perf_counter() - t
-            size = min(size * 2, 256 << 20)
+            size = min(size * 2, 512 << 20)
         if a.scenario == "sleeper" and injected:
             time.sleep(1.0)
         end = time.time_ns()

@@ -242,7 +242,7 @@ fn growing_loopback_transfers_are_communication_bound() {
         otlp,
         "network",
         1,
-        &["--steps", "80", "--from", "30", "--to", "60"],
+        &["--steps", "70", "--from", "30", "--to", "56"],
     );
     let job = judged(&sonde, truth.len());
     // Affected: the transfer took at least half the step; unaffected: none or
