@@ -4,9 +4,11 @@
    tests/py/bottleneck_inject.py runs as its own job (the sleeper on two
    ranks), and, with Open MPI present, tests/mpi/imbalance.c on four ranks
    with the MPI probe. Every step the injector slowed counts in its cause's
-   row; every step it left alone counts in the "healthy" row (for the burner,
-   only those that waited for a CPU less than half their time, as in
-   tests/tests/bottleneck.rs). The MPI job's rows are its slow rank 3 and
+   row; every step it left alone counts in the "healthy" row (for the
+   burner, only those that waited for a CPU at most 15 % of their time more
+   than the job's steps before the burner; for the transfers, the steps
+   that spent under a tenth of their time on them, and those over half
+   count as affected; as in tests/tests/bottleneck.rs). The MPI job's rows are its slow rank 3 and
    its waiting rank 0. Printed as a Markdown table of step counts.
 2. Cost: a fresh sonde sampling every 100 ms, 8 ranks posting 10 steps/s
    each (a step with dataloader, forward, backward and allreduce phases, and
