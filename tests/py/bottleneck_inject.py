@@ -12,7 +12,7 @@ CPU time as the semantic-convention counter `process.cpu.time` (per
 taken away by a neighbour makes it last longer, as it would in a real job.
 
 SCENARIO, applied to steps A <= step < B (the others are the healthy loop):
-  dataloader  the dataloader sleeps 500 ms (waiting on storage) instead of 8 ms of work
+  dataloader  the dataloader sleeps 1 s (waiting on storage) instead of 8 ms of work
   burner      busy processes (2 per core) run beside the job
   network     after compute, a loopback TCP transfer whose size doubles each step
               from 64 KiB up to 512 MiB (the other steps transfer nothing)
@@ -198,7 +198,7 @@ def main():
         ctx = trace.set_span_in_context(step)
         with tracer.start_as_current_span("dataloader_next", context=ctx, attributes=attrs):
             if a.scenario == "dataloader" and injected:
-                time.sleep(0.5)
+                time.sleep(1.0)
             else:
                 spin(int(8 * per_ms))
         with tracer.start_as_current_span("forward", context=ctx, attributes=attrs):
