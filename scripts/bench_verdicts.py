@@ -10,11 +10,14 @@
    that spent under a tenth of their time on them, and those over half
    count as affected; as in tests/tests/bottleneck.rs). The MPI job's rows are its slow rank 3 and
    its waiting rank 0. Printed as a Markdown table of step counts.
-2. Cost: a fresh sonde sampling every 100 ms, 8 ranks posting 10 steps/s
-   each (a step with dataloader, forward, backward and allreduce phases, and
-   the process's CPU time) to POST /api/ingest for SECONDS; the plugin's cost
-   is the time spent in its calls (host's per-plugin call metrics) over the
-   wall time, in % of one core.
+2. Cost: two fresh sondes side by side sampling every 100 ms, one with the
+   plugin and one without (the floor), both given the same 8 ranks posting
+   10 steps/s each (a step with dataloader, forward, backward and allreduce
+   phases, and the process's CPU time) to POST /api/ingest for SECONDS; the
+   plugin's cost is the difference of the two processes' CPU time over the
+   wall time, in % of one core. The time inside its calls (the host's
+   per-plugin call metrics, wall clock, so inflated on a crowded machine) is
+   printed beside it.
 
     python3 scripts/bench_verdicts.py [--seconds 30] [--sonde PATH]
 """
@@ -57,11 +60,12 @@ def post(api, path, body):
 
 
 class Sonde:
-    def __init__(self, binary, extra=()):
+    def __init__(self, binary, extra=(), plugin=True):
         self.dir = tempfile.mkdtemp(prefix="bench-verdicts-")
         plugins = os.path.join(self.dir, "plugins")
         os.makedirs(plugins)
-        shutil.copy(os.path.join(ROOT, "target/plugins/bundled/bottleneck.wasm"), plugins)
+        if plugin:
+            shutil.copy(os.path.join(ROOT, "target/plugins/bundled/bottleneck.wasm"), plugins)
         self.api = f"127.0.0.1:{free_port()}"
         self.otlp = free_port()
         self.proc = subprocess.Popen(
@@ -78,6 +82,12 @@ class Sonde:
             except Exception:
                 time.sleep(0.2)
         sys.exit("sonde did not become ready")
+
+    def cpu_s(self):
+        """CPU seconds (user + system) the process has used."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         self.proc.terminate()
@@ -181,7 +191,11 @@ def confusion(binary):
 
 
 def cost(binary, seconds, ranks=8, steps_per_s=10):
+    """Two sondes side by side on the same load, one with the plugin and one
+    without (the floor): the plugin's cost is the difference of their CPU
+    time; also the time spent in its calls by the host's own metrics."""
     sonde = Sonde(binary, ["--set", "sampler.period_ms=100"])
+    floor = Sonde(binary, ["--set", "sampler.period_ms=100"], plugin=False)
     stop = time.time() + seconds
     job = "bench-cost"
 
@@ -205,26 +219,39 @@ def cost(binary, seconds, ranks=8, steps_per_s=10):
                 "points": [{"metric": "process.cpu.time", "unit": "s", "time_ns": t0, "value": cpu}],
             }
             post(sonde.api, "/api/ingest", body)
+            post(floor.api, "/api/ingest", body)
             batch += 1
             time.sleep(max(0.0, 1 / steps_per_s - (time.time_ns() - t0) / 1e9))
 
     try:
-        get(sonde.api, "/api/plugins")
+        time.sleep(3)  # both warm: plugins loaded, first samples taken
         before = plugin_metrics(sonde)
+        cpu0 = (sonde.cpu_s(), floor.cpu_s())
         t0 = time.time()
         threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(ranks)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        time.sleep(2)
+        time.sleep(4)  # the last steps judged after the lag
         wall = time.time() - t0
+        cpu1 = (sonde.cpu_s(), floor.cpu_s())
         after = plugin_metrics(sonde)
         busy_us = after["calls"] * after["call_us_mean"] - before["calls"] * before["call_us_mean"]
         judged = get(sonde.api, "/api/plugins/bottleneck/counters")["steps_judged"]
-        return busy_us / 1e6 / wall * 100, after["calls"] - before["calls"], judged, wall
+        with_plugin = (cpu1[0] - cpu0[0]) / wall * 100
+        without = (cpu1[1] - cpu0[1]) / wall * 100
+        return {
+            "calls_pct": busy_us / 1e6 / wall * 100,
+            "calls": after["calls"] - before["calls"],
+            "judged": judged,
+            "wall": wall,
+            "with": with_plugin,
+            "without": without,
+        }
     finally:
         sonde.stop()
+        floor.stop()
 
 
 def plugin_metrics(sonde):
@@ -254,9 +281,11 @@ def main():
     print("|---|" + "---:|" * len(VERDICTS))
     for cause, counts in table.items():
         print(f"| {cause} | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
-    pct, calls, judged, wall = cost(binary, a.seconds)
-    print(f"\ncost: 8 ranks x 10 steps/s, 100 ms sampling, {wall:.0f} s: {judged} steps judged in {calls} calls, "
-          f"plugin busy {pct:.2f} % of one core")
+    c = cost(binary, a.seconds)
+    print(f"\ncost: 8 ranks x 10 steps/s, 100 ms sampling, {c['wall']:.0f} s, {c['judged']} steps judged in "
+          f"{c['calls']} calls: sonde with the plugin {c['with']:.2f} % of one core, the same load without it "
+          f"{c['without']:.2f} %: the plugin {c['with'] - c['without']:.2f} % "
+          f"(time inside its calls, wall clock: {c['calls_pct']:.2f} %)")
 
 
 if __name__ == "__main__":

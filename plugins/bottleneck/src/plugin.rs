@@ -272,7 +272,7 @@ impl Bottleneck {
             let mut rows = Vec::new();
             for (&r, rank) in &mut job.ranks {
                 for step in rank.due(now, lag) {
-                    let e = rank.evidence(&step, &self.node, s);
+                    let e = rank.evidence(&step, &self.node);
                     let (v, reason) = judge(&e, s);
                     rank.remember(&e, s);
                     self.counters.steps_judged += 1;

@@ -56,7 +56,10 @@ const MAX_READINGS: usize = 4096;
 const MAX_MPI_SPANS: usize = 4096;
 
 /// How long phases and readings outlive the judgement of their window.
-const KEEP_NS: u64 = 30_000_000_000;
+const KEEP_NS: u64 = 5_000_000_000;
+
+/// Steps between two computations of a rank's usual values.
+const REFERENCE_EVERY: usize = 8;
 
 /// The process's cumulative CPU seconds (`process.cpu.time`), per series
 /// (one per `cpu.mode`), read at the times the job's SDK collected them.
@@ -189,6 +192,10 @@ pub struct Rank {
     /// Compute seconds and CPU cores of the last `reference_steps` steps.
     compute_history: VecDeque<f64>,
     cpu_history: VecDeque<f64>,
+    /// The usual compute seconds and CPU cores, recomputed every
+    /// `REFERENCE_EVERY` steps (a quantile sorts the history).
+    usual: (Option<f64>, Option<f64>),
+    since_reference: usize,
     /// The rank reports steps (else it is judged per MPI window).
     pub timed: bool,
     /// Start of the next MPI window to judge (ranks without steps).
@@ -199,19 +206,12 @@ pub struct Rank {
     pub runs: VecDeque<Run>,
 }
 
-/// Sum of the parts of `phases` of `class` inside [start, end].
-fn inside(phases: &VecDeque<Phase>, class: Option<PhaseClass>, start: u64, end: u64) -> f64 {
-    // Merge overlapping phases (nested spans) so no time counts twice.
-    let mut spans: Vec<(u64, u64)> = phases
-        .iter()
-        .filter(|p| class.is_none_or(|c| p.class == c))
-        .filter(|p| p.end > start && p.start < end)
-        .map(|p| (p.start.max(start), p.end.min(end)))
-        .collect();
+/// Seconds of the merged intervals (nested spans count once).
+fn merged(spans: &mut [(u64, u64)]) -> f64 {
     spans.sort_unstable();
     let mut total = 0u64;
     let mut cur: Option<(u64, u64)> = None;
-    for (a, b) in spans {
+    for &(a, b) in spans.iter() {
         match cur {
             Some((ca, cb)) if a <= cb => cur = Some((ca, cb.max(b))),
             Some((ca, cb)) => {
@@ -225,6 +225,27 @@ fn inside(phases: &VecDeque<Phase>, class: Option<PhaseClass>, start: u64, end: 
         total += b - a;
     }
     total as f64 / 1e9
+}
+
+/// Seconds of input, communication, compute and any named phase inside
+/// [start, end], in one pass over the rank's phases.
+fn inside(phases: &VecDeque<Phase>, start: u64, end: u64) -> [f64; 4] {
+    let mut per_class: [Vec<(u64, u64)>; 4] = Default::default();
+    for p in phases.iter().filter(|p| p.end > start && p.start < end) {
+        let span = (p.start.max(start), p.end.min(end));
+        let k = match p.class {
+            PhaseClass::Input => 0,
+            PhaseClass::Comm => 1,
+            PhaseClass::Compute => 2,
+            PhaseClass::Other => 3,
+        };
+        if k < 3 {
+            per_class[k].push(span);
+        }
+        // Any named phase, for the time outside them all.
+        per_class[3].push(span);
+    }
+    per_class.map(|mut v| merged(&mut v))
 }
 
 fn quantile(values: &VecDeque<f64>, q: f64) -> f64 {
@@ -306,13 +327,10 @@ impl Rank {
     }
 
     /// The step's evidence: its phases, the process's CPU, MPI, and the node.
-    pub fn evidence(&self, step: &Step, node: &NodeSamples, s: &Settings) -> Evidence {
+    pub fn evidence(&self, step: &Step, node: &NodeSamples) -> Evidence {
         let (start, end) = (step.start, step.end.max(step.start + 1));
         let wall = (end - start) as f64 / 1e9;
-        let input = inside(&self.phases, Some(PhaseClass::Input), start, end);
-        let comm = inside(&self.phases, Some(PhaseClass::Comm), start, end);
-        let compute_named = inside(&self.phases, Some(PhaseClass::Compute), start, end);
-        let named = inside(&self.phases, None, start, end);
+        let [input, comm, compute_named, named] = inside(&self.phases, start, end);
         let phased = named > 0.0;
         let other = (wall - named).max(0.0);
         // Without named compute phases, compute is what is neither input nor communication.
@@ -340,12 +358,8 @@ impl Rank {
             mpi: self.mpi.shares(start, end),
             ..Evidence::default()
         };
-        if self.compute_history.len() >= s.min_reference_steps {
-            e.usual_compute_s = Some(quantile(&self.compute_history, s.reference_quantile));
-        }
-        if self.cpu_history.len() >= s.min_reference_steps {
-            e.usual_cpu = Some(quantile(&self.cpu_history, 1.0 - s.reference_quantile));
-        }
+        e.usual_compute_s = self.usual.0;
+        e.usual_cpu = self.usual.1;
         e
     }
 
@@ -373,6 +387,16 @@ impl Rank {
     /// Adds a judged step to the rank's history (a step whose compute the
     /// host slowed down counts too: the quantile keeps the usual value).
     pub fn remember(&mut self, e: &Evidence, s: &Settings) {
+        self.since_reference += 1;
+        let young = self.compute_history.len() < 2 * s.min_reference_steps;
+        if young || self.since_reference >= REFERENCE_EVERY {
+            self.since_reference = 0;
+            let n = s.min_reference_steps;
+            self.usual = (
+                (self.compute_history.len() >= n).then(|| quantile(&self.compute_history, s.reference_quantile)),
+                (self.cpu_history.len() >= n).then(|| quantile(&self.cpu_history, 1.0 - s.reference_quantile)),
+            );
+        }
         self.compute_history.push_back(e.compute_s);
         if self.compute_history.len() > s.reference_steps {
             self.compute_history.pop_front();
@@ -455,7 +479,7 @@ mod tests {
         r.step(0, 100 * MS, 7);
         let step = r.due(10_000 * MS, 0)[0];
         assert_eq!(step.batch, 7);
-        let e = r.evidence(&step, &NodeSamples::new(1e6), &s);
+        let e = r.evidence(&step, &NodeSamples::new(1e6));
         assert!((e.input_share - 0.3).abs() < 1e-9, "{e:?}");
         assert!((e.compute_share - 0.5).abs() < 1e-9, "{e:?}");
         assert!((e.other_share - 0.2).abs() < 1e-9, "{e:?}");
