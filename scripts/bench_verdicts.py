@@ -6,7 +6,7 @@
    with the MPI probe. Every step the injector slowed counts in its cause's
    row; every step it left alone counts in the "healthy" row (for the
    burner, only those that waited for a CPU at most 15 % of their time more
-   than the job's steps before the burner; for the transfers, the steps
+   than the least contended quarter of the job's steps before the burner; for the transfers, the steps
    that spent under a tenth of their time on them, and those over half
    count as affected; as in tests/tests/bottleneck.rs). The MPI job's rows are its slow rank 3 and
    its waiting rank 0. Printed as a Markdown table of step counts.
@@ -147,7 +147,7 @@ def confusion(binary):
             rows = rows_of(sonde, job, len(truth))["rows"]
             verdict = {(r["rank"], r["batch"]): r["verdict"] for r in rows}
             before = sorted(t["runq_s"] / ((t["end_ns"] - t["start_ns"]) / 1e9) for t in truth if 10 <= t["batch"] < 40)
-            usual_runq = before[len(before) // 2]
+            usual_runq = before[len(before) // 4]
             for t in truth:
                 wall = (t["end_ns"] - t["start_ns"]) / 1e9
                 affected = t["injected"]
@@ -172,7 +172,7 @@ def confusion(binary):
                 ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "4",
                  "-x", f"LD_PRELOAD={ROOT}/target/probes/libsonde_mpi.so", "-x", f"MPI_SONDE_ENDPOINT={sonde.api}",
                  "-x", "MPI_SONDE_JOB=bench-mpi", "-x", "MPI_SONDE_FLUSH_MS=200", "-x", "MPI_SONDE_HZ=200",
-                 f"{ROOT}/target/mpi/imbalance", "80", "50"],
+                 f"{ROOT}/target/mpi/imbalance", "150", "50"],
                 check=True, stdout=subprocess.DEVNULL,
             )
             time.sleep(4)

@@ -37,9 +37,10 @@ pub struct Settings {
     /// idle link (background chatter) stays well under 1 % of its peak.
     pub net_busy_share: f64,
     /// An interface's or disk's observed peak counts only from this rate up
-    /// (bytes/s): below it any trickle would be "at its peak". 1 MB/s is far
-    /// above the background chatter of an idle node and far below any real
-    /// transfer.
+    /// (bytes/s): below it any trickle would be "at its peak". 10 MB/s is
+    /// above what a node's own telemetry sends (the jobs' OTLP exports to
+    /// sonde over loopback burst to a few MB/s) and far below any transfer
+    /// that could hold a step back.
     pub min_peak_bytes_per_s: f64,
     /// host-bound when the step's compute took at least this multiple of the
     /// rank's usual compute time (its `reference_quantile` over the last
@@ -146,7 +147,7 @@ impl Default for Settings {
             input_share: 0.3,
             comm_share: 0.3,
             net_busy_share: 0.05,
-            min_peak_bytes_per_s: 1e6,
+            min_peak_bytes_per_s: 10e6,
             slow_factor: 1.4,
             cpu_starved_share: 0.75,
             starved_factor: 3.0,
