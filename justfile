@@ -114,6 +114,11 @@ bench: build
 bench-mpi: mpi-probe
     bash scripts/bench-mpi.sh
 
+# the bottleneck plugin: confusion table (injected cause x verdict) over real injected runs, and its CPU cost at 8 ranks x 10 steps/s
+bench-verdicts *ARGS: setup plugins mpi-probe
+    cargo build -p sonde
+    python3 scripts/bench_verdicts.py {{ARGS}}
+
 # peers side by side in one run: sonde, collectd (Interval 0.1), prometheus-node-exporter scraped at 10 Hz, a psutil sampler; CPU per sample, RSS, ratios
 bench-peers *ARGS: build
     command -v collectd >/dev/null && command -v prometheus-node-exporter >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends collectd-core prometheus-node-exporter; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the plugins workspace (plugins/) for wasm32-wasip2 and copies the
 # components where the host looks for them:
-#   target/plugins/bundled/   plugins `sonde` runs by default (sysmetrics, determined, paramserver, clockwork, dlrover, mpi)
+#   target/plugins/bundled/   plugins `sonde` runs by default (sysmetrics, determined, paramserver, clockwork, dlrover, mpi, bottleneck)
 #   target/plugins/testing/   components for the host's tests (testbed, wrongworld)
 #   target/plugins/examples/  the SDK's example plugins (plugins/sdk/examples/), each a component
 # Runnable from any directory. Files are replaced only when their content
@@ -56,6 +56,7 @@ install_component paramserver bundled
 install_component clockwork bundled
 install_component dlrover bundled
 install_component mpi bundled
+install_component bottleneck bundled
 install_component testbed testing
 install_component wrongworld testing
 for example in "${examples[@]}"; do

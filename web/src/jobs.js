@@ -13,7 +13,7 @@ import { decisionList } from './decisions.js';
 import { custom } from './panels/index.js';
 
 // Which plugins' views apply to which kind of job.
-const KIND_PLUGINS = { training: ['dlrover'], serving: ['clockwork'], mpi: ['mpi'], paramserver: ['paramserver'] };
+const KIND_PLUGINS = { training: ['bottleneck', 'dlrover'], serving: ['clockwork'], mpi: ['bottleneck', 'mpi'], paramserver: ['paramserver'] };
 const FIRST_BATCHES = 500;
 const ALL_BATCHES = 36000; // an hour of 100 ms steps, the host's default per rank; ?batches=N in the URL asks for another number
 

@@ -11,5 +11,6 @@ import * as paramserver from './paramserver.js';
 import * as clockwork from './clockwork.js';
 import * as dlrover from './dlrover.js';
 import * as mpi from './mpi.js';
+import * as bottleneck from './bottleneck.js';
 
-export const custom = { clockwork, dlrover, mpi, paramserver };
+export const custom = { bottleneck, clockwork, dlrover, mpi, paramserver };

@@ -1,0 +1,249 @@
+//! One job: its ranks, the per-step rows the route serves, the verdict counts
+//! since the last emission, and, across ranks per batch, the rank that
+//! finished last (the straggler) and whether one rank keeps being it.
+//!
+//! "Finished last" is measured on each rank's own time in the batch: the
+//! step minus its time in collectives and MPI stall (for a rank judged per
+//! MPI window, its time outside MPI). Ranks that meet in a collective end
+//! their steps together; the one the others waited for is the one with the
+//! most time of its own. For ranks that never meet, it is the longest step.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::Serialize;
+
+use crate::rank::Rank;
+use crate::settings::Settings;
+use crate::verdict::{Evidence, Verdict};
+
+/// One judged step (or MPI window) of one rank.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub batch: i64,
+    pub rank: i32,
+    pub node: String,
+    /// "step", or "window" for a rank judged per MPI window.
+    pub unit: &'static str,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub verdict: Verdict,
+    pub reason: String,
+    /// Whether this rank finished last in its batch.
+    pub last: bool,
+    pub evidence: Evidence,
+}
+
+/// The rank that finished last in one batch.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchStraggler {
+    pub batch: i64,
+    pub rank: i32,
+    /// Its own time minus the next slowest rank's, seconds.
+    pub late_by_s: f64,
+    pub verdict: Verdict,
+}
+
+/// A rank that finished last in most recent batches.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Persistent {
+    pub rank: i32,
+    pub batches: usize,
+    pub of: usize,
+    pub late_by_s: f64,
+    pub verdict: Verdict,
+}
+
+/// Batches waiting for every rank are cut off beyond this many.
+const MAX_OPEN_BATCHES: usize = 256;
+
+#[derive(Debug, Default)]
+pub struct Job {
+    pub ranks: BTreeMap<i32, Rank>,
+    pub rows: VecDeque<Row>,
+    /// Per open batch: (rank, own seconds, verdict).
+    open: BTreeMap<i64, Vec<(i32, f64, Verdict)>>,
+    pub stragglers: VecDeque<BatchStraggler>,
+    pub persistent: Option<Persistent>,
+    /// Steps judged per verdict since the last emission.
+    pub counts: [u32; 6],
+    /// (time, share per verdict) per emission, for the route.
+    pub shares: VecDeque<(u64, [f64; 6])>,
+    /// Totals since the job was first seen.
+    pub totals: [u64; 6],
+    /// The first MPI window of the job (batch 0 of its windows).
+    pub first_window: Option<u64>,
+}
+
+impl Job {
+    /// Records a judged row; returns the persistent straggler when it changed.
+    pub fn add(&mut self, row: Row, s: &Settings) -> Option<Option<Persistent>> {
+        self.counts[row.verdict.index()] += 1;
+        self.totals[row.verdict.index()] += 1;
+        let own = row.evidence.wall_s
+            * match row.unit {
+                "window" => row.evidence.mpi.map_or(1.0, |m| m[0]),
+                _ => (1.0 - row.evidence.comm_share - row.evidence.mpi.map_or(0.0, |m| m[2])).max(0.0),
+            };
+        let batch = row.batch;
+        let entry = self.open.entry(batch).or_default();
+        entry.push((row.rank, own, row.verdict));
+        self.rows.push_back(row);
+        while self.rows.len() > s.max_rows_per_job {
+            self.rows.pop_front();
+        }
+        let ranks = self.ranks.len();
+        let mut changed = None;
+        let complete: Vec<i64> = self
+            .open
+            .iter()
+            .filter(|(_, v)| v.len() >= ranks)
+            .map(|(b, _)| *b)
+            .collect();
+        for b in complete {
+            if let Some(c) = self.close(b, s) {
+                changed = Some(c);
+            }
+        }
+        while self.open.len() > MAX_OPEN_BATCHES {
+            let b = *self.open.keys().next().expect("not empty");
+            if let Some(c) = self.close(b, s) {
+                changed = Some(c);
+            }
+        }
+        changed
+    }
+
+    /// Names the batch's straggler (with two ranks or more) and updates the
+    /// persistent one; returns it when it changed.
+    fn close(&mut self, batch: i64, s: &Settings) -> Option<Option<Persistent>> {
+        let mut ranks = self.open.remove(&batch)?;
+        if ranks.len() < 2 {
+            return None;
+        }
+        ranks.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let (rank, own, verdict) = ranks[0];
+        let late_by_s = own - ranks[1].1;
+        if let Some(row) = self
+            .rows
+            .iter_mut()
+            .rev()
+            .take(4 * self.ranks.len() + 64)
+            .find(|r| r.batch == batch && r.rank == rank)
+        {
+            row.last = true;
+        }
+        self.stragglers.push_back(BatchStraggler {
+            batch,
+            rank,
+            late_by_s,
+            verdict,
+        });
+        while self.stragglers.len() > s.straggler_batches {
+            self.stragglers.pop_front();
+        }
+        let now = self.persistent_straggler(s);
+        let same = match (&now, &self.persistent) {
+            (Some(a), Some(b)) => a.rank == b.rank,
+            (None, None) => true,
+            _ => false,
+        };
+        let previous_rank_kept = same;
+        self.persistent = now.clone();
+        (!previous_rank_kept).then_some(now)
+    }
+
+    fn persistent_straggler(&self, s: &Settings) -> Option<Persistent> {
+        if self.stragglers.len() < s.straggler_batches {
+            return None;
+        }
+        let mut per_rank: BTreeMap<i32, (usize, f64, [u32; 6])> = BTreeMap::new();
+        for b in &self.stragglers {
+            let e = per_rank.entry(b.rank).or_default();
+            e.0 += 1;
+            e.1 += b.late_by_s;
+            e.2[b.verdict.index()] += 1;
+        }
+        let (&rank, &(n, late, verdicts)) = per_rank.iter().max_by_key(|(_, e)| e.0)?;
+        let of = self.stragglers.len();
+        if (n as f64) < s.straggler_share * of as f64 {
+            return None;
+        }
+        let v = (0..6).max_by_key(|&k| verdicts[k]).expect("six");
+        Some(Persistent {
+            rank,
+            batches: n,
+            of,
+            late_by_s: late / n as f64,
+            verdict: Verdict::ALL[v],
+        })
+    }
+
+    /// The shares of the verdicts judged since the last call (`None` when none).
+    pub fn take_shares(&mut self, time: u64) -> Option<[f64; 6]> {
+        let total: u32 = self.counts.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let shares = self.counts.map(|c| c as f64 / total as f64);
+        self.counts = [0; 6];
+        self.shares.push_back((time, shares));
+        if self.shares.len() > 600 {
+            self.shares.pop_front();
+        }
+        Some(shares)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(batch: i64, rank: i32, wall_s: f64, comm_share: f64, v: Verdict) -> Row {
+        Row {
+            batch,
+            rank,
+            node: "n".into(),
+            unit: "step",
+            start_ns: 0,
+            end_ns: 0,
+            verdict: v,
+            reason: String::new(),
+            last: false,
+            evidence: Evidence {
+                wall_s,
+                comm_share,
+                ..Evidence::default()
+            },
+        }
+    }
+
+    #[test]
+    fn the_rank_others_wait_for_is_last_and_becomes_persistent() {
+        let s = Settings::default();
+        let mut job = Job::default();
+        for r in 0..3 {
+            job.ranks.insert(r, Rank::default());
+        }
+        let mut changes = Vec::new();
+        for b in 0..30 {
+            // All steps last 100 ms; ranks 0 and 1 wait 40 ms in the
+            // collective, rank 2 only 5 ms: rank 2 is the one waited for.
+            for (rank, comm) in [(0, 0.4), (1, 0.4), (2, 0.05)] {
+                if let Some(c) = job.add(row(b, rank, 0.1, comm, Verdict::ComputeBound), &s) {
+                    changes.push((b, c));
+                }
+            }
+        }
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        let (b, p) = &changes[0];
+        assert_eq!(*b, 19, "named once the window of 20 batches is full");
+        let p = p.as_ref().unwrap();
+        assert_eq!((p.rank, p.batches, p.of), (2, 20, 20));
+        assert!((p.late_by_s - 0.035).abs() < 1e-9, "{p:?}");
+        assert!(job.rows.iter().filter(|r| r.last).all(|r| r.rank == 2));
+        assert_eq!(job.rows.iter().filter(|r| r.last).count(), 30);
+        let shares = job.take_shares(1).unwrap();
+        assert_eq!(shares[Verdict::ComputeBound.index()], 1.0);
+        assert!(job.take_shares(2).is_none());
+    }
+}

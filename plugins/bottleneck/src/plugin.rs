@@ -1,0 +1,416 @@
+//! Every hook's logic, with the host passed in as a [`Host`] so it runs in
+//! native tests.
+//!
+//! Flow: samples go to the node's ticks; events register jobs and ranks and
+//! queue steps, phases, CPU readings and MPI bins; a step is judged once
+//! `lag_ms` has passed since it ended (so the samples covering it are in),
+//! becomes a row, feeds its rank's dominant verdict (a decision when it
+//! changes) and its batch's straggler (a decision when the persistent one
+//! changes). Every `emit_every_ms` the share of steps per verdict of each
+//! job is emitted as metrics.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::json;
+use sonde_plugin_sdk::types::{
+    Attribute, Decision, EventBatch, MetricDesc, MetricKind, PointBatch, SampleBatch, Severity, Value,
+};
+
+use crate::host::Host;
+use crate::job::{Job, Persistent, Row};
+use crate::node::NodeSamples;
+use crate::rank::{Rank, Run, classify};
+use crate::settings::Settings;
+use crate::verdict::{Verdict, judge};
+
+/// Progress names that carry the batch index.
+const BATCH_NAMES: [&str; 2] = ["batch_idx", "batch"];
+
+/// The process's cumulative CPU time, as OpenTelemetry names it.
+const PROCESS_CPU_TIME: &str = "process.cpu.time";
+
+pub const VERDICT_METRIC: &str = "bottleneck.steps";
+
+/// What the plugin did with what it was given.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Counters {
+    pub steps_judged: u64,
+    pub windows_judged: u64,
+    pub ignored_jobs_over_limit: u64,
+    pub ignored_ranks_over_limit: u64,
+    pub malformed: u64,
+}
+
+pub struct Bottleneck {
+    pub settings: Settings,
+    pub node: NodeSamples,
+    pub jobs: BTreeMap<String, Job>,
+    pub counters: Counters,
+    handles: HashMap<(String, usize), u32>,
+    timer: u64,
+}
+
+fn rank_of(o: &sonde_plugin_sdk::types::Origin) -> i32 {
+    if o.rank >= 0 { o.rank } else { o.index.max(0) }
+}
+
+impl Bottleneck {
+    pub fn start(host: &mut dyn Host, settings: Settings) -> Bottleneck {
+        let timer = host.set_timer(settings.emit_every_ms, true);
+        Bottleneck {
+            node: NodeSamples::new(settings.min_peak_bytes_per_s),
+            settings,
+            jobs: BTreeMap::new(),
+            counters: Counters::default(),
+            handles: HashMap::new(),
+            timer,
+        }
+    }
+
+    pub fn configure(&mut self, host: &mut dyn Host, settings: Settings) {
+        if settings.emit_every_ms != self.settings.emit_every_ms {
+            host.cancel_timer(self.timer);
+            self.timer = host.set_timer(settings.emit_every_ms, true);
+        }
+        self.settings = settings;
+    }
+
+    pub fn on_samples(&mut self, host: &mut dyn Host, batch: SampleBatch) -> Result<(), String> {
+        self.node.read(batch)?;
+        self.judge_due(host);
+        Ok(())
+    }
+
+    /// The rank an origin reports for, created if the limits allow.
+    fn rank(&mut self, o: &sonde_plugin_sdk::types::Origin) -> Option<&mut Rank> {
+        if o.job.is_empty() {
+            return None;
+        }
+        if !self.jobs.contains_key(&o.job) {
+            if self.jobs.len() >= self.settings.max_jobs {
+                self.counters.ignored_jobs_over_limit += 1;
+                return None;
+            }
+            self.jobs.insert(o.job.clone(), Job::default());
+        }
+        let job = self.jobs.get_mut(&o.job).expect("inserted");
+        let r = rank_of(o);
+        if !job.ranks.contains_key(&r) && job.ranks.len() >= self.settings.max_ranks {
+            self.counters.ignored_ranks_over_limit += 1;
+            return None;
+        }
+        let rank = job.ranks.entry(r).or_default();
+        if rank.node.is_empty() {
+            rank.node = o.node.clone();
+        }
+        Some(rank)
+    }
+
+    pub fn on_events(&mut self, host: &mut dyn Host, batch: &EventBatch) {
+        let name = |i: u32| batch.names.get(i as usize).map(String::as_str);
+        if let Some(c) = &batch.progress {
+            for i in 0..c.origin.len() {
+                if !name(c.name[i]).is_some_and(|n| BATCH_NAMES.contains(&n)) {
+                    continue;
+                }
+                let Some(o) = batch.origins.get(c.origin[i] as usize) else {
+                    continue;
+                };
+                if let Some(rank) = self.rank(o) {
+                    rank.progress(c.time[i], c.value[i].min(i64::MAX as u64) as i64);
+                }
+            }
+        }
+        if let Some(c) = &batch.timings {
+            for i in 0..c.origin.len() {
+                let (start, end) = (c.start[i], c.end[i]);
+                let (Some(o), Some(n)) = (batch.origins.get(c.origin[i] as usize), name(c.name[i])) else {
+                    self.counters.malformed += 1;
+                    continue;
+                };
+                if end < start {
+                    self.counters.malformed += 1;
+                    continue;
+                }
+                let is_step = self.settings.step_names.iter().any(|s| s == n);
+                let class = classify(n, &self.settings);
+                let step = c.step[i];
+                if let Some(rank) = self.rank(o) {
+                    if is_step {
+                        rank.step(start, end, step);
+                    } else {
+                        rank.phase(class, start, end);
+                    }
+                }
+            }
+        }
+        if let Some(c) = &batch.points {
+            for i in 0..c.origin.len() {
+                let Some(info) = batch.point_series.get(c.series[i] as usize) else {
+                    continue;
+                };
+                if info.metric != PROCESS_CPU_TIME {
+                    continue;
+                }
+                let Some(o) = batch.origins.get(c.origin[i] as usize) else {
+                    continue;
+                };
+                let key: String = info
+                    .attributes
+                    .iter()
+                    .map(|a| format!("{}={:?};", a.key, a.value))
+                    .collect();
+                if let Some(rank) = self.rank(o) {
+                    rank.cpu.add(&key, c.time[i], c.value[i]);
+                }
+            }
+        }
+        if let Some(c) = &batch.mpi_samples {
+            // Per (origin, flush time): ns per state, and the main thread's total.
+            let mut flushes: BTreeMap<(u32, u64), ([f64; 3], f64)> = BTreeMap::new();
+            for i in 0..c.origin.len() {
+                let state = c.state[i] as usize;
+                if state > 2 {
+                    self.counters.malformed += 1;
+                    continue;
+                }
+                let ns = c.count[i] as f64 * c.period_ns[i] as f64;
+                let f = flushes.entry((c.origin[i], c.time[i])).or_default();
+                f.0[state] += ns;
+                if c.thread[i] == 0 {
+                    f.1 += ns;
+                }
+            }
+            for ((origin, time), (states, main)) in flushes {
+                let Some(o) = batch.origins.get(origin as usize) else {
+                    continue;
+                };
+                let window_ms = self.settings.mpi_window_ms;
+                let first_window = {
+                    let Some(rank) = self.rank(o) else { continue };
+                    rank.mpi.add(time, states, main);
+                    let first = rank.mpi.first();
+                    if rank.next_window.is_none()
+                        && let Some(f) = first
+                    {
+                        // The first whole window after the rank's first bin.
+                        let w = window_ms * 1_000_000;
+                        rank.next_window = Some((f / w + 1) * w);
+                    }
+                    rank.next_window
+                };
+                let job = self.jobs.get_mut(&o.job).expect("rank exists");
+                if job.first_window.is_none() {
+                    job.first_window = first_window;
+                }
+            }
+        }
+        self.judge_due(host);
+    }
+
+    pub fn on_timer(&mut self, host: &mut dyn Host, id: u64) {
+        if id != self.timer {
+            return;
+        }
+        self.judge_due(host);
+        let now = host.now();
+        let mut points = PointBatch {
+            series: Vec::new(),
+            time: Vec::new(),
+            value: Vec::new(),
+        };
+        let names: Vec<String> = self.jobs.keys().cloned().collect();
+        for name in names {
+            let Some(shares) = self.jobs.get_mut(&name).and_then(|j| j.take_shares(now)) else {
+                continue;
+            };
+            for v in Verdict::ALL {
+                let Some(h) = self.handle(host, &name, v) else { continue };
+                points.series.push(h);
+                points.time.push(now);
+                points.value.push(shares[v.index()]);
+            }
+        }
+        if !points.series.is_empty() {
+            host.emit_points(&points);
+        }
+    }
+
+    fn handle(&mut self, host: &mut dyn Host, job: &str, v: Verdict) -> Option<u32> {
+        if let Some(&h) = self.handles.get(&(job.to_string(), v.index())) {
+            return Some(h);
+        }
+        let desc = MetricDesc {
+            name: VERDICT_METRIC.into(),
+            description: "Share of the job's steps judged in the interval with this verdict".into(),
+            unit: "1".into(),
+            kind: MetricKind::Gauge,
+            attributes: vec![
+                Attribute::new("sonde.job", job),
+                Attribute::new("bottleneck.verdict", v.name()),
+            ],
+        };
+        match host.declare_metric(&desc) {
+            Ok(h) => {
+                self.handles.insert((job.to_string(), v.index()), h);
+                Some(h)
+            }
+            Err(e) => {
+                host.log(Severity::Warn, &format!("declaring {VERDICT_METRIC}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Judges every step and MPI window whose lag has passed.
+    pub fn judge_due(&mut self, host: &mut dyn Host) {
+        let now = host.now();
+        let lag = self.settings.lag_ms * 1_000_000;
+        let s = &self.settings;
+        let mut decisions = Vec::new();
+        for (job_name, job) in &mut self.jobs {
+            let mut rows = Vec::new();
+            for (&r, rank) in &mut job.ranks {
+                for step in rank.due(now, lag) {
+                    let e = rank.evidence(&step, &self.node);
+                    let (v, reason) = judge(&e, s);
+                    rank.remember(&e, s);
+                    self.counters.steps_judged += 1;
+                    if let Some(prev) = rank.dominance(step.batch, v, s) {
+                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &reason));
+                    }
+                    rows.push(Row {
+                        batch: step.batch,
+                        rank: r,
+                        node: rank.node.clone(),
+                        unit: "step",
+                        start_ns: step.start,
+                        end_ns: step.end,
+                        verdict: v,
+                        reason,
+                        last: false,
+                        evidence: e,
+                    });
+                }
+                // Ranks without steps: one row per MPI window.
+                if rank.timed {
+                    rank.prune(now.saturating_sub(lag));
+                    continue;
+                }
+                let w = s.mpi_window_ms * 1_000_000;
+                while let Some(start) = rank.next_window
+                    && start + w + lag <= now
+                    && rank.mpi.until() >= start + w
+                {
+                    rank.next_window = Some(start + w);
+                    let e = rank.window_evidence(start, start + w, &self.node);
+                    if e.mpi.is_none() {
+                        continue;
+                    }
+                    let (v, reason) = judge(&e, s);
+                    let batch = ((start - job.first_window.unwrap_or(start)) / w) as i64;
+                    self.counters.windows_judged += 1;
+                    if let Some(prev) = rank.dominance(batch, v, s) {
+                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &reason));
+                    }
+                    rows.push(Row {
+                        batch,
+                        rank: r,
+                        node: rank.node.clone(),
+                        unit: "window",
+                        start_ns: start,
+                        end_ns: start + w,
+                        verdict: v,
+                        reason,
+                        last: false,
+                        evidence: e,
+                    });
+                }
+                rank.prune(now.saturating_sub(lag));
+            }
+            rows.sort_by_key(|r| (r.batch, r.rank));
+            for row in rows {
+                if let Some(change) = job.add(row, s) {
+                    decisions.push(straggler_decision(job_name, change.as_ref()));
+                }
+            }
+        }
+        for d in decisions {
+            host.emit_decision(&d);
+        }
+    }
+}
+
+fn steps_words(unit: &str, first: i64, last: i64) -> String {
+    let unit = if unit == "window" { "windows" } else { "steps" };
+    if first == last {
+        format!("{} {first}", &unit[..unit.len() - 1])
+    } else {
+        format!("{unit} {first}–{last}")
+    }
+}
+
+/// "steps 1200–1207 on rank 3 are input-bound: the dataloader takes 61 % of
+/// the step; ...; before: steps 0–1199 compute-bound".
+fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, why: &str) -> Decision {
+    let run = r.run.as_ref().expect("a change sets the run");
+    let unit = if r.timed { "step" } else { "window" };
+    let mut reason = format!(
+        "{} on rank {rank} are {}: {why}",
+        steps_words(unit, run.first, run.last),
+        run.verdict.name()
+    );
+    if let Some(p) = previous {
+        reason.push_str(&format!(
+            "; before: {} {}",
+            steps_words(unit, p.first, p.last),
+            p.verdict.name()
+        ));
+    }
+    let body = json!({
+        "job": job,
+        "rank": rank,
+        "verdict": run.verdict,
+        "first": run.first,
+        "last": run.last,
+        "previous": previous.map(|p| json!({"verdict": p.verdict, "first": p.first, "last": p.last})),
+        "reason": reason,
+    });
+    Decision {
+        kind: "bottleneck".into(),
+        subject: format!("{job}/rank-{rank}"),
+        reason,
+        body: body.to_string(),
+        attributes: vec![
+            Attribute::new("sonde.job", job),
+            Attribute {
+                key: "sonde.rank".into(),
+                value: Value::Int(rank as i64),
+            },
+            Attribute::new("bottleneck.verdict", run.verdict.name()),
+        ],
+    }
+}
+
+fn straggler_decision(job: &str, p: Option<&Persistent>) -> Decision {
+    let reason = match p {
+        Some(p) => format!(
+            "rank {} is the straggler of {job}: it finished last in {} of the last {} batches, by {:.0} ms on \
+             average; its steps there are {}",
+            p.rank,
+            p.batches,
+            p.of,
+            p.late_by_s * 1e3,
+            p.verdict.name()
+        ),
+        None => format!("{job} has no persistent straggler any more"),
+    };
+    let body = json!({"job": job, "straggler": p, "reason": reason});
+    Decision {
+        kind: "straggler".into(),
+        subject: job.to_string(),
+        reason,
+        body: body.to_string(),
+        attributes: vec![Attribute::new("sonde.job", job)],
+    }
+}

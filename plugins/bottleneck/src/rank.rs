@@ -1,0 +1,551 @@
+//! One rank of one job: its steps waiting for judgement, the phases reported
+//! inside them, its batch-index reports, its own CPU time and MPI state
+//! samples, and its history (usual compute time and CPU rate).
+//!
+//! [`Rank::evidence`] joins a step with all of that and with its node's
+//! samples in the step's window.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::node::NodeSamples;
+use crate::settings::Settings;
+use crate::verdict::{Evidence, Verdict};
+
+/// What a phase's name says it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PhaseClass {
+    Input,
+    Comm,
+    Compute,
+    Other,
+}
+
+pub fn classify(name: &str, s: &Settings) -> PhaseClass {
+    let lower = name.to_ascii_lowercase();
+    let has = |list: &[String]| list.iter().any(|p| lower.contains(&p.to_ascii_lowercase()));
+    if has(&s.input_phases) {
+        PhaseClass::Input
+    } else if has(&s.comm_phases) {
+        PhaseClass::Comm
+    } else if has(&s.compute_phases) {
+        PhaseClass::Compute
+    } else {
+        PhaseClass::Other
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Phase {
+    pub class: PhaseClass,
+    pub start: u64,
+    pub end: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    pub batch: i64,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Bounds per rank (a rank reporting faster than it is judged loses its oldest).
+const MAX_PHASES: usize = 8192;
+const MAX_PENDING: usize = 4096;
+const MAX_PROGRESS: usize = 1024;
+const MAX_READINGS: usize = 4096;
+const MAX_MPI_SPANS: usize = 4096;
+
+/// How long phases and readings outlive the judgement of their window.
+const KEEP_NS: u64 = 5_000_000_000;
+
+/// Steps between two computations of a rank's usual values.
+const REFERENCE_EVERY: usize = 8;
+
+/// The process's cumulative CPU seconds (`process.cpu.time`), per series
+/// (one per `cpu.mode`), read at the times the job's SDK collected them.
+#[derive(Debug, Default)]
+pub struct ProcessCpu {
+    series: HashMap<String, VecDeque<(u64, f64)>>,
+}
+
+impl ProcessCpu {
+    pub fn add(&mut self, series: &str, time: u64, seconds: f64) {
+        if !seconds.is_finite() {
+            return;
+        }
+        let readings = self.series.entry(series.to_string()).or_default();
+        // Out of order, or a cumulative value going back (a restarted
+        // process, or two processes reporting as one): not this series.
+        if readings.back().is_some_and(|&(t, v)| t >= time || seconds < v) {
+            return;
+        }
+        readings.push_back((time, seconds));
+        if readings.len() > MAX_READINGS {
+            readings.pop_front();
+        }
+    }
+
+    /// Cores used on average over [start, end], interpolating each series'
+    /// cumulative seconds; `None` unless every series has readings around both ends.
+    pub fn cores(&self, start: u64, end: u64) -> Option<f64> {
+        if self.series.is_empty() || end <= start {
+            return None;
+        }
+        let mut seconds = 0.0;
+        for readings in self.series.values() {
+            seconds += at(readings, end)? - at(readings, start)?;
+        }
+        Some(seconds.max(0.0) / ((end - start) as f64 / 1e9))
+    }
+
+    pub fn prune(&mut self, before: u64) {
+        for r in self.series.values_mut() {
+            // Keep one reading at or before `before` for interpolation.
+            while r.len() > 1 && r[1].0 <= before {
+                r.pop_front();
+            }
+        }
+    }
+}
+
+/// A cumulative series' value at `t`, linear between the readings around it.
+fn at(readings: &VecDeque<(u64, f64)>, t: u64) -> Option<f64> {
+    let i = readings.partition_point(|&(rt, _)| rt < t);
+    let (t1, v1) = *readings.get(i)?;
+    if t1 == t {
+        return Some(v1);
+    }
+    let (t0, v0) = *readings.get(i.checked_sub(1)?)?;
+    Some(v0 + (v1 - v0) * (t - t0) as f64 / (t1 - t0) as f64)
+}
+
+/// The MPI probe's bins of one rank as spans: each flush at `to` covers the
+/// time since the rank's previous flush, with ns per state.
+#[derive(Debug, Default)]
+pub struct MpiSpans {
+    spans: VecDeque<(u64, u64, [f64; 3])>,
+}
+
+impl MpiSpans {
+    /// One flush: every bin of the rank stamped `time`, as ns per state.
+    /// The span starts where the main thread's sampled time says it does.
+    pub fn add(&mut self, time: u64, per_state_ns: [f64; 3], main_thread_ns: f64) {
+        let from = time.saturating_sub(main_thread_ns as u64);
+        let from = self.spans.back().map_or(from, |s| s.1.max(from).min(time));
+        if time <= from {
+            return;
+        }
+        self.spans.push_back((from, time, per_state_ns));
+        if self.spans.len() > MAX_MPI_SPANS {
+            self.spans.pop_front();
+        }
+    }
+
+    pub fn first(&self) -> Option<u64> {
+        self.spans.front().map(|s| s.0)
+    }
+
+    pub fn until(&self) -> u64 {
+        self.spans.back().map_or(0, |s| s.1)
+    }
+
+    /// Shares (not in MPI, work, stall) of the sampled time in [start, end].
+    pub fn shares(&self, start: u64, end: u64) -> Option<[f64; 3]> {
+        let mut acc = [0.0; 3];
+        for &(from, to, ns) in &self.spans {
+            if to <= start || from >= end {
+                continue;
+            }
+            let f = (to.min(end) - from.max(start)) as f64 / (to - from) as f64;
+            for k in 0..3 {
+                acc[k] += ns[k] * f;
+            }
+        }
+        let total: f64 = acc.iter().sum();
+        (total > 0.0).then(|| acc.map(|x| x / total))
+    }
+
+    pub fn prune(&mut self, before: u64) {
+        while self.spans.front().is_some_and(|s| s.1 < before) {
+            self.spans.pop_front();
+        }
+    }
+}
+
+/// A rank's verdicts in a row: the dominant one since `first`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub verdict: Verdict,
+    pub first: i64,
+    pub last: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Rank {
+    pub node: String,
+    pub phases: VecDeque<Phase>,
+    pub pending: VecDeque<Step>,
+    progress: VecDeque<(u64, i64)>,
+    next_batch: i64,
+    pub cpu: ProcessCpu,
+    pub mpi: MpiSpans,
+    /// Compute seconds and CPU cores of the last `reference_steps` steps.
+    compute_history: VecDeque<f64>,
+    cpu_history: VecDeque<f64>,
+    /// The usual compute seconds and CPU cores, recomputed every
+    /// `REFERENCE_EVERY` steps (a quantile sorts the history).
+    usual: (Option<f64>, Option<f64>),
+    since_reference: usize,
+    /// The rank reports steps (else it is judged per MPI window).
+    pub timed: bool,
+    /// Start of the next MPI window to judge (ranks without steps).
+    pub next_window: Option<u64>,
+    /// The last `dominant_steps` verdicts, and the dominant run.
+    pub recent: VecDeque<(i64, Verdict)>,
+    pub run: Option<Run>,
+    pub runs: VecDeque<Run>,
+}
+
+/// Seconds of the merged intervals (nested spans count once).
+fn merged(spans: &mut [(u64, u64)]) -> f64 {
+    spans.sort_unstable();
+    let mut total = 0u64;
+    let mut cur: Option<(u64, u64)> = None;
+    for &(a, b) in spans.iter() {
+        match cur {
+            Some((ca, cb)) if a <= cb => cur = Some((ca, cb.max(b))),
+            Some((ca, cb)) => {
+                total += cb - ca;
+                cur = Some((a, b));
+            }
+            None => cur = Some((a, b)),
+        }
+    }
+    if let Some((a, b)) = cur {
+        total += b - a;
+    }
+    total as f64 / 1e9
+}
+
+/// Seconds of input, communication, compute and any named phase inside
+/// [start, end], in one pass over the rank's phases.
+fn inside(phases: &VecDeque<Phase>, start: u64, end: u64) -> [f64; 4] {
+    let mut per_class: [Vec<(u64, u64)>; 4] = Default::default();
+    for p in phases.iter().filter(|p| p.end > start && p.start < end) {
+        let span = (p.start.max(start), p.end.min(end));
+        let k = match p.class {
+            PhaseClass::Input => 0,
+            PhaseClass::Comm => 1,
+            PhaseClass::Compute => 2,
+            PhaseClass::Other => 3,
+        };
+        if k < 3 {
+            per_class[k].push(span);
+        }
+        // Any named phase, for the time outside them all.
+        per_class[3].push(span);
+    }
+    per_class.map(|mut v| merged(&mut v))
+}
+
+fn quantile(values: &VecDeque<f64>, q: f64) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().collect();
+    v.sort_unstable_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+impl Rank {
+    pub fn progress(&mut self, time: u64, batch: i64) {
+        if self.progress.back().is_some_and(|&(t, _)| t > time) {
+            // Late report: insert in order.
+            let i = self.progress.partition_point(|&(t, _)| t <= time);
+            self.progress.insert(i, (time, batch));
+        } else {
+            self.progress.push_back((time, batch));
+        }
+        if self.progress.len() > MAX_PROGRESS {
+            self.progress.pop_front();
+        }
+    }
+
+    /// A step timing; `step` < 0 takes the batch index current at its start.
+    pub fn step(&mut self, start: u64, end: u64, step: i64) {
+        let batch = if step >= 0 {
+            step
+        } else {
+            let i = self.progress.partition_point(|&(t, _)| t <= start);
+            match i.checked_sub(1).map(|i| self.progress[i].1) {
+                Some(b) => b,
+                None => self.next_batch,
+            }
+        };
+        self.next_batch = batch + 1;
+        self.timed = true;
+        self.pending.push_back(Step { batch, start, end });
+        if self.pending.len() > MAX_PENDING {
+            self.pending.pop_front();
+        }
+    }
+
+    pub fn phase(&mut self, class: PhaseClass, start: u64, end: u64) {
+        self.phases.push_back(Phase { class, start, end });
+        if self.phases.len() > MAX_PHASES {
+            self.phases.pop_front();
+        }
+    }
+
+    /// Steps whose judgement is due at `now`, oldest first.
+    pub fn due(&mut self, now: u64, lag_ns: u64) -> Vec<Step> {
+        let mut out = Vec::new();
+        while let Some(s) = self.pending.front()
+            && s.end + lag_ns <= now
+        {
+            out.push(self.pending.pop_front().expect("front exists"));
+        }
+        out.sort_by_key(|s| s.end);
+        out
+    }
+
+    /// Drops what no pending or future step can need. Phases and readings
+    /// are kept `KEEP_NS` longer: a parent span may arrive after its children.
+    pub fn prune(&mut self, judged_until: u64) {
+        let judged_until = judged_until.saturating_sub(KEEP_NS);
+        let keep_from = self
+            .pending
+            .iter()
+            .map(|s| s.start)
+            .min()
+            .unwrap_or(judged_until)
+            .min(judged_until)
+            // An MPI window not yet judged keeps its spans.
+            .min(self.next_window.unwrap_or(u64::MAX));
+        while self.phases.front().is_some_and(|p| p.end < keep_from) {
+            self.phases.pop_front();
+        }
+        self.cpu.prune(keep_from);
+        self.mpi.prune(keep_from);
+    }
+
+    /// The step's evidence: its phases, the process's CPU, MPI, and the node.
+    pub fn evidence(&self, step: &Step, node: &NodeSamples) -> Evidence {
+        let (start, end) = (step.start, step.end.max(step.start + 1));
+        let wall = (end - start) as f64 / 1e9;
+        let [input, comm, compute_named, named] = inside(&self.phases, start, end);
+        let phased = named > 0.0;
+        let other = (wall - named).max(0.0);
+        // Without named compute phases, compute is what is neither input nor communication.
+        let compute = if compute_named > 0.0 {
+            compute_named
+        } else {
+            (wall - input - comm).max(0.0)
+        };
+        let w = node.window(start, end);
+        let mut e = Evidence {
+            wall_s: wall,
+            phased,
+            input_share: input / wall,
+            comm_share: comm / wall,
+            compute_share: if phased { compute / wall } else { 0.0 },
+            other_share: other / wall,
+            compute_s: compute,
+            process_cpu: self.cpu.cores(start, end),
+            node_cpu: w.cpu,
+            cores: w.cores,
+            memory_available: w.memory_available,
+            net: w.net,
+            disk_read: w.disk_read,
+            gpu: w.gpu,
+            mpi: self.mpi.shares(start, end),
+            ..Evidence::default()
+        };
+        e.usual_compute_s = self.usual.0;
+        e.usual_cpu = self.usual.1;
+        e
+    }
+
+    /// The evidence of an MPI window of a rank without steps.
+    pub fn window_evidence(&self, start: u64, end: u64, node: &NodeSamples) -> Evidence {
+        let w = node.window(start, end);
+        let mpi = self.mpi.shares(start, end);
+        let wall = (end - start) as f64 / 1e9;
+        Evidence {
+            wall_s: wall,
+            compute_share: mpi.map_or(0.0, |m| m[0]),
+            compute_s: mpi.map_or(0.0, |m| m[0] * wall),
+            other_share: 1.0,
+            node_cpu: w.cpu,
+            cores: w.cores,
+            memory_available: w.memory_available,
+            net: w.net,
+            disk_read: w.disk_read,
+            gpu: w.gpu,
+            mpi,
+            ..Evidence::default()
+        }
+    }
+
+    /// Adds a judged step to the rank's history (a step whose compute the
+    /// host slowed down counts too: the quantile keeps the usual value).
+    pub fn remember(&mut self, e: &Evidence, s: &Settings) {
+        self.since_reference += 1;
+        let young = self.compute_history.len() < 2 * s.min_reference_steps;
+        if young || self.since_reference >= REFERENCE_EVERY {
+            self.since_reference = 0;
+            let n = s.min_reference_steps;
+            self.usual = (
+                (self.compute_history.len() >= n).then(|| quantile(&self.compute_history, s.reference_quantile)),
+                (self.cpu_history.len() >= n).then(|| quantile(&self.cpu_history, 1.0 - s.reference_quantile)),
+            );
+        }
+        self.compute_history.push_back(e.compute_s);
+        if self.compute_history.len() > s.reference_steps {
+            self.compute_history.pop_front();
+        }
+        if let Some(c) = e.process_cpu {
+            self.cpu_history.push_back(c);
+            if self.cpu_history.len() > s.reference_steps {
+                self.cpu_history.pop_front();
+            }
+        }
+    }
+
+    /// Adds a verdict; returns the previous run when the dominant verdict changed.
+    pub fn dominance(&mut self, batch: i64, v: Verdict, s: &Settings) -> Option<Option<Run>> {
+        self.recent.push_back((batch, v));
+        if self.recent.len() > s.dominant_steps {
+            self.recent.pop_front();
+        }
+        if let Some(run) = &mut self.run
+            && run.verdict == v
+        {
+            run.last = batch;
+        }
+        if self.recent.len() < s.dominant_steps {
+            return None;
+        }
+        let mut counts = [0usize; 6];
+        for (_, v) in &self.recent {
+            counts[v.index()] += 1;
+        }
+        let (best, &n) = counts.iter().enumerate().max_by_key(|(_, n)| **n).expect("six");
+        let best = Verdict::ALL[best];
+        if (n as f64) < s.dominant_share * self.recent.len() as f64
+            || self.run.as_ref().is_some_and(|r| r.verdict == best)
+        {
+            return None;
+        }
+        let first = self.recent.iter().find(|(_, v)| *v == best).map_or(batch, |(b, _)| *b);
+        let last = self
+            .recent
+            .iter()
+            .rev()
+            .find(|(_, v)| *v == best)
+            .map_or(batch, |(b, _)| *b);
+        let previous = self.run.replace(Run {
+            verdict: best,
+            first,
+            last,
+        });
+        if let Some(p) = &previous {
+            self.runs.push_back(p.clone());
+            if self.runs.len() > 64 {
+                self.runs.pop_front();
+            }
+        }
+        Some(previous)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn phases_count_once_inside_the_step_and_names_classify() {
+        let s = Settings::default();
+        assert_eq!(classify("dataloader_next", &s), PhaseClass::Input);
+        assert_eq!(classify("train_batch.backward", &s), PhaseClass::Compute);
+        assert_eq!(classify("AllReduce", &s), PhaseClass::Comm);
+        assert_eq!(classify("checkpoint", &s), PhaseClass::Other);
+        let mut r = Rank::default();
+        r.phase(PhaseClass::Input, 0, 30 * MS);
+        r.phase(PhaseClass::Compute, 30 * MS, 80 * MS);
+        // Nested inside the compute phase: no double count.
+        r.phase(PhaseClass::Compute, 40 * MS, 50 * MS);
+        // Outside the step.
+        r.phase(PhaseClass::Input, 200 * MS, 300 * MS);
+        r.step(0, 100 * MS, 7);
+        let step = r.due(10_000 * MS, 0)[0];
+        assert_eq!(step.batch, 7);
+        let e = r.evidence(&step, &NodeSamples::new(1e6));
+        assert!((e.input_share - 0.3).abs() < 1e-9, "{e:?}");
+        assert!((e.compute_share - 0.5).abs() < 1e-9, "{e:?}");
+        assert!((e.other_share - 0.2).abs() < 1e-9, "{e:?}");
+        assert!(e.phased && e.process_cpu.is_none() && e.node_cpu.is_none());
+    }
+
+    #[test]
+    fn a_step_without_index_takes_the_current_batch_and_waits_for_the_lag() {
+        let mut r = Rank::default();
+        r.progress(0, 41);
+        r.progress(150 * MS, 42);
+        r.step(160 * MS, 250 * MS, -1);
+        r.step(260 * MS, 350 * MS, -1);
+        assert!(r.due(1000 * MS, 1000 * MS).is_empty());
+        let due = r.due(1400 * MS, 1000 * MS);
+        assert_eq!(due.iter().map(|s| s.batch).collect::<Vec<_>>(), [42, 42]);
+    }
+
+    #[test]
+    fn process_cpu_interpolates_cumulative_seconds_over_modes() {
+        let mut c = ProcessCpu::default();
+        for (k, t) in [0u64, 100, 200, 300].iter().enumerate() {
+            c.add("user", t * MS, k as f64 * 0.08);
+            c.add("system", t * MS, k as f64 * 0.01);
+        }
+        let cores = c.cores(50 * MS, 250 * MS).unwrap();
+        assert!((cores - 0.9).abs() < 1e-9, "{cores}");
+        assert_eq!(c.cores(250 * MS, 350 * MS), None, "no reading after the end yet");
+    }
+
+    #[test]
+    fn mpi_spans_give_state_shares_of_a_window() {
+        let mut m = MpiSpans::default();
+        // 500 ms flushes: first mostly stall, then all work outside MPI.
+        m.add(500 * MS, [100e6, 0.0, 400e6], 500e6);
+        m.add(1000 * MS, [500e6, 0.0, 0.0], 500e6);
+        let sh = m.shares(0, 500 * MS).unwrap();
+        assert!((sh[2] - 0.8).abs() < 1e-9);
+        let sh = m.shares(250 * MS, 750 * MS).unwrap();
+        assert!((sh[2] - 0.4).abs() < 1e-9, "{sh:?}");
+        assert_eq!(m.shares(2000 * MS, 3000 * MS), None);
+    }
+
+    #[test]
+    fn the_dominant_verdict_changes_only_with_a_majority() {
+        let s = Settings::default();
+        let mut r = Rank::default();
+        let mut changes = Vec::new();
+        for b in 0..40 {
+            // Every 10th step idle, steps 20.. input-bound.
+            let v = if b >= 20 {
+                Verdict::InputBound
+            } else if b % 10 == 9 {
+                Verdict::Idle
+            } else {
+                Verdict::ComputeBound
+            };
+            if let Some(prev) = r.dominance(b, v, &s) {
+                changes.push((b, r.run.clone().unwrap(), prev));
+            }
+        }
+        assert_eq!(changes.len(), 2, "{changes:?}");
+        assert_eq!(changes[0].1.verdict, Verdict::ComputeBound);
+        let (at, run, prev) = &changes[1];
+        assert_eq!((run.verdict, run.first), (Verdict::InputBound, 20));
+        assert!(*at >= 24 && *at <= 25, "{at}");
+        assert_eq!(prev.as_ref().unwrap().last, 18);
+    }
+}

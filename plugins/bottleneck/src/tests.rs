@@ -1,0 +1,244 @@
+//! The plugin through its hooks with a fake host: events and samples in,
+//! rows, decisions, metrics and routes out.
+
+use sonde_plugin_sdk::types::{
+    Attribute, EventBatch, HttpRequest, MpiSampleColumns, Origin, PointColumns, SampleBatch, SeriesInfo, SeriesKind,
+    TimingColumns,
+};
+
+use crate::host::fake::Fake;
+use crate::plugin::{Bottleneck, VERDICT_METRIC};
+use crate::routes;
+use crate::settings::Settings;
+
+const MS: u64 = 1_000_000;
+/// Tests start at 1 000 s after the epoch.
+const T0: u64 = 1_000_000 * MS;
+
+fn origin(job: &str, rank: i32) -> Origin {
+    Origin {
+        job: job.into(),
+        node: "n1".into(),
+        role: "worker".into(),
+        index: -1,
+        rank,
+        local_rank: rank,
+        attributes: vec![],
+    }
+}
+
+fn empty(origins: Vec<Origin>, names: &[&str]) -> EventBatch {
+    EventBatch {
+        origins,
+        names: names.iter().map(|s| s.to_string()).collect(),
+        point_series: vec![],
+        progress: None,
+        timings: None,
+        requests: None,
+        actions: None,
+        mpi_samples: None,
+        heartbeats: None,
+        points: None,
+        node_events: vec![],
+        custom: vec![],
+    }
+}
+
+/// 100 ms steps of two ranks from `first` to `last`; rank 1's dataloader takes
+/// 60 ms of them on batches in `slow`, 8 ms otherwise. With their CPU time.
+fn steps(first: u64, last: u64, slow: std::ops::Range<u64>) -> EventBatch {
+    let mut b = empty(
+        vec![origin("job", 0), origin("job", 1)],
+        &["train_batch", "dataloader_next", "forward"],
+    );
+    let mut t = TimingColumns {
+        origin: vec![],
+        name: vec![],
+        start: vec![],
+        end: vec![],
+        step: vec![],
+    };
+    let mut p = PointColumns {
+        origin: vec![],
+        series: vec![],
+        time: vec![],
+        value: vec![],
+    };
+    b.point_series = vec![SeriesInfo {
+        id: 0,
+        metric: "process.cpu.time".into(),
+        unit: "s".into(),
+        kind: SeriesKind::Counter,
+        attributes: vec![Attribute::new("cpu.mode", "user")],
+    }];
+    for rank in 0..2u32 {
+        for batch in first..=last {
+            let start = T0 + batch * 100 * MS;
+            let load = if rank == 1 && slow.contains(&batch) { 60 } else { 8 };
+            for (name, a, z) in [(0, 0, 100), (1, 0, load), (2, load, 100)] {
+                t.origin.push(rank);
+                t.name.push(name);
+                t.start.push(start + a * MS);
+                t.end.push(start + z * MS);
+                t.step.push(batch as i64);
+            }
+            // One core busy while computing, idle while loading.
+            p.origin.push(rank);
+            p.series.push(0);
+            p.time.push(start);
+            p.value.push(batch as f64 * 0.1);
+        }
+        p.origin.push(rank);
+        p.series.push(0);
+        p.time.push(T0 + (last + 1) * 100 * MS);
+        p.value.push((last + 1) as f64 * 0.1);
+    }
+    b.timings = Some(t);
+    b.points = Some(p);
+    b
+}
+
+/// The node's CPU at `cpu` every 100 ms over `[from, to)` seconds from T0.
+fn samples(from_ms: u64, to_ms: u64, cpu: f64, first: bool) -> SampleBatch {
+    let ticks: Vec<u64> = (from_ms / 100..to_ms / 100).map(|k| T0 + k * 100 * MS).collect();
+    SampleBatch {
+        new_series: if first {
+            vec![SeriesInfo {
+                id: 1,
+                metric: "system.cpu.utilization".into(),
+                unit: "1".into(),
+                kind: SeriesKind::Gauge,
+                attributes: vec![],
+            }]
+        } else {
+            vec![]
+        },
+        series: vec![1],
+        values: vec![cpu; ticks.len()],
+        timestamps: ticks,
+    }
+}
+
+fn get(p: &Bottleneck, path: &str, query: &str) -> (u16, serde_json::Value) {
+    let r = routes::handle(
+        p,
+        &HttpRequest {
+            method: "GET".into(),
+            path: path.into(),
+            query: query.into(),
+            headers: vec![],
+            body: vec![],
+        },
+    );
+    (r.status, serde_json::from_slice(&r.body).unwrap_or_default())
+}
+
+#[test]
+fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
+    let mut host = Fake {
+        now: T0,
+        ..Fake::default()
+    };
+    let mut p = Bottleneck::start(&mut host, Settings::default());
+    p.on_samples(&mut host, samples(0, 4000, 0.6, true)).unwrap();
+    p.on_events(&mut host, &steps(0, 39, 20..40));
+    assert!(p.jobs["job"].rows.is_empty(), "nothing is judged before the lag");
+    host.now = T0 + 8000 * MS;
+    p.on_samples(&mut host, samples(4000, 8000, 0.6, false)).unwrap();
+    let job = &p.jobs["job"];
+    assert_eq!(job.rows.len(), 80);
+    let verdict = |rank: i32, batch: i64| {
+        let r = job.rows.iter().find(|r| r.rank == rank && r.batch == batch).unwrap();
+        r.verdict.name()
+    };
+    assert_eq!(verdict(0, 25), "compute-bound");
+    assert_eq!(verdict(1, 5), "compute-bound");
+    assert_eq!(verdict(1, 25), "input-bound");
+    // Rank 1's change of dominant verdict is a decision with its range and the one before.
+    let reasons: Vec<&str> = host.decisions.iter().map(|d| d.reason.as_str()).collect();
+    assert!(
+        reasons.iter().any(|r| r.starts_with("steps 20–")
+            && r.contains("on rank 1 are input-bound: the dataloader takes 60 % of the step")
+            && r.contains("before: steps 0–19 compute-bound")),
+        "{reasons:?}"
+    );
+    // Shares per verdict, once per emission, declared per job and verdict.
+    let timer = host.timers[0].0;
+    p.on_timer(&mut host, timer);
+    let share = |v: &str| {
+        host.points
+            .iter()
+            .find(|pt| pt.metric == VERDICT_METRIC && pt.attrs.iter().any(|(k, x)| k == "bottleneck.verdict" && x == v))
+            .map(|pt| pt.value)
+    };
+    assert_eq!(share("input-bound"), Some(20.0 / 80.0));
+    assert_eq!(share("compute-bound"), Some(60.0 / 80.0));
+    assert_eq!(share("idle"), Some(0.0));
+
+    let (code, body) = get(&p, "/jobs/job", "limit=10&rank=1");
+    assert_eq!(code, 200);
+    assert_eq!(body["rows"].as_array().unwrap().len(), 10);
+    assert_eq!(body["rows"][0]["batch"], 30);
+    assert_eq!(body["steps"]["input-bound"], 20);
+    assert_eq!(body["rank_details"][1]["dominant"]["verdict"], "input-bound");
+    assert_eq!(get(&p, "/jobs/nope", "").0, 404);
+    assert_eq!(get(&p, "/jobs/job", "limit=x").0, 400);
+    assert_eq!(get(&p, "/jobs", "").1["jobs"][0]["job"], "job");
+}
+
+#[test]
+fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
+    let mut host = Fake {
+        now: T0,
+        ..Fake::default()
+    };
+    let mut p = Bottleneck::start(&mut host, Settings::default());
+    // 4 ranks flushing every 500 ms for 30 s: rank r computes (r+1)/4 of the
+    // time and stalls the rest, as tests/mpi/imbalance.c does.
+    let mut b = empty((0..4).map(|r| origin("mpi", r)).collect(), &["MPI_Barrier", "main+0x1"]);
+    let mut c = MpiSampleColumns {
+        origin: vec![],
+        thread: vec![],
+        time: vec![],
+        state: vec![],
+        function: vec![],
+        callsite: vec![],
+        count: vec![],
+        period_ns: vec![],
+    };
+    for k in 1..=60u64 {
+        for r in 0..4u32 {
+            let compute = 125 * (r + 1);
+            for (state, count) in [(0u8, compute), (2u8, 500 - compute)] {
+                if count == 0 {
+                    continue;
+                }
+                c.origin.push(r);
+                c.thread.push(0);
+                c.time.push(T0 + k * 500 * MS);
+                c.state.push(state);
+                c.function.push(0);
+                c.callsite.push(1);
+                c.count.push(count);
+                c.period_ns.push(MS);
+            }
+        }
+    }
+    b.mpi_samples = Some(c);
+    host.now = T0 + 40_000 * MS;
+    p.on_events(&mut host, &b);
+    let job = &p.jobs["mpi"];
+    let of = |rank: i32| job.rows.iter().filter(move |r| r.rank == rank);
+    assert!(of(3).count() >= 25, "{}", of(3).count());
+    assert!(of(3).all(|r| r.verdict.name() != "communication-bound" && r.unit == "window"));
+    assert!(of(0).all(|r| r.verdict.name() == "communication-bound"));
+    let s = job.persistent.as_ref().expect("a persistent straggler");
+    assert_eq!((s.rank, s.batches, s.of), (3, 20, 20));
+    // 100 % of its time outside MPI against rank 2's 75 %: 250 ms of each second.
+    assert!((s.late_by_s - 0.25).abs() < 1e-6, "{s:?}");
+    assert!(
+        host.decisions
+            .iter()
+            .any(|d| d.kind == "straggler" && d.reason.starts_with("rank 3 is the straggler of mpi"))
+    );
+}
