@@ -12,11 +12,9 @@
 //!   disk against their observed peaks, GPU.
 //! - `rank`: one rank's steps, phases, CPU time, MPI spans, history, dominant verdict.
 //! - `job`: per-step rows, per-batch and persistent stragglers, verdict shares.
-//! - `plugin`: every hook's logic, with the host behind `host::Host`.
+//! - `plugin`: every hook's logic, with the host behind the SDK's `Host`.
 //! - `routes`: `GET /jobs`, `GET /jobs/{job}`, `GET /counters`.
-//! - `host`: the host calls, their real implementation and a test fake.
 
-pub mod host;
 pub mod job;
 pub mod node;
 pub mod plugin;
@@ -31,13 +29,10 @@ mod tests;
 use sonde_plugin_sdk::types::{
     EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, SampleRequest, StartInfo,
 };
-use sonde_plugin_sdk::{Guest, InstanceCell};
+use sonde_plugin_sdk::{Host, Plugin};
 
-use crate::host::Wasm;
 use crate::plugin::Bottleneck;
 use crate::settings::Settings;
-
-static STATE: InstanceCell<Bottleneck> = InstanceCell::new();
 
 pub fn manifest() -> Manifest {
     Manifest {
@@ -65,39 +60,42 @@ pub fn manifest() -> Manifest {
     }
 }
 
-struct Plugin;
+/// The component: each hook of the SDK's [`Plugin`] handed to [`Bottleneck`].
+pub struct Hooks(Bottleneck);
 
-impl Guest for Plugin {
-    fn start(info: StartInfo) -> Result<Manifest, String> {
+impl Plugin for Hooks {
+    fn start(host: &mut impl Host, info: StartInfo) -> Result<Self, String> {
         let settings = Settings::parse(&info.settings)?;
-        STATE.set(Bottleneck::start(&mut Wasm, settings));
-        Ok(manifest())
+        Ok(Hooks(Bottleneck::start(host, settings)))
     }
 
-    fn configure(json: String) -> Result<(), String> {
-        let new = Settings::parse(&json)?;
-        STATE.with(|b| b.configure(&mut Wasm, new))
+    fn manifest(&self) -> Manifest {
+        manifest()
     }
 
-    fn on_samples(batch: SampleBatch) -> Result<(), String> {
-        STATE.with(|b| b.on_samples(&mut Wasm, batch))?
+    fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {
+        let new = Settings::parse(json)?;
+        self.0.configure(host, new);
+        Ok(())
     }
 
-    fn on_events(batch: EventBatch) -> Result<(), String> {
-        STATE.with(|b| b.on_events(&mut Wasm, &batch))
+    fn on_samples(&mut self, host: &mut impl Host, batch: SampleBatch) -> Result<(), String> {
+        self.0.on_samples(host, batch)
     }
 
-    fn on_timer(id: u64) -> Result<(), String> {
-        STATE.with(|b| b.on_timer(&mut Wasm, id))
+    fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
+        self.0.on_events(host, &batch);
+        Ok(())
     }
 
-    fn on_request(request: HttpRequest) -> HttpResponse {
-        STATE
-            .with(|b| routes::handle(b, &request))
-            .unwrap_or_else(|e| HttpResponse::error(503, &e))
+    fn on_timer(&mut self, host: &mut impl Host, id: u64) -> Result<(), String> {
+        self.0.on_timer(host, id);
+        Ok(())
     }
 
-    fn stop() {}
+    fn on_request(&mut self, _host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
+        routes::handle(&self.0, request)
+    }
 }
 
-sonde_plugin_sdk::export!(Plugin);
+sonde_plugin_sdk::export_plugin!(Hooks);

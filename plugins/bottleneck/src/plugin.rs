@@ -1,5 +1,5 @@
-//! Every hook's logic, with the host passed in as a [`Host`] so it runs in
-//! native tests.
+//! Every hook's logic, with the host passed in as the SDK's [`Host`] so it
+//! runs in native tests against `FakeHost`.
 //!
 //! Flow: samples go to the node's ticks; events register jobs and ranks and
 //! queue steps, phases, CPU readings and MPI bins; a step is judged once
@@ -16,12 +16,12 @@ use sonde_plugin_sdk::types::{
     Attribute, Decision, EventBatch, MetricDesc, MetricKind, PointBatch, SampleBatch, Severity, Value,
 };
 
-use crate::host::Host;
 use crate::job::{Job, Persistent, Row};
 use crate::node::NodeSamples;
 use crate::rank::{Rank, Run, classify};
 use crate::settings::Settings;
 use crate::verdict::{Verdict, judge};
+use sonde_plugin_sdk::Host;
 
 /// Progress names that carry the batch index.
 const BATCH_NAMES: [&str; 2] = ["batch_idx", "batch"];

@@ -177,8 +177,7 @@ impl Default for Settings {
 
 impl Settings {
     pub fn parse(json: &str) -> Result<Settings, String> {
-        let json = if json.trim().is_empty() { "{}" } else { json };
-        let s: Settings = serde_json::from_str(json).map_err(|e| format!("bottleneck settings: {e}"))?;
+        let s: Settings = sonde_plugin_sdk::settings::parse_json("bottleneck", json)?;
         s.validate()?;
         Ok(s)
     }

@@ -6,10 +6,10 @@ use sonde_plugin_sdk::types::{
     TimingColumns,
 };
 
-use crate::host::fake::Fake;
 use crate::plugin::{Bottleneck, VERDICT_METRIC};
 use crate::routes;
 use crate::settings::Settings;
+use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 /// Tests start at 1 000 s after the epoch.
@@ -31,16 +31,7 @@ fn empty(origins: Vec<Origin>, names: &[&str]) -> EventBatch {
     EventBatch {
         origins,
         names: names.iter().map(|s| s.to_string()).collect(),
-        point_series: vec![],
-        progress: None,
-        timings: None,
-        requests: None,
-        actions: None,
-        mpi_samples: None,
-        heartbeats: None,
-        points: None,
-        node_events: vec![],
-        custom: vec![],
+        ..Default::default()
     }
 }
 
@@ -51,19 +42,8 @@ fn steps(first: u64, last: u64, slow: std::ops::Range<u64>) -> EventBatch {
         vec![origin("job", 0), origin("job", 1)],
         &["train_batch", "dataloader_next", "forward"],
     );
-    let mut t = TimingColumns {
-        origin: vec![],
-        name: vec![],
-        start: vec![],
-        end: vec![],
-        step: vec![],
-    };
-    let mut p = PointColumns {
-        origin: vec![],
-        series: vec![],
-        time: vec![],
-        value: vec![],
-    };
+    let mut t = TimingColumns::default();
+    let mut p = PointColumns::default();
     b.point_series = vec![SeriesInfo {
         id: 0,
         metric: "process.cpu.time".into(),
@@ -135,9 +115,9 @@ fn get(p: &Bottleneck, path: &str, query: &str) -> (u16, serde_json::Value) {
 
 #[test]
 fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
-    let mut host = Fake {
+    let mut host = FakeHost {
         now: T0,
-        ..Fake::default()
+        ..FakeHost::default()
     };
     let mut p = Bottleneck::start(&mut host, Settings::default());
     p.on_samples(&mut host, samples(0, 4000, 0.6, true)).unwrap();
@@ -163,7 +143,7 @@ fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
         "{reasons:?}"
     );
     // Shares per verdict, once per emission, declared per job and verdict.
-    let timer = host.timers[0].0;
+    let timer = *host.timers.keys().next().expect("the emit timer");
     p.on_timer(&mut host, timer);
     let share = |v: &str| {
         host.points
@@ -188,9 +168,9 @@ fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
 
 #[test]
 fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
-    let mut host = Fake {
+    let mut host = FakeHost {
         now: T0,
-        ..Fake::default()
+        ..FakeHost::default()
     };
     let mut p = Bottleneck::start(&mut host, Settings::default());
     // 4 ranks flushing every 500 ms for 30 s: rank r computes (r+1)/4 of the
