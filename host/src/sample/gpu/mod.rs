@@ -1,259 +1,244 @@
-//! GPUs through NVML (nvml-wrapper loads libnvidia-ml at run time, so a
-//! machine without the driver just reports "no GPU"). Per GPU, attributes
-//! `hw.id` = UUID, `hw.type` = "gpu", `hw.name` = model:
-//! `hw.gpu.utilization` ("1", `hw.gpu.task` = "general"), `hw.gpu.memory.usage`,
-//! `hw.gpu.memory.limit` (By), `hw.gpu.memory.utilization` ("1", used/total),
-//! `hw.power` (W), `hw.temperature` (Cel), `sonde.gpu.clock.sm` (MHz), and
-//! `hw.energy` (J, counter) when the GPU supports the energy counter.
+//! GPUs through NVML. nvml-wrapper dlopens `libnvidia-ml.so.1` at run time
+//! (or the file `sampler.nvml_library` names), so a machine without the
+//! driver just reports "no GPU" and everything else keeps sampling.
 //!
-//! A reading a GPU does not support is NaN from then on and never asked
-//! again; any other failure is NaN for that tick and logged once per GPU.
+//! Files: `mod.rs` (discovery, the status line, XID and lost-GPU events),
+//! `device.rs` (one GPU's series and readings), `names.rs` (the metric names,
+//! their sources and resolutions; the README's GPU table follows it).
+//!
+//! Faults never stop sampling: a missing library, missing symbols, an init
+//! failure, a GPU that falls off the bus and calls that start failing each
+//! leave their series NaN and say why in the status line (`/api/status`,
+//! the dashboard's Status view). A lost GPU and every XID error also become
+//! [`GpuEvent`]s, which the host hands to plugins as node events.
+
+mod device;
+pub(crate) mod names;
+
+use std::ffi::OsStr;
+use std::sync::Arc;
 
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, EventSet};
+use parking_lot::Mutex;
 
-use super::{Out, attrs};
-use crate::model::{AttrValue, Attributes, SeriesKind};
+use super::Out;
 use crate::sample::config::SamplerConfig;
+use device::GpuDev;
 
-/// Field indices into `GpuDev::ids` / the unsupported bit mask.
-const UTIL: usize = 0;
-const MEM_USED: usize = 1;
-const MEM_TOTAL: usize = 2;
-const MEM_UTIL: usize = 3;
-const POWER: usize = 4;
-const TEMP: usize = 5;
-const CLOCK_SM: usize = 6;
-const ENERGY: usize = 7;
-const FIELDS: usize = 8;
-
-struct GpuDev {
-    index: u32,
-    /// Series id per field; `u32::MAX` where the series was not created.
-    ids: [u32; FIELDS],
-    /// Bit per field: NVML said "not supported", never ask again.
-    unsupported: u16,
-    error_logged: bool,
+/// Something that happened to a GPU, for plugins (as a node event).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuEvent {
+    pub time_ns: u64,
+    /// "gpu-xid" or "gpu-lost".
+    pub kind: &'static str,
+    /// The XID code for "gpu-xid".
+    pub code: Option<i32>,
+    /// The GPU's UUID (`hw.id`).
+    pub gpu: String,
+    pub index: u32,
+    pub reason: String,
 }
 
-pub(crate) struct GpuReader {
+/// What the sampler thread shares with the rest of the host: the status line
+/// and the events not yet taken.
+#[derive(Default)]
+struct Shared {
     status: String,
-    nvml: Option<Nvml>,
+    events: Vec<GpuEvent>,
+}
+
+/// A handle on the GPU reader's status and events, usable from any thread.
+#[derive(Clone, Default)]
+pub struct GpuWatch(Arc<Mutex<Shared>>);
+
+impl GpuWatch {
+    /// How GPU sampling goes, in words, e.g. "2 GPUs via NVML (driver 550.54)",
+    /// with every GPU lost and every call failing named after it.
+    pub fn status(&self) -> String {
+        self.0.lock().status.clone()
+    }
+
+    /// The events since the last call, oldest first.
+    pub fn take_events(&self) -> Vec<GpuEvent> {
+        std::mem::take(&mut self.0.lock().events)
+    }
+}
+
+/// Events kept at most while nobody takes them (a host without plugins).
+const MAX_PENDING_EVENTS: usize = 1024;
+
+pub(crate) struct GpuReader {
+    watch: GpuWatch,
+    /// Leaked once per reader that found a GPU: devices, event sets and GPM
+    /// samples borrow it for as long as the sampler lives.
+    nvml: Option<&'static Nvml>,
     devs: Vec<GpuDev>,
+    events: Option<EventSet<'static>>,
+    /// "N GPUs via NVML (driver ...)"; problems are appended to it.
+    base: String,
+    /// The problems the status line shows now, e.g. "GPU 1 lost (...)".
+    problems: Vec<String>,
 }
 
 impl GpuReader {
-    pub(crate) fn status(&self) -> &str {
-        &self.status
+    pub(crate) fn watch(&self) -> GpuWatch {
+        self.watch.clone()
+    }
+
+    fn without_gpu(status: String) -> Self {
+        tracing::info!("sampler: {status}");
+        let watch = GpuWatch::default();
+        watch.0.lock().status = status.clone();
+        Self {
+            watch,
+            nvml: None,
+            devs: Vec::new(),
+            events: None,
+            base: status,
+            problems: Vec::new(),
+        }
     }
 
     pub(crate) fn new(cfg: &SamplerConfig, out: &mut Out) -> Self {
         if !cfg.gpu {
-            return Self {
-                status: "GPU sampling off in config".into(),
-                nvml: None,
-                devs: Vec::new(),
-            };
+            return Self::without_gpu("GPU sampling off in config".into());
         }
-        // nvml-wrapper dlopens libnvidia-ml.so.1 (what driver packages install).
-        let nvml = match Nvml::init() {
+        let lib = cfg.nvml_library.as_deref().unwrap_or("libnvidia-ml.so.1");
+        let nvml = match Nvml::builder().lib_path(OsStr::new(lib)).init() {
             Ok(n) => n,
-            Err(e) => {
-                let status = format!("no GPU: NVML not available ({e})");
-                tracing::info!("sampler: {status}");
-                return Self {
-                    status,
-                    nvml: None,
-                    devs: Vec::new(),
-                };
-            }
+            Err(e) => return Self::without_gpu(format!("no GPU: NVML not available from {lib} ({e})")),
         };
         let driver = nvml.sys_driver_version().unwrap_or_else(|_| "unknown".into());
         let count = match nvml.device_count() {
             Ok(c) => c,
             Err(e) => {
-                let status = format!("no GPU: NVML (driver {driver}) cannot count devices ({e})");
-                tracing::info!("sampler: {status}");
-                return Self {
-                    status,
-                    nvml: None,
-                    devs: Vec::new(),
-                };
+                return Self::without_gpu(format!("no GPU: NVML (driver {driver}) cannot count devices ({e})"));
             }
         };
+        if count == 0 {
+            return Self::without_gpu(format!("no GPU: NVML found no device (driver {driver})"));
+        }
+        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
         let mut devs = Vec::new();
+        let mut problems = Vec::new();
         for index in 0..count {
-            let dev = match nvml.device_by_index(index) {
-                Ok(d) => d,
+            match nvml.device_by_index(index) {
+                Ok(d) => devs.push(GpuDev::new(index, d, &driver, out)),
                 Err(e) => {
                     tracing::warn!("sampler: GPU {index} skipped: {e}");
-                    continue;
+                    problems.push(format!("GPU {index} skipped ({e})"));
                 }
-            };
-            let uuid = dev.uuid().unwrap_or_else(|_| format!("gpu-index-{index}"));
-            let name = dev.name().unwrap_or_else(|_| "unknown".into());
-            let base: Attributes = attrs([
-                ("hw.id", AttrValue::from(uuid)),
-                ("hw.type", AttrValue::from("gpu")),
-                ("hw.name", AttrValue::from(name)),
-            ]);
-            let with = |extra: &[(&str, &str)]| {
-                let mut a = base.clone();
-                a.extend(extra.iter().map(|(k, v)| (k.to_string(), AttrValue::from(*v))));
-                a
-            };
-            let mut ids = [u32::MAX; FIELDS];
-            ids[UTIL] = out.add(
-                "hw.gpu.utilization",
-                "1",
-                SeriesKind::Gauge,
-                with(&[("hw.gpu.task", "general")]),
-            );
-            ids[MEM_USED] = out.add("hw.gpu.memory.usage", "By", SeriesKind::Gauge, with(&[]));
-            ids[MEM_TOTAL] = out.add("hw.gpu.memory.limit", "By", SeriesKind::Gauge, with(&[]));
-            ids[MEM_UTIL] = out.add("hw.gpu.memory.utilization", "1", SeriesKind::Gauge, with(&[]));
-            ids[POWER] = out.add("hw.power", "W", SeriesKind::Gauge, with(&[]));
-            ids[TEMP] = out.add("hw.temperature", "Cel", SeriesKind::Gauge, with(&[]));
-            ids[CLOCK_SM] = out.add("sonde.gpu.clock.sm", "MHz", SeriesKind::Gauge, with(&[]));
-            let mut unsupported = 0u16;
-            match dev.total_energy_consumption() {
-                Ok(_) => ids[ENERGY] = out.add("hw.energy", "J", SeriesKind::Counter, with(&[])),
-                Err(_) => unsupported |= 1 << ENERGY,
             }
-            devs.push(GpuDev {
-                index,
-                ids,
-                unsupported,
-                error_logged: false,
-            });
         }
-        let status = if devs.is_empty() {
-            format!("no GPU: NVML found no usable device (driver {driver})")
-        } else {
-            let s = if devs.len() == 1 { "" } else { "s" };
-            format!("{} GPU{s} via NVML (driver {driver})", devs.len())
+        let events = register_xid_events(nvml, &devs);
+        let s = if devs.len() == 1 { "" } else { "s" };
+        let base = format!("{} GPU{s} via NVML (driver {driver})", devs.len());
+        if events.is_none() {
+            problems.push("XID events not available".into());
+        }
+        let reader = Self {
+            watch: GpuWatch::default(),
+            nvml: Some(nvml),
+            devs,
+            events,
+            base,
+            problems,
         };
-        tracing::info!("sampler: {status}");
-        let nvml = if devs.is_empty() { None } else { Some(nvml) };
-        Self { status, nvml, devs }
+        reader.publish_status();
+        tracing::info!("sampler: {}", reader.watch.status());
+        reader
+    }
+
+    fn publish_status(&self) {
+        let mut status = self.base.clone();
+        for p in &self.problems {
+            status.push_str("; ");
+            status.push_str(p);
+        }
+        self.watch.0.lock().status = status;
     }
 
     pub(crate) fn read(&mut self, out: &mut Out) {
-        let Some(nvml) = &self.nvml else { return };
+        if self.nvml.is_none() {
+            return;
+        }
+        let mut new_events = Vec::new();
         for d in &mut self.devs {
-            let dev = match nvml.device_by_index(d.index) {
-                Ok(dev) => dev,
-                Err(e) => {
-                    log_once(&mut d.error_logged, d.index, "handle", &e);
-                    continue;
-                }
-            };
-            // Each reading: skip if known unsupported; on NotSupported mark it.
-            macro_rules! get {
-                ($field:expr, $call:expr) => {{
-                    if d.unsupported & (1 << $field) != 0 {
-                        None
-                    } else {
-                        match $call {
-                            Ok(v) => Some(v),
-                            Err(NvmlError::NotSupported) => {
-                                d.unsupported |= 1 << $field;
-                                None
-                            }
-                            Err(e) => {
-                                log_once(&mut d.error_logged, d.index, stringify!($call), &e);
-                                None
-                            }
-                        }
+            d.read(out, &mut new_events);
+        }
+        self.drain_xid(out, &mut new_events);
+        let problems: Vec<String> = self.devs.iter().flat_map(GpuDev::problems).collect();
+        let events_missing = self.events.is_none();
+        let problems: Vec<String> = problems
+            .into_iter()
+            .chain(events_missing.then(|| "XID events not available".to_string()))
+            .collect();
+        let changed = problems != self.problems;
+        if changed {
+            self.problems = problems;
+            self.publish_status();
+            tracing::warn!("sampler: GPU status now: {}", self.watch.status());
+        }
+        if !new_events.is_empty() {
+            let mut shared = self.watch.0.lock();
+            shared.events.extend(new_events);
+            let excess = shared.events.len().saturating_sub(MAX_PENDING_EVENTS);
+            shared.events.drain(..excess);
+        }
+    }
+
+    /// Every XID the driver has queued, without waiting.
+    fn drain_xid(&mut self, out: &mut Out, events: &mut Vec<GpuEvent>) {
+        let Some(set) = &self.events else { return };
+        loop {
+            match set.wait(0) {
+                Ok(e) => {
+                    let handle = unsafe { e.device.handle() };
+                    let code = match e.event_data {
+                        Some(XidError::Value(v)) => v,
+                        _ => 0,
+                    };
+                    if let Some(d) = self.devs.iter_mut().find(|d| d.is(handle)) {
+                        events.push(d.xid(code, out));
                     }
-                }};
-            }
-            if let Some(u) = get!(UTIL, dev.utilization_rates()) {
-                out.set(d.ids[UTIL], f64::from(u.gpu) / 100.0);
-            }
-            if let Some(m) = get!(MEM_USED, dev.memory_info()) {
-                out.set(d.ids[MEM_USED], m.used as f64);
-                out.set(d.ids[MEM_TOTAL], m.total as f64);
-                if m.total > 0 {
-                    out.set(d.ids[MEM_UTIL], m.used as f64 / m.total as f64);
                 }
-            }
-            if let Some(mw) = get!(POWER, dev.power_usage()) {
-                out.set(d.ids[POWER], f64::from(mw) / 1000.0);
-            }
-            if let Some(c) = get!(TEMP, dev.temperature(TemperatureSensor::Gpu)) {
-                out.set(d.ids[TEMP], f64::from(c));
-            }
-            if let Some(mhz) = get!(CLOCK_SM, dev.clock_info(Clock::SM)) {
-                out.set(d.ids[CLOCK_SM], f64::from(mhz));
-            }
-            if let Some(mj) = get!(ENERGY, dev.total_energy_consumption()) {
-                out.set(d.ids[ENERGY], mj as f64 / 1000.0);
+                Err(NvmlError::Timeout) => return,
+                Err(e) => {
+                    tracing::warn!("sampler: waiting for XID events failed ({e}); XID events off");
+                    self.events = None;
+                    return;
+                }
             }
         }
     }
 }
 
-fn log_once(flag: &mut bool, index: u32, what: &str, e: &NvmlError) {
-    if !*flag {
-        *flag = true;
-        tracing::warn!("sampler: GPU {index}: {what} failed: {e}; NaN while it fails (logged once)");
+/// One event set with every GPU's critical XID errors, or None where the
+/// driver (or its library) cannot.
+fn register_xid_events(nvml: &'static Nvml, devs: &[GpuDev]) -> Option<EventSet<'static>> {
+    let mut set = match nvml.create_event_set() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::info!("sampler: no XID events: {e}");
+            return None;
+        }
+    };
+    for d in devs {
+        let dev: &Device<'static> = d.device();
+        set = match dev.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::info!("sampler: no XID events for GPU {}: {}", d.index(), e.error);
+                return None;
+            }
+        };
     }
+    Some(set)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn off_in_config() {
-        let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out {
-            series: &mut series,
-            values: &mut values,
-        };
-        let r = GpuReader::new(
-            &SamplerConfig {
-                gpu: false,
-                ..Default::default()
-            },
-            &mut out,
-        );
-        assert_eq!(r.status(), "GPU sampling off in config");
-        assert!(series.is_empty());
-    }
-
-    /// On a machine without NVIDIA's driver: a status, no series, no panic;
-    /// on one with it: a status naming the driver and series per GPU.
-    #[test]
-    fn this_machine() {
-        let (mut series, mut values) = (Vec::new(), Vec::new());
-        let mut out = Out {
-            series: &mut series,
-            values: &mut values,
-        };
-        let mut r = GpuReader::new(&SamplerConfig::default(), &mut out);
-        eprintln!("gpu status: {}", r.status());
-        if r.status().starts_with("no GPU") {
-            assert!(series.is_empty());
-        } else {
-            assert!(r.status().contains("via NVML (driver "), "{}", r.status());
-            assert!(series.len() >= 7);
-            assert!(series.iter().all(|s| s.attributes.iter().any(|(k, _)| k == "hw.id")));
-        }
-        let n = series.len();
-        let mut out = Out {
-            series: &mut series,
-            values: &mut values,
-        };
-        values_reset(&mut out, n);
-        r.read(&mut out);
-        assert_eq!(values.len(), n);
-    }
-
-    fn values_reset(out: &mut Out, n: usize) {
-        out.values.clear();
-        out.values.resize(n, f64::NAN);
-    }
-}
+mod tests;
