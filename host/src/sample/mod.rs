@@ -7,8 +7,9 @@
 //!
 //! Files: `cpu` (/proc/stat), `memory` (/proc/meminfo), `net` (/proc/net/dev),
 //! `disk` (/proc/diskstats; per-disk /sys/class/block/<dev>/stat when at most
-//! 4 disks are selected), `gpu` (NVML), `procfs` (the open-once, pread-at-0
-//! reader and byte parsers every procfs part uses), `driver` (the thread).
+//! 4 disks are selected), `gpu/` (NVML: discovery, faults and events, one
+//! GPU's readings, the names), `procfs` (the open-once, pread-at-0 reader and
+//! byte parsers every procfs part uses), `driver` (the thread).
 //! On Linux every part reads procfs directly (why: see each file's header);
 //! where a procfs file is missing (other OSes) CPU, memory and network fall
 //! back to sysinfo, and disks are skipped.
