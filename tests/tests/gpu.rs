@@ -122,9 +122,7 @@ fn eight_gpus_reach_rotel_under_the_documented_names() {
         let last = |name: &str, extra: &str| {
             points_of(&ms, name)
                 .into_iter()
-                .filter(|p| has_attr(p, &id) && (extra.is_empty() || has_attr(p, extra)))
-                .filter(|p| !p.1.is_nan())
-                .next_back()
+                .rfind(|p| has_attr(p, &id) && (extra.is_empty() || has_attr(p, extra)) && !p.1.is_nan())
                 .map(|p| p.1)
         };
         assert_eq!(

@@ -648,19 +648,20 @@ fn newest(samples: &[Sample]) -> u64 {
     samples.iter().map(|s| s.timestamp).max().unwrap_or(0)
 }
 
+/// The mean of the samples' values (NaN for none).
 fn mean_percent(samples: &[Sample]) -> f64 {
-    let values: Vec<f64> = samples
+    let sum: f64 = samples
         .iter()
-        .filter_map(|s| match s.value {
-            SampleValue::U32(v) => Some(f64::from(v)),
-            SampleValue::U64(v) => Some(v as f64),
-            SampleValue::F64(v) => Some(v),
-            SampleValue::I64(v) => Some(v as f64),
+        .map(|s| match s.value {
+            SampleValue::U32(v) => f64::from(v),
+            SampleValue::U64(v) => v as f64,
+            SampleValue::F64(v) => v,
+            SampleValue::I64(v) => v as f64,
         })
-        .collect();
-    if values.is_empty() {
+        .sum();
+    if samples.is_empty() {
         f64::NAN
     } else {
-        values.iter().sum::<f64>() / values.len() as f64
+        sum / samples.len() as f64
     }
 }
