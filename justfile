@@ -3,9 +3,9 @@
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
-# the Python packages the end-to-end tests use: a real OTLP collector, the official OpenTelemetry SDK
+# the Python packages the end-to-end tests use: a real OTLP collector, the official OpenTelemetry SDK, the semantic conventions (the names test's oracle)
 rotel := "rotel==0.0.1a15"
-otel := "opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2"
+otel := "opentelemetry-semantic-conventions==0.66b2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2"
 
 default:
     @just --list
@@ -38,6 +38,10 @@ plugins:
 # build the MPI probe (LD_PRELOAD library) and the MPI test programs with mpicc into target/probes/, target/mpi/
 mpi-probe:
     bash scripts/build-mpi-probe.sh
+
+# build the fake NVML library (tests/fake-nvml/, the libnvidia-ml.so.1 ABI answering from a script) into target/fake-nvml/: the GPU tests and benchmark load it in place of NVIDIA's driver
+fake-nvml:
+    bash scripts/build-fake-nvml.sh
 
 # build the sonde binary (release, with the dashboard embedded) and the plugins
 build: plugins web
@@ -87,7 +91,7 @@ test:
         awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"
     }
     # what the tests need; a failure here stops the run (nothing after it can pass)
-    stage setup "$just" setup && stage plugins "$just" plugins && stage mpi-probe "$just" mpi-probe && stage web "$just" web \
+    stage setup "$just" setup && stage plugins "$just" plugins && stage mpi-probe "$just" mpi-probe && stage fake-nvml "$just" fake-nvml && stage web "$just" web \
       && stage build cargo test --workspace --no-run \
       || { report; exit 1; }
     # `cargo test --no-run` above built target/debug/sonde too (cargo builds a package's binaries for its integration
@@ -100,14 +104,14 @@ test:
     [ $failed_stages = 0 ]
 
 # only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
-e2e: setup plugins mpi-probe web
+e2e: setup plugins mpi-probe fake-nvml web
     cargo build -p sonde --bins
     cargo test -p sonde-e2e
     for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t"; done
 
 # benchmarks: criterion micro-benchmarks, then whole-process CPU/RSS/period error and cold start
-bench: build
-    cargo bench -p sonde --bench plugin_boundary --bench sample --bench export --bench live --bench agent
+bench: build fake-nvml
+    cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent
     bash scripts/bench-process.sh
 
 # the MPI probe's overhead on a real Open MPI job: cost per wrapped call, job wall time at 100 Hz and 1 kHz vs without the probe

@@ -103,6 +103,7 @@ impl Host {
             period: plugins.sample_plan().period_ms.clone(),
             realtime: cfg.sampler.realtime,
         };
+        let gpu_watch = sampler.gpu_watch();
         let sampler = driver::spawn_with(sampler, driver_cfg, move |tick, series| fanout.on_tick(tick, series));
         let sampler = Arc::new(Mutex::new(Some(sampler)));
 
@@ -113,6 +114,13 @@ impl Host {
             cfg.ingest.queue_capacity,
             Arc::new(move |b| to_plugins.publish_events(b)),
         );
+        tokio::spawn(forward_gpu_events(
+            gpu_watch,
+            hub.clone(),
+            resource_attributes(&cfg),
+            Duration::from_millis(cfg.ingest.flush_ms),
+            stop_rx.clone(),
+        ));
         let hub_task = tokio::spawn(
             hub.clone()
                 .run(Duration::from_millis(cfg.ingest.flush_ms), stop_rx.clone()),
@@ -646,5 +654,58 @@ async fn self_metrics_loop(
             scope: scope.clone(),
             points,
         });
+    }
+}
+
+/// Hands the GPU sampler's events (an XID error, a GPU lost) to the plugins as
+/// node events of this host (origin role "host", node = `host.name`, no job),
+/// through the same hub as what jobs report, every `every`.
+async fn forward_gpu_events(
+    watch: crate::sample::gpu::GpuWatch,
+    hub: Arc<IngestHub>,
+    resource: Vec<(String, crate::model::AttrValue)>,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    use crate::model::AttrValue;
+    let node = resource
+        .iter()
+        .find(|(k, _)| k == "host.name")
+        .map(|(_, v)| v.text())
+        .unwrap_or_default();
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let events = watch.take_events();
+        if events.is_empty() {
+            continue;
+        }
+        let report = ingest::Report {
+            origin: ingest::Origin {
+                node: node.clone(),
+                role: "host".into(),
+                ..Default::default()
+            },
+            node_events: events
+                .into_iter()
+                .map(|e| ingest::NodeEvent {
+                    time: e.time_ns,
+                    kind: e.kind.into(),
+                    exit_code: e.code,
+                    reason: e.reason,
+                    attributes: vec![
+                        ("hw.id".into(), AttrValue::from(e.gpu)),
+                        ("sonde.gpu.index".into(), AttrValue::Int(i64::from(e.index))),
+                    ],
+                })
+                .collect(),
+            ..Default::default()
+        };
+        if let Err(e) = hub.submit(&report) {
+            tracing::warn!("GPU events dropped: {e}");
+        }
     }
 }

@@ -585,3 +585,20 @@ pub fn cluster_agent_with(dir: &Path, name: &str, master_grpc: u16, extra: &[&st
         free_port(),
     )
 }
+
+/// The resource attribute keys in rotel's detailed debug output (each once, sorted).
+pub fn parse_rotel_resource_keys(log: &str) -> Vec<String> {
+    let mut keys = std::collections::BTreeSet::new();
+    let mut in_resource = false;
+    for line in log.lines() {
+        let t = line.trim();
+        if t.starts_with("ResourceMetrics #") || t.starts_with("ResourceLog") || t.starts_with("ResourceSpans #") {
+            in_resource = true;
+        } else if t.starts_with("Scope") || t.starts_with("InstrumentationScope") {
+            in_resource = false;
+        } else if in_resource && let Some((k, _)) = t.strip_prefix("-> ").and_then(|a| a.split_once(": ")) {
+            keys.insert(k.to_string());
+        }
+    }
+    keys.into_iter().collect()
+}

@@ -172,7 +172,7 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
         "{durations:?}"
     );
     // ...and each node's system metrics, from its agent: never the master's machine.
-    for metric in ["system.cpu.utilization", "system.linux.memory.available"] {
+    for metric in ["system.cpu.utilization", "system.memory.linux.available"] {
         let found = wait_for(Duration::from_secs(15), || {
             let mut nodes: Vec<String> = series(&master, metric).into_iter().map(|(n, _)| n).collect();
             nodes.sort();

@@ -115,6 +115,9 @@ async function refreshSummary() {
       st.cluster && st.cluster.jobs ? ` · ${st.cluster.jobs.jobs} jobs` : '',
       ` · export ${st.export.endpoint || 'off'} (${st.export.stats.points_exported} points sent)`,
       ` · ${st.plugins.length} plugins`,
+      // GPU sampling in words, marked when a GPU is lost or a reading fails
+      st.sampler ? ' · ' : '',
+      st.sampler ? el('span', { id: 'gpu-status', class: /lost|failing|not in this NVML/.test(st.sampler.gpu) ? 'error' : '' }, st.sampler.gpu) : '',
       ` · sonde ${st.version} · up ${Math.round(st.uptime_s)} s`,
       el('span', { id: 'stream-stats', class: 'muted' },
         ` · live: ${feed.meta.size} series, ${feed.events} events, ${feed.buckets} buckets`),

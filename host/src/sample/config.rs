@@ -18,6 +18,10 @@ pub struct SamplerConfig {
     pub per_core: bool,
     /// Try NVML for GPU metrics (a machine without a GPU is fine either way).
     pub gpu: bool,
+    /// The NVML library to load: a file path or a name the dynamic loader
+    /// finds (unset: "libnvidia-ml.so.1", what NVIDIA's driver installs). The
+    /// GPU tests point it at the fake library in `target/fake-nvml/`.
+    pub nvml_library: Option<String>,
     /// Run the sampling thread at real-time priority (SCHED_FIFO 1) when the
     /// system allows it, so busy cores do not delay samples; it only sleeps and
     /// reads counters. Falls back to a raised nice value when refused.
@@ -33,6 +37,7 @@ impl Default for SamplerConfig {
             disks: Vec::new(),
             per_core: true,
             gpu: true,
+            nvml_library: None,
             realtime: true,
         }
     }

@@ -171,7 +171,7 @@ pub struct SamplerHandle {
     shared: Arc<Shared>,
     period_ms: Arc<AtomicU32>,
     thread: Option<JoinHandle<()>>,
-    gpu_status: String,
+    gpu: super::gpu::GpuWatch,
 }
 
 impl SamplerHandle {
@@ -200,8 +200,14 @@ impl SamplerHandle {
         ring.stats(cpu)
     }
 
+    /// How GPU sampling goes now (see `Sampler::gpu_status`).
     pub fn gpu_status(&self) -> String {
-        self.gpu_status.clone()
+        self.gpu.status()
+    }
+
+    /// The GPU status and events (see `Sampler::gpu_watch`).
+    pub fn gpu_watch(&self) -> super::gpu::GpuWatch {
+        self.gpu.clone()
     }
 
     /// What scheduling the thread got, e.g. "SCHED_FIFO priority 1" or
@@ -263,7 +269,7 @@ where
         ring: Mutex::new(Ring::new()),
         scheduling: std::sync::OnceLock::new(),
     });
-    let gpu_status = sampler.gpu_status().to_string();
+    let gpu = sampler.gpu_watch();
     let (sh, per, rt) = (shared.clone(), cfg.period.clone(), cfg.realtime);
     let thread = std::thread::Builder::new()
         .name("sonde-sampler".into())
@@ -273,7 +279,7 @@ where
         shared,
         period_ms: cfg.period,
         thread: Some(thread),
-        gpu_status,
+        gpu,
     }
 }
 

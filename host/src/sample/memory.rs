@@ -1,11 +1,12 @@
 //! Memory: `system.memory.usage` (By, `system.memory.state` = used | free |
 //! cached | buffers), `system.memory.limit` (By, total),
-//! `system.linux.memory.available` (By) and `system.memory.utilization`
+//! `system.memory.linux.available` (By) and `system.memory.utilization`
 //! ("1", state = used).
 //!
-//! Definitions follow procps `free` and the OpenTelemetry collector's
-//! hostmetrics (gopsutil): cached = Cached + SReclaimable,
-//! used = total − free − buffers − cached.
+//! Definitions follow the semantic conventions (1.37 on): used = MemTotal −
+//! MemAvailable (what the kernel cannot hand out without swapping), or
+//! total − free − buffers − cached on kernels without MemAvailable (before
+//! 3.14); cached = Cached + SReclaimable as procps `free` counts it.
 //!
 //! Why /proc/meminfo directly: sysinfo has no cached/buffers figures, and
 //! its `refresh_memory` opens and reads the file into a fresh String each call.
@@ -71,6 +72,9 @@ impl MemInfo {
     }
 
     pub(crate) fn used(&self) -> f64 {
+        if !self.available.is_nan() {
+            return (self.total - self.available).max(0.0);
+        }
         let u = self.total - self.free - self.buffers - self.cached_all();
         // used can dip below 0 on odd accounting (e.g. some containers)
         if u < 0.0 { self.total - self.free } else { u }
@@ -101,7 +105,7 @@ impl MemReader {
         let cached = out.add("system.memory.usage", "By", SeriesKind::Gauge, state("cached"));
         let buffers = out.add("system.memory.usage", "By", SeriesKind::Gauge, state("buffers"));
         let limit = out.add("system.memory.limit", "By", SeriesKind::Gauge, Vec::new());
-        let available = out.add("system.linux.memory.available", "By", SeriesKind::Gauge, Vec::new());
+        let available = out.add("system.memory.linux.available", "By", SeriesKind::Gauge, Vec::new());
         let utilization = out.add("system.memory.utilization", "1", SeriesKind::Gauge, state("used"));
         // procfs directly: sysinfo has no cached/buffers and re-opens the file per call.
         let mut file = ProcFile::open(roots.proc.join("meminfo"));
@@ -164,7 +168,15 @@ mod tests {
         assert_eq!(m.available, 10_000_000.0 * 1024.0);
         assert_eq!(m.buffers, 500_000.0 * 1024.0);
         assert_eq!(m.cached_all(), 5_500_000.0 * 1024.0);
+        // MemTotal − MemAvailable
         assert_eq!(m.used(), 6_000_000.0 * 1024.0);
+        let m =
+            parse_meminfo(b"MemTotal: 1000 kB\nMemFree: 100 kB\nMemAvailable: 700 kB\nBuffers: 10 kB\nCached: 90 kB\n");
+        assert_eq!(
+            m.used(),
+            300.0 * 1024.0,
+            "MemTotal − MemAvailable, not total − free − buffers − cached"
+        );
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //!
 //! Files: `cpu` (/proc/stat), `memory` (/proc/meminfo), `net` (/proc/net/dev),
 //! `disk` (/proc/diskstats; per-disk /sys/class/block/<dev>/stat when at most
-//! 4 disks are selected), `gpu` (NVML), `procfs` (the open-once, pread-at-0
-//! reader and byte parsers every procfs part uses), `driver` (the thread).
+//! 4 disks are selected), `gpu/` (NVML: discovery, faults and events, one
+//! GPU's readings, the names), `procfs` (the open-once, pread-at-0 reader and
+//! byte parsers every procfs part uses), `driver` (the thread).
 //! On Linux every part reads procfs directly (why: see each file's header);
 //! where a procfs file is missing (other OSes) CPU, memory and network fall
 //! back to sysinfo, and disks are skipped.
@@ -22,7 +23,8 @@
 //!   Sampler::sample_into(&mut self, tick: &mut Tick) (sets time_ns once, before reading;
 //!                                                     values resized to series().len(), NaN where
 //!                                                     unreadable; no allocation in steady state)
-//!   Sampler::gpu_status(&self) -> &str
+//!   Sampler::gpu_status(&self) -> String            (changes while running: a GPU lost, a call failing)
+//!   Sampler::gpu_watch(&self) -> GpuWatch            (the status and XID / lost-GPU events, from any thread)
 //!   driver::spawn(sampler, period_ms: Arc<AtomicU32>, on_tick) -> driver::SamplerHandle
 //!     (driver::spawn_with(sampler, DriverConfig { period, realtime }, on_tick) to opt out of
 //!     real-time priority). on_tick(&Tick, &[SeriesInfo]) runs on the "sonde-sampler" thread,
@@ -41,7 +43,7 @@ pub mod config;
 mod cpu;
 mod disk;
 pub mod driver;
-mod gpu;
+pub mod gpu;
 mod memory;
 mod net;
 mod procfs;
@@ -142,7 +144,7 @@ impl Sampler {
         let net = net::NetReader::new(cfg, roots, &mut out);
         let disk = disk::DiskReader::new(cfg, roots, &mut out);
         let gpu = gpu::GpuReader::new(cfg, &mut out);
-        tracing::info!(series = series.len(), gpu = %gpu.status(), "sampler ready");
+        tracing::info!(series = series.len(), gpu = %gpu.watch().status(), "sampler ready");
         Sampler {
             series,
             cpu,
@@ -194,9 +196,14 @@ impl Sampler {
         }
     }
 
-    /// How GPU sampling went, in words, e.g. "2 GPUs via NVML (driver 550.54)".
-    pub fn gpu_status(&self) -> &str {
-        self.gpu.status()
+    /// How GPU sampling goes, in words, e.g. "2 GPUs via NVML (driver 550.54)".
+    pub fn gpu_status(&self) -> String {
+        self.gpu.watch().status()
+    }
+
+    /// The GPU status and events, readable from any thread while the sampler runs.
+    pub fn gpu_watch(&self) -> gpu::GpuWatch {
+        self.gpu.watch()
     }
 }
 
@@ -349,7 +356,7 @@ mod tests {
             assert_eq!((m.unit.as_str(), m.kind), ("By", SeriesKind::Gauge));
         }
         assert_eq!(find(series, "system.memory.limit", &[]).unit, "By");
-        assert_eq!(find(series, "system.linux.memory.available", &[]).unit, "By");
+        assert_eq!(find(series, "system.memory.linux.available", &[]).unit, "By");
         let mu = find(
             series,
             "system.memory.utilization",
@@ -426,11 +433,8 @@ mod tests {
         let c0 = id("system.cpu.utilization", &[("cpu.logical_number", V::Int(0))]);
         assert!((t.values[c0] - 0.5).abs() < 1e-9);
         let used = id("system.memory.usage", &[("system.memory.state", V::from("used"))]);
-        // used = total - free - buffers - (cached + sreclaimable)
-        assert_eq!(
-            t.values[used],
-            (16_000_000.0 - 4_000_000.0 - 500_000.0 - 5_500_000.0) * 1024.0
-        );
+        // used = MemTotal - MemAvailable
+        assert_eq!(t.values[used], (16_000_000.0 - 10_000_000.0) * 1024.0);
         let rx = id(
             "system.network.io",
             &[
@@ -542,7 +546,7 @@ mod tests {
             if x.metric == "system.cpu.utilization" {
                 assert!(vb.is_finite() && (0.0..=1.0).contains(&vb), "{x:?} = {vb}");
             }
-            if x.metric.starts_with("system.memory") || x.metric == "system.linux.memory.available" {
+            if x.metric.starts_with("system.memory") || x.metric == "system.memory.linux.available" {
                 assert!(vb.is_finite() && vb >= 0.0, "{x:?} = {vb}");
             }
             if x.kind == SeriesKind::Counter && va.is_finite() {

@@ -45,7 +45,7 @@ pub fn manifest() -> Manifest {
             metrics: vec![
                 "system.cpu.utilization".into(),
                 "system.memory.limit".into(),
-                "system.linux.memory.available".into(),
+                "system.memory.linux.available".into(),
                 "system.network.io".into(),
                 "system.disk.io".into(),
                 "hw.gpu.utilization".into(),

@@ -102,7 +102,7 @@ impl NodeSamples {
             "system.cpu.utilization" if has_attr(info, "cpu.logical_number") => Role::CpuCore,
             // The all-CPU series carries no attribute; per-state series are not read.
             "system.cpu.utilization" if info.attributes.is_empty() => Role::CpuAll,
-            "system.linux.memory.available" => Role::MemAvailable,
+            "system.memory.linux.available" => Role::MemAvailable,
             "system.memory.limit" => Role::MemLimit,
             "system.network.io" => {
                 let Some(name) = attr(info, "network.interface.name") else {
@@ -373,7 +373,7 @@ mod tests {
                 ),
                 lo(4, "transmit"),
                 lo(5, "receive"),
-                series(6, "system.linux.memory.available", SeriesKind::Gauge, &[]),
+                series(6, "system.memory.linux.available", SeriesKind::Gauge, &[]),
                 series(7, "system.memory.limit", SeriesKind::Gauge, &[]),
             ],
             10,

@@ -127,7 +127,7 @@ impl SysMetric {
             ),
             SysMetric::FreeMemory => sys(
                 "free_memory",
-                "system.linux.memory.available",
+                "system.memory.linux.available",
                 "By",
                 UpdownCounter,
                 "Memory available to start new work, while profiling a job",
@@ -340,7 +340,7 @@ mod tests {
             (
                 SysMetric::FreeMemory,
                 "free_memory",
-                "system.linux.memory.available",
+                "system.memory.linux.available",
                 "By",
                 "GB",
                 1e-9,

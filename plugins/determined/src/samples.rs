@@ -117,7 +117,7 @@ impl SampleReader {
         match info.metric.as_str() {
             // The all-CPU series is the one without attributes; per-core ones carry `cpu.logical_number`.
             "system.cpu.utilization" if info.attributes.is_empty() => Role::Cpu,
-            "system.linux.memory.available" => Role::Memory,
+            "system.memory.linux.available" => Role::Memory,
             "system.network.io" => {
                 if attr(info, "network.interface.name").is_none_or(is_loopback) {
                     return Role::Ignore;
@@ -366,7 +366,7 @@ pub(crate) mod tests {
                     SeriesKind::Gauge,
                     &[("cpu.logical_number", "0")],
                 ),
-                series(3, "system.linux.memory.available", SeriesKind::Gauge, &[]),
+                series(3, "system.memory.linux.available", SeriesKind::Gauge, &[]),
                 series(4, "system.memory.usage", SeriesKind::Gauge, &[]),
             ],
             &[1.0, 2.0, 3.0],

@@ -101,7 +101,7 @@ pub const KNOWN_KEYS: [&str; 16] = [
 /// sample request.
 pub const SAMPLED_METRICS: [&str; 8] = [
     "system.cpu.utilization",
-    "system.linux.memory.available",
+    "system.memory.linux.available",
     "system.network.io",
     "system.disk.io",
     "system.disk.operations",

@@ -46,6 +46,11 @@ impl ExitReason {
 /// (started, running, pending, checkpoint-*, ...).
 pub fn exit_reason(kind: &str, exit_code: Option<i32>, reason: &str) -> Option<ExitReason> {
     let kind = kind.to_ascii_lowercase();
+    // What the host's GPU sampler reports (NVML): a GPU gone from the bus, or
+    // an XID that means broken hardware rather than a bad kernel.
+    if kind == "gpu-lost" || kind == "gpu-xid" && exit_code.is_some_and(hardware_xid) {
+        return Some(ExitReason::HardwareError);
+    }
     if kind == "oom" || reason.contains("OOMKilled") || exit_code == Some(247) {
         return Some(ExitReason::Oom);
     }
@@ -68,6 +73,15 @@ pub fn exit_reason(kind: &str, exit_code: Option<i32>, reason: &str) -> Option<E
             _ => ExitReason::UnknownError,
         },
     })
+}
+
+/// XIDs that NVIDIA's XID catalogue puts on the hardware or driver rather than
+/// on the application: double-bit ECC (48), micro-controller faults (61, 62),
+/// ECC page retirement (63, 64), NVLink errors (74), fallen off the bus (79),
+/// a high single-bit ECC rate (92), contained and uncontained ECC (94, 95),
+/// GSP timeouts (119, 120). Application XIDs (13, 31, 43, ...) end nothing.
+pub fn hardware_xid(code: i32) -> bool {
+    matches!(code, 48 | 61 | 62 | 63 | 64 | 74 | 79 | 92 | 94 | 95 | 119 | 120)
 }
 
 /// R7.1: dead when it has heartbeated, has been silent longer than the
@@ -186,6 +200,39 @@ pub fn cpu_hang(
     }
     let since = low_since.unwrap_or(now);
     (Some(since), now.saturating_sub(since) >= after_ns)
+}
+
+/// The thresholds of the GPU-hang rule ([`gpu_hang`]).
+#[derive(Debug, Clone, Copy)]
+pub struct GpuHangRule {
+    /// Utilisation at or above which a GPU reads busy (0..1).
+    pub busy: f64,
+    /// SM activity at or below which its SMs are idle (0..1).
+    pub sm_idle: f64,
+    /// How long the pattern and the stalled progress last before it is suspected.
+    pub after_ns: u64,
+}
+
+/// The classic NCCL hang: a GPU reads busy (a collective's kernel is resident,
+/// so the driver's utilisation counts it) while its SMs are idle (GPM SM
+/// activity: nothing computes) and the job's progress has stopped. Needs SM
+/// activity, so GPUs without GPM are never suspected. Returns the new start of
+/// the pattern and whether it has lasted `after_ns` with no progress meanwhile.
+pub fn gpu_hang(
+    utilization: f64,
+    sm_active: Option<f64>,
+    last_progress_ns: Option<u64>,
+    since: Option<u64>,
+    now: u64,
+    rule: GpuHangRule,
+) -> (Option<u64>, bool) {
+    let Some(sm) = sm_active else { return (None, false) };
+    if utilization < rule.busy || sm > rule.sm_idle {
+        return (None, false);
+    }
+    let since = since.unwrap_or(now);
+    let stalled = last_progress_ns.is_none_or(|p| now.saturating_sub(p) >= rule.after_ns);
+    (Some(since), stalled && now.saturating_sub(since) >= rule.after_ns)
 }
 
 /// R8.2: the groups of one node-check round. Round 0 pairs nodes in order
@@ -424,6 +471,48 @@ mod tests {
         assert!(!yes(&go(failed(HardwareError, 3, 4096.0, false), JobType::Ps, false)));
         assert!(yes(&go(failed(NoHeartBeat, 0, 4096.0, false), JobType::Ps, false)));
         assert!(!yes(&go(failed(Succeeded, 0, 4096.0, false), JobType::Ps, false)));
+    }
+
+    #[test]
+    fn gpu_hang_needs_busy_idle_sms_and_stalled_progress_for_the_whole_time() {
+        let rule = GpuHangRule {
+            busy: 0.9,
+            sm_idle: 0.05,
+            after_ns: 100,
+        };
+        // the NCCL hang: busy, SMs idle, no progress for the whole time
+        assert_eq!(gpu_hang(1.0, Some(0.0), Some(0), None, 1000, rule), (Some(1000), false));
+        assert_eq!(
+            gpu_hang(1.0, Some(0.0), Some(0), Some(1000), 1099, rule),
+            (Some(1000), false)
+        );
+        assert_eq!(
+            gpu_hang(1.0, Some(0.01), Some(0), Some(1000), 1100, rule),
+            (Some(1000), true)
+        );
+        // real work: busy and the SMs busy too
+        assert_eq!(gpu_hang(1.0, Some(0.7), Some(0), Some(1000), 5000, rule), (None, false));
+        // progress within the window: not hung, whatever the GPU reads
+        assert_eq!(
+            gpu_hang(1.0, Some(0.0), Some(1050), Some(1000), 1100, rule),
+            (Some(1000), false)
+        );
+        // idle GPU, or no SM activity to judge by
+        assert_eq!(gpu_hang(0.2, Some(0.0), Some(0), Some(1000), 5000, rule), (None, false));
+        assert_eq!(gpu_hang(1.0, None, Some(0), Some(1000), 5000, rule), (None, false));
+    }
+
+    #[test]
+    fn gpu_events_from_the_host() {
+        assert_eq!(exit_reason("gpu-lost", None, ""), Some(ExitReason::HardwareError));
+        assert_eq!(exit_reason("gpu-xid", Some(79), ""), Some(ExitReason::HardwareError));
+        assert_eq!(exit_reason("gpu-xid", Some(48), ""), Some(ExitReason::HardwareError));
+        assert_eq!(
+            exit_reason("gpu-xid", Some(13), ""),
+            None,
+            "an application XID ends nothing"
+        );
+        assert_eq!(exit_reason("gpu-xid", None, ""), None);
     }
 
     #[test]

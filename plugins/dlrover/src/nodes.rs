@@ -51,6 +51,11 @@ pub struct Node {
     pub pending_since_ns: Option<u64>,
     pub low_cpu_since_ns: Option<u64>,
     pub hung: bool,
+    /// Since when a GPU of the node has read busy with idle SMs (the GPU-hang pattern).
+    #[serde(default)]
+    pub gpu_idle_busy_since_ns: Option<u64>,
+    #[serde(default)]
+    pub gpu_hang: bool,
     /// Where its resource samples come from: "host" (this sonde) or "gateway".
     pub source: String,
     #[serde(skip)]
@@ -79,6 +84,8 @@ impl Node {
             pending_since_ns: None,
             low_cpu_since_ns: None,
             hung: false,
+            gpu_idle_busy_since_ns: None,
+            gpu_hang: false,
             source: String::new(),
             usage: Usage::default(),
             step_times: VecDeque::new(),

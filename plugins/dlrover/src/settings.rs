@@ -271,6 +271,12 @@ pub struct Settings {
     pub relaunch_always: bool,
     pub hang_cpu_ratio: f64,
     pub hang_after_s: f64,
+    /// `gpu-hang-suspected`: a GPU at or above `gpu_hang_busy` utilisation with
+    /// SM activity at or below `gpu_hang_sm_idle` and no global-step progress,
+    /// all for `gpu_hang_after_s`.
+    pub gpu_hang_busy: f64,
+    pub gpu_hang_sm_idle: f64,
+    pub gpu_hang_after_s: f64,
     pub straggler_factor: f64,
     pub straggler_window: u32,
     pub straggler_min_steps: u32,
@@ -326,6 +332,9 @@ impl Default for Settings {
             relaunch_always: false,
             hang_cpu_ratio: 0.05,
             hang_after_s: 7200.0,
+            gpu_hang_busy: 0.9,
+            gpu_hang_sm_idle: 0.05,
+            gpu_hang_after_s: 300.0,
             straggler_factor: 2.0,
             straggler_window: 20,
             straggler_min_steps: 5,
@@ -340,13 +349,14 @@ impl Default for Settings {
 }
 
 /// The host series this plugin reads, as metric-name prefixes.
-pub const SAMPLED_METRICS: [&str; 6] = [
+pub const SAMPLED_METRICS: [&str; 7] = [
     "system.cpu.utilization",
     "system.memory.usage",
     "system.memory.limit",
     "hw.gpu.utilization",
     "hw.gpu.memory.usage",
     "hw.gpu.memory.limit",
+    "sonde.gpu.sm.active",
 ];
 
 impl Settings {
@@ -368,6 +378,7 @@ impl Settings {
             ("pending_check_s", self.pending_check_s),
             ("straggler_factor", self.straggler_factor),
             ("hang_after_s", self.hang_after_s),
+            ("gpu_hang_after_s", self.gpu_hang_after_s),
             ("limits.cpu", self.limits.cpu),
             ("limits.memory", self.limits.memory.0),
         ];

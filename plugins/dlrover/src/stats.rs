@@ -23,6 +23,9 @@ pub struct GpuStat {
     pub used_mib: f64,
     /// 0..1
     pub utilization: f64,
+    /// Share of time the SMs had work (GPM, `sonde.gpu.sm.active`), where the GPU has GPM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_active: Option<f64>,
 }
 
 /// One node's resources at one tick (DLRover's ResourceStats).
@@ -48,6 +51,7 @@ pub enum Role {
     GpuUtil(String),
     GpuMemUsed(String),
     GpuMemLimit(String),
+    GpuSmActive(String),
 }
 
 fn attr<'a>(attrs: &'a [Attribute], key: &str) -> Option<&'a Value> {
@@ -79,6 +83,7 @@ pub fn role(info: &SeriesInfo) -> Option<Role> {
         }
         "hw.gpu.memory.usage" => Some(Role::GpuMemUsed(gpu())),
         "hw.gpu.memory.limit" => Some(Role::GpuMemLimit(gpu())),
+        "sonde.gpu.sm.active" => Some(Role::GpuSmActive(gpu())),
         _ => None,
     }
 }
@@ -90,7 +95,7 @@ struct Tick {
     cores: u32,
     mem_used: Option<f64>,
     mem_limit: Option<f64>,
-    gpus: BTreeMap<String, [Option<f64>; 3]>,
+    gpus: BTreeMap<String, [Option<f64>; 4]>,
 }
 
 /// Builds per-tick resource samples from (role, time, value) readings of
@@ -117,6 +122,7 @@ impl SampleBuilder {
             Role::GpuUtil(id) => t.gpus.entry(id.clone()).or_default()[0] = Some(value),
             Role::GpuMemUsed(id) => t.gpus.entry(id.clone()).or_default()[1] = Some(value),
             Role::GpuMemLimit(id) => t.gpus.entry(id.clone()).or_default()[2] = Some(value),
+            Role::GpuSmActive(id) => t.gpus.entry(id.clone()).or_default()[3] = Some(value),
         }
     }
 
@@ -137,12 +143,15 @@ impl SampleBuilder {
                         .gpus
                         .into_iter()
                         .enumerate()
-                        .map(|(i, (id, [u, used, limit]))| GpuStat {
+                        .map(|(i, (id, [u, used, limit, sm]))| GpuStat {
                             index: i as u32,
                             id,
                             total_mib: limit.unwrap_or(0.0) / MIB,
                             used_mib: used.unwrap_or(0.0) / MIB,
-                            utilization: u.unwrap_or(0.0),
+                            // NaN: no new reading this tick (NVML's own samples
+                            // come every 1/6 s to 1 s); `Usage::add` keeps the last
+                            utilization: u.unwrap_or(f64::NAN),
+                            sm_active: sm,
                         })
                         .collect(),
                     cpu_count: count,
@@ -180,6 +189,18 @@ impl Usage {
         if let Some(m) = s.memory_mib {
             self.mem_sum += m;
             self.mem_n += 1;
+        }
+        let mut s = s;
+        // A GPU reading without a new utilisation or SM-activity sample keeps
+        // the last one (0 before any).
+        for g in &mut s.gpus {
+            let before = self.latest.as_ref().and_then(|l| l.gpus.iter().find(|p| p.id == g.id));
+            if g.utilization.is_nan() {
+                g.utilization = before.map_or(0.0, |p| p.utilization);
+            }
+            if g.sm_active.is_none() {
+                g.sm_active = before.and_then(|p| p.sm_active);
+            }
         }
         self.latest = Some(s);
     }
@@ -375,9 +396,23 @@ mod tests {
                 id: "g0".into(),
                 total_mib: 81920.0,
                 used_mib: 2048.0,
-                utilization: 0.8
+                utilization: 0.8,
+                sm_active: None,
             }]
         );
+        // A tick without a new utilisation or SM-activity sample (NVML's own
+        // samples are slower than the ticks) keeps the last one.
+        let mut b = SampleBuilder::default();
+        b.add(&Role::GpuUtil("g0".into()), 10, 0.8);
+        b.add(&Role::GpuSmActive("g0".into()), 10, 0.6);
+        b.add(&Role::GpuMemUsed("g0".into()), 10, MIB);
+        b.add(&Role::GpuMemUsed("g0".into()), 20, 2.0 * MIB);
+        let mut usage = Usage::default();
+        for s in b.finish(None) {
+            usage.add(s);
+        }
+        let g = &usage.latest.as_ref().unwrap().gpus[0];
+        assert_eq!((g.utilization, g.sm_active, g.used_mib), (0.8, Some(0.6), 2.0));
         // Without per-core series the total needs the core count.
         let mut b = SampleBuilder::default();
         b.add(&Role::CpuTotal, 10, 0.25);

@@ -440,7 +440,7 @@ fn memory_and_gpu_series() {
     host.now = ms(1000);
     let b = samples(
         vec![
-            series(30, "system.linux.memory.available", SeriesKind::Gauge, &[]),
+            series(30, "system.memory.linux.available", SeriesKind::Gauge, &[]),
             gpu(31, "hw.gpu.utilization", "GPU-a"),
             gpu(32, "hw.gpu.memory.usage", "GPU-a"),
             gpu(33, "hw.gpu.memory.limit", "GPU-a"),

@@ -75,11 +75,24 @@ impl Master {
 
     pub fn on_events(&mut self, host: &mut dyn Host, batch: EventBatch) {
         let now = host.now();
-        let names: Vec<String> = batch.origins.iter().map(origin_node).collect();
+        // The host's own reports (role "host", no job: its GPU events) are
+        // about this master's node, whatever job runs on it.
+        let from_host = |o: &sonde_plugin_sdk::types::Origin| o.role == "host" && o.job.is_empty();
+        let names: Vec<String> = batch
+            .origins
+            .iter()
+            .map(|o| {
+                if from_host(o) {
+                    self.settings.node.clone()
+                } else {
+                    origin_node(o)
+                }
+            })
+            .collect();
         let ours: Vec<bool> = batch
             .origins
             .iter()
-            .map(|o| self.settings.job.is_empty() || o.job == self.settings.job)
+            .map(|o| self.settings.job.is_empty() || o.job == self.settings.job || from_host(o))
             .collect();
         let ok = |i: u32| ours.get(i as usize).copied().unwrap_or(false);
         for (i, o) in batch.origins.iter().enumerate() {

@@ -208,6 +208,62 @@ impl Master {
         }
     }
 
+    /// `gpu-hang-suspected`: a node whose GPU reads busy while its SMs are
+    /// idle and the job's global step has not moved (see `failures::gpu_hang`).
+    pub(super) fn check_gpu_hangs(&mut self, host: &mut dyn Host, now: u64) {
+        let rule = failures::GpuHangRule {
+            busy: self.settings.gpu_hang_busy,
+            sm_idle: self.settings.gpu_hang_sm_idle,
+            after_ns: ns(self.settings.gpu_hang_after_s),
+        };
+        let progress = self.perf.records.back().map(|r| r.time_ns);
+        let mut newly = Vec::new();
+        for n in self.nodes.values_mut() {
+            let Some(latest) = n.usage.latest.as_ref() else {
+                continue;
+            };
+            // the first GPU showing the pattern, if any
+            let suspect = latest
+                .gpus
+                .iter()
+                .map(|g| {
+                    (
+                        g,
+                        failures::gpu_hang(
+                            g.utilization,
+                            g.sm_active,
+                            progress,
+                            n.gpu_idle_busy_since_ns,
+                            now,
+                            rule,
+                        ),
+                    )
+                })
+                .find(|(_, (since, _))| since.is_some());
+            let (gpu, (since, hung)) = match suspect {
+                Some((g, r)) => (Some(g.id.clone()), r),
+                None => (None, (None, false)),
+            };
+            n.gpu_idle_busy_since_ns = since;
+            if hung && !n.gpu_hang {
+                newly.push((n.name.clone(), gpu.unwrap_or_default()));
+            }
+            n.gpu_hang = hung;
+        }
+        for (name, gpu) in newly {
+            self.record(
+                host,
+                "gpu-hang-suspected",
+                &name,
+                &format!(
+                    "GPU {gpu} busy (>= {}) with idle SMs (<= {}) and no global-step progress for {} s",
+                    rule.busy, rule.sm_idle, self.settings.gpu_hang_after_s
+                ),
+                json!({"gpu": gpu}),
+            );
+        }
+    }
+
     /// Stragglers during training: 2 x median of per-step times.
     pub fn update_stragglers(&mut self, host: &mut dyn Host) {
         let per: Vec<(String, Vec<f64>)> = self

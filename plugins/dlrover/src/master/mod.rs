@@ -214,6 +214,7 @@ impl Master {
             self.record_stats(host, now);
             self.update_stragglers(host);
             self.check_hangs(host, now);
+            self.check_gpu_hangs(host, now);
             self.maybe_write_history(host, now);
         }
         if now.saturating_sub(self.scaler.last_loop_ns) >= ns(self.settings.optimize_interval_s) {
