@@ -44,6 +44,7 @@
 //! full; 401 without the token when one is configured.
 
 pub mod mpi;
+pub mod mpi_stacks;
 pub mod serving;
 
 use std::collections::BTreeMap;
@@ -59,7 +60,8 @@ use axum::routing::post;
 use serde::Deserialize;
 use serde_json::json;
 
-use self::mpi::JsonMpiSample;
+use self::mpi::{JsonMpiModule, JsonMpiSample, JsonMpiStack};
+use self::mpi_stacks::{MpiStacks, ProbeStacks};
 use self::serving::{JsonAction, JsonRequest};
 use super::error::{Invalid, invalid};
 use super::limits::Limits;
@@ -82,6 +84,9 @@ pub struct Body {
     pub requests: Vec<JsonRequest>,
     pub actions: Vec<JsonAction>,
     pub mpi_samples: Vec<JsonMpiSample>,
+    /// The MPI probe's new call stacks and its module map (`mpi.rs`).
+    pub mpi_stacks: Vec<JsonMpiStack>,
+    pub mpi_modules: Vec<JsonMpiModule>,
 }
 
 #[derive(Deserialize)]
@@ -229,6 +234,22 @@ impl Body {
     }
 
     /// Validates every row and converts; the first invalid row names itself.
+    /// Takes the MPI probe's stacks, modules and each row's stack id out of
+    /// the body (they are not rows: `mpi_stacks.rs` keeps them).
+    pub fn take_probe_stacks(&mut self) -> Result<ProbeStacks, Invalid> {
+        for (i, s) in self.mpi_stacks.iter().enumerate() {
+            s.check(i)?;
+        }
+        for (i, m) in self.mpi_modules.iter().enumerate() {
+            m.check(i)?;
+        }
+        Ok(ProbeStacks {
+            modules: std::mem::take(&mut self.mpi_modules),
+            stacks: std::mem::take(&mut self.mpi_stacks),
+            rows: self.mpi_samples.iter().map(|s| (s.thread, s.stack)).collect(),
+        })
+    }
+
     pub fn into_report(self, now: u64, limits: &Limits) -> Result<Report, Invalid> {
         if self.rows() > MAX_ROWS {
             return Err(invalid(
@@ -360,6 +381,8 @@ pub struct IngestState {
     pub limits: Limits,
     /// The current `api.token` (it can change live): required on POST when set.
     pub token: Arc<dyn Fn() -> Option<String> + Send + Sync>,
+    /// The MPI probe's call stacks per process, named here.
+    pub mpi_stacks: Arc<MpiStacks>,
 }
 
 /// `POST /api/ingest` (and `GET /api/ingest` for the counters).
@@ -438,12 +461,28 @@ async fn ingest(
             None,
         );
     }
-    let parsed: Body = match serde_json::from_slice(&body) {
+    let mut parsed: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}"), None),
     };
-    let report = match parsed.into_report(now_ns(), &st.limits) {
-        Ok(r) => r,
+    let report = match parsed
+        .take_probe_stacks()
+        .and_then(|stacks| Ok((stacks, parsed.into_report(now_ns(), &st.limits)?)))
+    {
+        Ok((stacks, r)) if stacks.is_empty() => r,
+        // Naming a new module's addresses reads its file: off the async workers.
+        Ok((stacks, mut r)) => {
+            let table = st.mpi_stacks.clone();
+            match tokio::task::spawn_blocking(move || {
+                table.apply(&r.origin, stacks, &mut r.mpi_samples);
+                r
+            })
+            .await
+            {
+                Ok(r) => r,
+                Err(e) => return reject(StatusCode::INTERNAL_SERVER_ERROR, format!("naming MPI stacks: {e}"), None),
+            }
+        }
         Err(e) => {
             return reject(
                 StatusCode::UNPROCESSABLE_ENTITY,
