@@ -112,6 +112,7 @@ bench: build
 
 # the MPI probe's overhead on a real Open MPI job: cost per wrapped call, job wall time at 100 Hz and 1 kHz vs without the probe
 bench-mpi: mpi-probe
+    command -v NPopenmpi >/dev/null && command -v hpcc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends netpipe-openmpi hpcc; }
     bash scripts/bench-mpi.sh
 
 # peers side by side in one run: sonde, collectd (Interval 0.1), prometheus-node-exporter scraped at 10 Hz, a psutil sampler; CPU per sample, RSS, ratios
