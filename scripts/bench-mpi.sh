@@ -9,8 +9,9 @@
 #     streaming to a running sonde with the mpi plugin;
 #  3. real MPI programs, unmodified, as Debian ships them (stripped, no frame
 #     pointers: the probe unwinds with libunwind): NetPIPE (NPopenmpi, 2 ranks,
-#     messages up to NETPIPE_MAX bytes) and HPCC (4 ranks, HPL N=HPCC_N on a
-#     2x2 grid, the rest of the suite at its defaults), wall time of mpirun
+#     powers of two up to NETPIPE_MAX=65536 bytes, 200 round trips each) and
+#     HPCC (4 ranks, Debian's example input with HPL N=HPCC_N=200 on a 2x2
+#     grid: the whole suite, sized for a 2-core machine), wall time of mpirun
 #     without the probe and sampling stacks at 100 Hz and 1 kHz, as ratios.
 # Medians over RUNS runs (default 5). ONLY=programs runs part 3 alone. Needs the probe and programs
 # (scripts/build-mpi-probe.sh) and a sonde binary (release if built, else debug)
@@ -98,7 +99,7 @@ done
 echo
 echo "3. real MPI programs (Debian's binaries, unmodified): mpirun wall time, s, and the ratio to no probe"
 for p in NPopenmpi hpcc; do command -v "$p" >/dev/null || { echo "missing $p: apt-get install netpipe-openmpi hpcc (\`just bench-mpi\` does it)" >&2; exit 1; }; done
-sed -e "s/^1000 *Ns/${HPCC_N:-1000}         Ns/" /usr/share/doc/hpcc/examples/_hpccinf.txt >"$work/hpccinf.txt"
+sed -e "s/^1000 *Ns/${HPCC_N:-200}         Ns/" /usr/share/doc/hpcc/examples/_hpccinf.txt >"$work/hpccinf.txt"
 program_modes="none 100 1000"
 for prog in netpipe hpcc; do for m in $program_modes; do : >"$work/$prog.$m"; done; done
 for _ in $(seq "$runs"); do
@@ -107,7 +108,7 @@ for _ in $(seq "$runs"); do
             t0=$(date +%s.%N)
             # shellcheck disable=SC2046
             case $prog in
-                netpipe) mpirun_ -np 2 $(probe_args "$m") NPopenmpi -u "${NETPIPE_MAX:-65536}" -o "$work/np.out" >/dev/null ;;
+                netpipe) mpirun_ -np 2 $(probe_args "$m") NPopenmpi -n 200 -p 0 -u "${NETPIPE_MAX:-65536}" -o "$work/np.out" >/dev/null ;;
                 hpcc) (cd "$work" && mpirun_ -np 4 $(probe_args "$m") hpcc >/dev/null && grep -q "End of HPC Challenge" hpccoutf.txt && rm -f hpccoutf.txt) ;;
             esac
             t1=$(date +%s.%N)
