@@ -421,14 +421,21 @@ fn time_selective_sampling_covers_only_its_window_or_until_mpi_pcontrol_pauses_i
 fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
     let (probe, _) = mpi_parts();
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"])
-        .arg("-x")
-        .arg(format!("LD_PRELOAD={}", probe.display()))
-        .arg("-x")
-        .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
-        .arg("-x")
-        .arg(format!("MPI_SONDE_JOB={job}"))
-        .args(["-x", "MPI_SONDE_FLUSH_MS=200", "-x", "MPI_SONDE_HZ=1000"]);
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-np",
+        "2",
+    ])
+    .arg("-x")
+    .arg(format!("LD_PRELOAD={}", probe.display()))
+    .arg("-x")
+    .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
+    .arg("-x")
+    .arg(format!("MPI_SONDE_JOB={job}"))
+    .args(["-x", "MPI_SONDE_FLUSH_MS=200", "-x", "MPI_SONDE_HZ=1000"]);
     for (k, v) in env {
         c.arg("-x").arg(format!("{k}={v}"));
     }
@@ -461,7 +468,8 @@ fn stall_stacks(sonde: &Sonde, job: &str) -> Vec<(Vec<String>, u64)> {
 /// Whether `frames` holds, in this order (not necessarily adjacent), frames starting with each of `path`.
 fn has_path(frames: &[String], path: &[&str]) -> bool {
     let mut it = frames.iter();
-    path.iter().all(|p| it.any(|f| f == p || f.starts_with(&format!("{p} ("))))
+    path.iter()
+        .all(|p| it.any(|f| f == p || f.starts_with(&format!("{p} ("))))
 }
 
 /// Varint at `*i` of a protobuf message.
@@ -565,8 +573,16 @@ fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
         let (types, work, stall, strings) = pprof_totals(&sonde, job, tmp.path());
         assert_eq!(types, ["work/nanoseconds", "stall/nanoseconds"]);
         let route_ns = |k: &str| (p[k].as_f64().unwrap() * 1e9).round() as u64;
-        assert!(work.abs_diff(route_ns("work_s")) < 1000, "{job}: pprof work {work} ns, route {}", p["work_s"]);
-        assert!(stall.abs_diff(route_ns("stall_s")) < 1000, "{job}: pprof stall {stall} ns, route {}", p["stall_s"]);
+        assert!(
+            work.abs_diff(route_ns("work_s")) < 1000,
+            "{job}: pprof work {work} ns, route {}",
+            p["work_s"]
+        );
+        assert!(
+            stall.abs_diff(route_ns("stall_s")) < 1000,
+            "{job}: pprof stall {stall} ns, route {}",
+            p["stall_s"]
+        );
         for f in ["main", "solve", "refine", "exchange", "MPI_Sendrecv", "stacks.c"] {
             assert!(strings.iter().any(|s| s == f), "{job}: {f} in the pprof strings");
         }
@@ -594,12 +610,20 @@ fn stripped_and_deep_programs_still_profile_with_fewer_names() {
     let stacks = stall_stacks(&sonde, "stripped");
     assert!(!stacks.is_empty());
     assert!(
-        stacks.iter().all(|(f, _)| f.iter().any(|x| x.starts_with("stacks-stripped+0x"))),
+        stacks
+            .iter()
+            .all(|(f, _)| f.iter().any(|x| x.starts_with("stacks-stripped+0x"))),
         "{stacks:?}"
     );
     assert!(stacks.iter().all(|(f, _)| !f.iter().any(|x| x.starts_with("solve"))));
     // 200 levels of recursion: cut at the depth asked for, marked at the root.
-    run_stacks(&sonde, "deep", "stacks", &["4", "30", "deep"], &[("MPI_SONDE_DEPTH", "16")]);
+    run_stacks(
+        &sonde,
+        "deep",
+        "stacks",
+        &["4", "30", "deep"],
+        &[("MPI_SONDE_DEPTH", "16")],
+    );
     let stacks = stall_stacks(&sonde, "deep");
     let cut: Vec<_> = stacks.iter().filter(|(f, _)| f[3] == "[truncated]").collect();
     assert!(!cut.is_empty(), "{stacks:?}");

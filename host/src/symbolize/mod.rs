@@ -52,7 +52,11 @@ impl Module {
 
     /// `stacks` for `/work/target/mpi/stacks`.
     pub fn short_name(&self) -> &str {
-        self.path.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(&self.path)
+        self.path
+            .rsplit('/')
+            .next()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&self.path)
     }
 }
 
@@ -133,7 +137,10 @@ impl Symbolizer {
         }));
         let mut map = self.modules.lock();
         if map.len() >= MAX_MODULES
-            && let Some(oldest) = map.iter().min_by_key(|(_, e)| e.lock().last_used).map(|(k, _)| k.clone())
+            && let Some(oldest) = map
+                .iter()
+                .min_by_key(|(_, e)| e.lock().last_used)
+                .map(|(k, _)| k.clone())
         {
             map.remove(&oldest);
         }

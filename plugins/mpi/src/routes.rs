@@ -118,4 +118,3 @@ pub fn handle(m: &mut Mpi, req: &HttpRequest) -> HttpResponse {
         (method, _) => HttpResponse::error(404, &format!("no route {method} {}; routes: {ROUTES}", req.path)),
     }
 }
-

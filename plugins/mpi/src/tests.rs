@@ -250,10 +250,42 @@ fn the_folded_file_is_written_through_a_replace_sink_and_adds_up() {
 /// Two paths to one MPI call, as the host names a probe's stacks.
 fn two_paths() -> Vec<Row<'static>> {
     vec![
-        ("job", 0, 0, 2, "MPI_Sendrecv", "main (a.c:9);solve (a.c:5);exchange (a.c:2)", 300),
-        ("job", 0, 0, 2, "MPI_Sendrecv", "main (a.c:10);refine (a.c:7);exchange (a.c:2)", 100),
-        ("job", 0, 0, 1, "MPI_Sendrecv", "main (a.c:9);solve (a.c:5);exchange (a.c:2)", 20),
-        ("job", 1, 0, 2, "MPI_Sendrecv", "main (a.c:10);refine (a.c:7);exchange (a.c:2)", 50),
+        (
+            "job",
+            0,
+            0,
+            2,
+            "MPI_Sendrecv",
+            "main (a.c:9);solve (a.c:5);exchange (a.c:2)",
+            300,
+        ),
+        (
+            "job",
+            0,
+            0,
+            2,
+            "MPI_Sendrecv",
+            "main (a.c:10);refine (a.c:7);exchange (a.c:2)",
+            100,
+        ),
+        (
+            "job",
+            0,
+            0,
+            1,
+            "MPI_Sendrecv",
+            "main (a.c:9);solve (a.c:5);exchange (a.c:2)",
+            20,
+        ),
+        (
+            "job",
+            1,
+            0,
+            2,
+            "MPI_Sendrecv",
+            "main (a.c:10);refine (a.c:7);exchange (a.c:2)",
+            50,
+        ),
         ("job", 1, 0, 0, "", "", 500),
     ]
 }
@@ -268,14 +300,22 @@ fn the_flame_graph_of_stall_has_both_paths_for_one_rank_or_all() {
     let tree = &v["tree"];
     assert!((tree["value"].as_f64().unwrap() - 0.4).abs() < 1e-9, "{tree}");
     let main = &tree["children"];
-    let names: Vec<&str> = main.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = main
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["main (a.c:10)", "main (a.c:9)"]);
     let solve = &main[1]["children"][0];
     assert_eq!(solve["name"], "solve (a.c:5)");
     assert_eq!(solve["children"][0]["children"][0]["name"], "MPI_Sendrecv");
     assert!((solve["value"].as_f64().unwrap() - 0.3).abs() < 1e-9);
     let all: serde_json::Value = serde_json::from_str(&get(&mut m, "/flame", "job=job").1).unwrap();
-    assert!((all["tree"]["value"].as_f64().unwrap() - 0.45).abs() < 1e-9, "all ranks' stall");
+    assert!(
+        (all["tree"]["value"].as_f64().unwrap() - 0.45).abs() < 1e-9,
+        "all ranks' stall"
+    );
     assert_eq!(get(&mut m, "/flame", "job=job&state=busy").0, 400);
     assert_eq!(get(&mut m, "/flame", "job=job&rank=x").0, 400);
 }
@@ -329,7 +369,9 @@ fn the_pprof_profile_has_work_and_stall_in_nanoseconds_with_named_frames() {
     );
     assert_eq!(r.status, 200);
     let mut raw = Vec::new();
-    flate2::read::GzDecoder::new(&r.body[..]).read_to_end(&mut raw).expect("gzip");
+    flate2::read::GzDecoder::new(&r.body[..])
+        .read_to_end(&mut raw)
+        .expect("gzip");
     let top = fields(&raw);
     let strings: Vec<String> = top
         .iter()
@@ -344,7 +386,13 @@ fn the_pprof_profile_has_work_and_stall_in_nanoseconds_with_named_frames() {
             (strings[vt[0].1 as usize].clone(), strings[vt[1].1 as usize].clone())
         })
         .collect();
-    assert_eq!(types, [("work".into(), "nanoseconds".into()), ("stall".into(), "nanoseconds".into())]);
+    assert_eq!(
+        types,
+        [
+            ("work".into(), "nanoseconds".into()),
+            ("stall".into(), "nanoseconds".into())
+        ]
+    );
     let (mut work, mut stall) = (0, 0);
     for s in top.iter().filter(|f| f.0 == 2) {
         let values = fields(s.2).into_iter().find(|f| f.0 == 2).unwrap().2;
@@ -375,7 +423,13 @@ fn the_trace_has_a_process_per_rank_and_the_state_per_interval() {
     let slices: Vec<(i64, &str, f64)> = ev
         .iter()
         .filter(|e| e["ph"] == "X")
-        .map(|e| (e["pid"].as_i64().unwrap(), e["name"].as_str().unwrap(), e["dur"].as_f64().unwrap()))
+        .map(|e| {
+            (
+                e["pid"].as_i64().unwrap(),
+                e["name"].as_str().unwrap(),
+                e["dur"].as_f64().unwrap(),
+            )
+        })
         .collect();
     // rank 0: 420 ms, mostly stall; rank 1: 550 ms, mostly outside MPI (1 ms ticks).
     assert_eq!(slices, [(0, "stall", 420_000.0), (1, "not_in_mpi", 550_000.0)]);

@@ -480,7 +480,13 @@ async fn ingest(
             .await
             {
                 Ok(r) => r,
-                Err(e) => return reject(StatusCode::INTERNAL_SERVER_ERROR, format!("naming MPI stacks: {e}"), None),
+                Err(e) => {
+                    return reject(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("naming MPI stacks: {e}"),
+                        None,
+                    );
+                }
             }
         }
         Err(e) => {

@@ -197,7 +197,10 @@ mod tests {
         t.apply(
             &origin("7"),
             ProbeStacks {
-                modules: vec![module("/nonexistent/app", 0x1000, 0x2000), module("/nonexistent/libc.so.6", 0x9000, 0xa000)],
+                modules: vec![
+                    module("/nonexistent/app", 0x1000, 0x2000),
+                    module("/nonexistent/libc.so.6", 0x9000, 0xa000),
+                ],
                 stacks: vec![JsonMpiStack {
                     thread: 0,
                     id: 4,
@@ -210,7 +213,10 @@ mod tests {
         );
         let want = "[truncated];libc.so.6+0x30;app+0x20;app+0x10";
         assert_eq!(rows[0].callsite, want);
-        assert_eq!(rows[1].callsite, "app+0x10", "an unknown id keeps the probe's call site");
+        assert_eq!(
+            rows[1].callsite, "app+0x10",
+            "an unknown id keeps the probe's call site"
+        );
         // A later body names the stack by id alone.
         let mut later = vec![row()];
         t.apply(
