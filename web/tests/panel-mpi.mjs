@@ -68,7 +68,7 @@ await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: [
     if (bad.length) throw new Error(`not folded stacks: ${bad}`);
     if (!lines.includes('rank 0;thread 0;stall;main (imb.c:41);refine (imb.c:30);exchange (imb.c:10);MPI_Allreduce 75000')) throw new Error(`no whole stack:\n${text}`);
   }],
-  ['the stall flame graph draws both paths with readable frame names, for all ranks or one', async ({ page, url }) => {
+  ['the stall flame graph draws both paths with readable frame names, for all ranks or one', async ({ page }) => {
     const flame = panel(page).locator('.mpi-flame');
     const frame = (name) => flame.locator(`.mpi-frame[data-frame="${name}"]`);
     await until('the solve and refine frames', async () => (await frame('solve (imb.c:22)').count()) === 1 && (await frame('refine (imb.c:30)').count()) === 1);
