@@ -753,4 +753,35 @@ mod tests {
         assert_eq!(b.names[c.callsite[0] as usize], "a+0x1");
         assert_eq!(b.names[c.function[1] as usize], "");
     }
+
+    #[test]
+    fn probe_stacks_name_their_rows_and_bad_ones_are_refused_by_field() {
+        let mut body: Body = serde_json::from_str(
+            r#"{"origin":{"job":"j","rank":0,"attributes":{"process.pid":"9"}},
+                "mpi_samples":[{"thread":0,"state":2,"function":"MPI_Recv","callsite":"a+0x1","stack":3,"count":1,"period_ns":1}],
+                "mpi_stacks":[{"thread":0,"id":3,"frames":[4112,4128]}],
+                "mpi_modules":[{"path":"/nonexistent/app","build_id":"ab","base":4096,"start":4096,"end":8192}]}"#,
+        )
+        .unwrap();
+        let stacks = body.take_probe_stacks().unwrap();
+        let mut report = body.into_report(0, &Limits::default()).unwrap();
+        let table = MpiStacks::default();
+        table.apply(&report.origin, stacks, &mut report.mpi_samples);
+        assert_eq!(report.mpi_samples[0].callsite, "app+0x20;app+0x10");
+        for (bad, field) in [
+            (r#""mpi_stacks":[{"id":1,"frames":[]}]"#, "mpi_stacks[0].frames"),
+            (
+                r#""mpi_modules":[{"path":"/a","build_id":"xyz","base":0,"start":1,"end":2}]"#,
+                "mpi_modules[0].build_id",
+            ),
+            (
+                r#""mpi_modules":[{"path":"/a","base":0,"start":2,"end":2}]"#,
+                "mpi_modules[0].end",
+            ),
+        ] {
+            let mut b: Body = serde_json::from_str(&format!("{{{bad}}}")).unwrap();
+            let e = b.take_probe_stacks().err().unwrap();
+            assert_eq!(e.field, field);
+        }
+    }
 }
