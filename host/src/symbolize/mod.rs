@@ -24,12 +24,20 @@ use std::sync::Arc;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 use parking_lot::Mutex;
 
-type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+// Borrowed slices of module files kept for the life of the process (see
+// `MAX_DWARF_FILES`): the reader type gimli already builds for wasmtime, so
+// symbolizing adds no second build of gimli with other features.
+type Reader = gimli::EndianSlice<'static, gimli::RunTimeEndian>;
 
 /// Modules kept at once; the oldest is forgotten past it.
 const MAX_MODULES: usize = 256;
 /// Named addresses kept per module.
 const MAX_NAMES: usize = 200_000;
+/// Module files with DWARF held in memory for good (their DWARF is read
+/// lazily, straight from the file's bytes). Past this, modules are named from
+/// their symbol tables only.
+const MAX_DWARF_FILES: usize = 64;
+static DWARF_FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// A loaded module as the process reported it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -169,13 +177,17 @@ impl Symbols {
         } else {
             gimli::RunTimeEndian::Big
         };
-        let dwarf = if file.section_by_name(".debug_info").is_some() {
+        let dwarf = if file.section_by_name(".debug_info").is_some()
+            && DWARF_FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < MAX_DWARF_FILES
+        {
+            let kept: &'static [u8] = Box::leak(data.clone().into_boxed_slice());
+            let file = object::File::parse(kept).map_err(|e| format!("not an object file: {e}"))?;
             let sections = gimli::Dwarf::load(|id| -> Result<Reader, gimli::Error> {
                 let bytes = file
                     .section_by_name(id.name())
                     .and_then(|s| s.data().ok())
                     .unwrap_or(&[]);
-                Ok(Reader::new(Arc::from(bytes), endian))
+                Ok(Reader::new(bytes, endian))
             })
             .map_err(|e| format!("DWARF: {e}"))?;
             addr2line::Context::from_dwarf(sections).ok()
