@@ -98,7 +98,7 @@ done
  }
 
 echo
-echo "3. real MPI programs (Debian's binaries, unmodified): mpirun wall time, s, and the ratio to no probe"
+echo "3. real MPI programs (Debian's binaries, unmodified), medians and ratios to no probe"
 for p in NPopenmpi hpcc; do command -v "$p" >/dev/null || { echo "missing $p: apt-get install netpipe-openmpi hpcc (\`just bench-mpi\` does it)" >&2; exit 1; }; done
 sed -e "s/^1000 *Ns/${HPCC_N:-1000}         Ns/" /usr/share/doc/hpcc/examples/_hpccinf.txt >"$work/hpccinf.txt"
 program_modes="none 100 1000"
