@@ -15,7 +15,7 @@ setup: js-sender
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
-    command -v mpicc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev; }
+    { command -v mpicc >/dev/null && [ -e /usr/include/x86_64-linux-gnu/libunwind.h ]; } || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev libunwind-dev; }
     test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends faketime; }
     command -v prometheus >/dev/null && command -v victoria-metrics >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends prometheus victoria-metrics; }
 
@@ -116,6 +116,7 @@ bench: build fake-nvml
 
 # the MPI probe's overhead on a real Open MPI job: cost per wrapped call, job wall time at 100 Hz and 1 kHz vs without the probe
 bench-mpi: mpi-probe
+    command -v NPopenmpi >/dev/null && command -v hpcc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends netpipe-openmpi hpcc; }
     bash scripts/bench-mpi.sh
 
 # the bottleneck plugin: confusion table (injected cause x verdict) over real injected runs, and its CPU cost at 8 ranks x 10 steps/s

@@ -10,9 +10,11 @@
 //!    │       ├──► cluster ──► ingest, pipeline, export, plugin (decisions)
 //!    │       └──► storage ──► history, export::remote_write, pipeline (its tap)
 //!    └──► ingest ──► plugin (hands batches to the plugins)
+//!           └──► symbolize (names the MPI probe's stack addresses)
 //!   agent ──► run, ingest     (the in-process Rust API)
 //!   history                   (the embedded store: depends on model only)
 //!   tls                       (TLS settings, PEM loading, the TLS listener: depends on nothing)
+//!   symbolize                 (DWARF/ELF symbols of a process's modules: depends on nothing)
 //! ```
 //! `model` is shared by all. Each component's settings live beside it
 //! (`sample/config.rs`, `plugin/config.rs`, `export/config.rs`,
@@ -38,4 +40,5 @@ pub mod sample;
 pub mod sinks;
 pub mod state;
 pub mod storage;
+pub mod symbolize;
 pub mod tls;

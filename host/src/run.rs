@@ -193,6 +193,7 @@ impl Host {
                     hub: hub.clone(),
                     limits: Limits::from(&cfg.ingest),
                     token: Arc::new(move || live_config.lock().api.token.clone()),
+                    mpi_stacks: Default::default(),
                 },
                 cfg.ingest.max_body_bytes,
             );

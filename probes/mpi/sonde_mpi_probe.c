@@ -2,22 +2,28 @@
  * sonde MPI state probe: PMPI wrappers, preloaded into unmodified MPI programs
  * (LD_PRELOAD), that keep a per-thread MPI state word (not in MPI, MPI work,
  * MPI stall), sample it on a per-thread wall-clock timer together with the MPI
- * function and its call site, and stream the counts to sonde's
+ * function and the call stack that led to it, and stream the counts to sonde's
  * POST /api/ingest in batches. README.md next to this file is the manual
  * (environment, the Work/Stall method and its limits).
  *
  * Three kinds of code live here, with different rules:
  *  - wrappers (the application's threads): set the state word, call PMPI_*;
  *    a few loads and stores around each call, no locks, no allocation;
- *  - the tick handler (signal context): reads the calling thread's state and
- *    adds to that thread's bin table with atomics; async-signal-safe only;
- *  - the flusher thread: takes the bins' counts, resolves call sites with
- *    dladdr, writes JSON and POSTs it; everything slow is here.
+ *  - the tick handler (signal context): reads the calling thread's state,
+ *    walks its stack (frame pointers or libunwind), interns the stack in that
+ *    thread's own table and adds to its bin table; async-signal-safe only;
+ *  - the flusher thread: takes the bins' counts, sends new stacks and the
+ *    module map (path, build-id, load address: sonde symbolizes), writes JSON
+ *    and POSTs it; everything slow is here.
  */
 #define _GNU_SOURCE
+#define UNW_LOCAL_ONLY
 #include <mpi.h>
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <libunwind.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -76,22 +82,45 @@ enum { ST_OUT = 0, ST_WORK = 1, ST_STALL = 2 };
 #define MAX_THREADS 128
 #define NBINS 1024 /* power of two */
 #define PROBE_LIMIT 32
+#define MAX_DEPTH 128     /* MPI_SONDE_DEPTH is capped here */
+#define NSTACKS 2048      /* distinct stacks per thread; power of two */
+#define STACK_FRAMES 32768 /* frames of all a thread's stacks together */
+#define NO_STACK 0xFFFFFFFFu
 
 struct bin {
-    /* 0 = free; else site (47 bits) | func << 48 | state << 58 | 1 << 62. */
+    /* 0 = free; else stack id (32 bits) | func << 32 | state << 48 | 1 << 62. */
     _Atomic uint64_t key;
     _Atomic uint64_t count;
+};
+
+/* A stack as the handler interned it: frames[off .. off+len) of the thread's
+ * pool, outermost last; frames[off] is the MPI call's return address. */
+struct stack {
+    uint64_t hash;
+    uint32_t off;
+    uint16_t len;
+    uint8_t truncated; /* the walk stopped at MPI_SONDE_DEPTH */
 };
 
 struct thr {
     /* Written by the owning thread, read by its own signal handler. */
     volatile uint64_t site;
+    volatile uintptr_t wrap_fp; /* the outermost wrapper's frame address */
     volatile int func;
     volatile int state;
     int depth;
     timer_t timer;
     _Atomic int live; /* 1 while the timer exists */
+    uintptr_t stack_lo, stack_hi; /* the thread's stack, for the frame-pointer walk */
     struct bin bins[NBINS];
+    /* Interned stacks: only this thread's handler appends; `nstacks` publishes
+     * them (release) to the flusher, which sends those after `sent_stacks`. */
+    struct stack stacks[NSTACKS];
+    uint32_t index[2 * NSTACKS]; /* open addressing by hash: stack id + 1, 0 = free */
+    uint64_t frames[STACK_FRAMES];
+    uint32_t nframes;
+    _Atomic uint32_t nstacks;
+    uint32_t sent_stacks; /* flusher only */
 };
 
 static struct thr threads[MAX_THREADS];
@@ -113,16 +142,22 @@ static struct {
     int coll_sync;
     int verbose;
     int sig;
+    int depth;         /* frames per stack, from the MPI call outward */
+    int unwind;        /* UNWIND_* */
     char host[64];
     int port;
     char job[128];
     char token[256];
 } cfg;
 
+enum { UNWIND_AUTO, UNWIND_FP, UNWIND_LIBUNWIND };
+static const char *const unwind_names[] = {"auto", "frame pointers", "libunwind"};
+
 static int world_rank = -1, world_size = 0;
 static _Atomic int sampling;     /* the handler counts only while set (MPI_Pcontrol, MPI_Finalize) */
 static _Atomic int pcontrol_on = 1;
 static _Atomic uint64_t dropped_ticks;   /* bin table full */
+static _Atomic uint64_t unstacked_ticks; /* stack table full: counted without a stack */
 static _Atomic uint64_t dropped_posts, dropped_rows, sent_rows, sent_posts;
 static pthread_t flusher;
 static _Atomic int flusher_stop;
@@ -176,6 +211,11 @@ static void read_config(void) {
     cfg.coll_sync = (v = env("MPI_SONDE_COLLECTIVE_SYNC")) ? atoi(v) : 0;
     cfg.verbose = (v = env("MPI_SONDE_VERBOSE")) ? atoi(v) : 0;
     cfg.sig = SIGRTMIN + ((v = env("MPI_SONDE_SIGNAL_OFFSET")) ? atoi(v) : 5);
+    cfg.depth = (v = env("MPI_SONDE_DEPTH")) ? atoi(v) : 32;
+    if (cfg.depth < 1) cfg.depth = 1;
+    if (cfg.depth > MAX_DEPTH) cfg.depth = MAX_DEPTH;
+    v = env("MPI_SONDE_UNWIND");
+    cfg.unwind = !v || !strcmp(v, "auto") ? UNWIND_AUTO : !strcmp(v, "fp") ? UNWIND_FP : UNWIND_LIBUNWIND;
     snprintf(cfg.host, sizeof cfg.host, "127.0.0.1");
     cfg.port = 7878;
     if ((v = env("MPI_SONDE_ENDPOINT"))) {
@@ -204,8 +244,112 @@ static void read_config(void) {
 /* ------------------------------------------------------------------------ */
 /* The tick.                                                                  */
 
-static inline uint64_t bin_key(int state, int func, uint64_t site) {
-    return (site & ((1ULL << 47) - 1)) | ((uint64_t)func << 48) | ((uint64_t)state << 58) | (1ULL << 62);
+static inline uint64_t bin_key(int state, int func, uint32_t stack) {
+    return (uint64_t)stack | ((uint64_t)func << 32) | ((uint64_t)state << 48) | (1ULL << 62);
+}
+
+/* Executable segments of the modules loaded at MPI_Init (filled before the
+ * first tick, read-only afterwards): a frame-pointer walk accepts a return
+ * address only inside one, so a register that was never a frame pointer ends
+ * the walk instead of yielding garbage frames. */
+#define MAX_TEXT 512
+static struct { uintptr_t lo, hi; } text[MAX_TEXT];
+static int ntext;
+
+static int in_text(uintptr_t pc) {
+    for (int i = 0; i < ntext; i++)
+        if (pc >= text[i].lo && pc < text[i].hi) return 1;
+    return 0;
+}
+
+static int add_text(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size, (void)arg;
+    for (int i = 0; i < info->dlpi_phnum && ntext < MAX_TEXT; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+            text[ntext].lo = info->dlpi_addr + ph->p_vaddr;
+            text[ntext].hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+            ntext++;
+        }
+    }
+    return 0;
+}
+
+/* Frame-pointer walk from the wrapper's frame: each frame record is
+ * {saved frame pointer, return address}. Bounded by the thread's stack, each
+ * record above the last, every return address in a module's code. */
+static int walk_fp(const struct thr *t, uintptr_t wrap_fp, uint64_t *out, int max, int *truncated) {
+    int n = 0;
+    uintptr_t fp = wrap_fp, prev = 0;
+    *truncated = 0;
+    if (fp < t->stack_lo || fp + 16 > t->stack_hi) return 0;
+    fp = ((const uintptr_t *)fp)[0]; /* the program's frame that called MPI */
+    while (fp > prev && !(fp & 7) && fp >= t->stack_lo && fp + 16 <= t->stack_hi) {
+        uintptr_t ret = ((const uintptr_t *)fp)[1];
+        if (!in_text(ret)) break;
+        if (n == max) {
+            *truncated = 1;
+            break;
+        }
+        out[n++] = ret;
+        prev = fp;
+        fp = ((const uintptr_t *)fp)[0];
+    }
+    return n;
+}
+
+/* libunwind's walk from here (the handler) through the signal frame and the
+ * MPI library; what precedes the MPI call's return address is cut off. */
+static int walk_libunwind(uint64_t site, uint64_t *out, int max, int *truncated) {
+    void *buf[MAX_DEPTH + 64];
+    int cap = max + 64, m = unw_backtrace(buf, cap);
+    *truncated = 0;
+    for (int i = 0; i < m; i++) {
+        if ((uint64_t)(uintptr_t)buf[i] != site) continue;
+        int n = 0;
+        for (int j = i + 1; j < m && n < max; j++) out[n++] = (uint64_t)(uintptr_t)buf[j];
+        *truncated = m == cap || m - (i + 1) > max;
+        return n;
+    }
+    return -1; /* the walk did not reach the program */
+}
+
+static int use_fp; /* decided at MPI_Init (UNWIND_AUTO) or by MPI_SONDE_UNWIND */
+
+/* The stack of the MPI call the thread is in: its return address, then the
+ * program's frames outward, at most cfg.depth in all. */
+static int walk(const struct thr *t, uint64_t *out, int *truncated) {
+    out[0] = t->site;
+    int n = use_fp ? walk_fp(t, t->wrap_fp, out + 1, cfg.depth - 1, truncated)
+                   : walk_libunwind(t->site, out + 1, cfg.depth - 1, truncated);
+    if (n < 0) {
+        *truncated = 1; /* only the call site is known */
+        n = 0;
+    }
+    return n + 1;
+}
+
+/* The id of this stack in the thread's table, adding it if new; NO_STACK when full. */
+static uint32_t intern(struct thr *t, const uint64_t *f, int n, int truncated) {
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint64_t)truncated;
+    for (int i = 0; i < n; i++) h = (h ^ f[i]) * 0x100000001b3ULL;
+    unsigned mask = 2 * NSTACKS - 1, i = (unsigned)(h >> 40) & mask;
+    for (int probe = 0; probe < PROBE_LIMIT; probe++, i = (i + 1) & mask) {
+        uint32_t e = t->index[i];
+        if (!e) break;
+        const struct stack *s = &t->stacks[e - 1];
+        if (s->hash == h && s->len == n && s->truncated == truncated &&
+            !memcmp(&t->frames[s->off], f, (size_t)n * sizeof *f))
+            return e - 1;
+    }
+    uint32_t id = atomic_load_explicit(&t->nstacks, memory_order_relaxed);
+    if (id >= NSTACKS || t->nframes + (uint32_t)n > STACK_FRAMES || t->index[i]) return NO_STACK;
+    memcpy(&t->frames[t->nframes], f, (size_t)n * sizeof *f);
+    t->stacks[id] = (struct stack){h, t->nframes, (uint16_t)n, (uint8_t)truncated};
+    t->nframes += (uint32_t)n;
+    t->index[i] = id + 1;
+    atomic_store_explicit(&t->nstacks, id + 1, memory_order_release);
+    return id;
 }
 
 /* Of the n ticks this delivery stands for, at now, now - p, ..., now - (n-1)p,
@@ -234,7 +378,16 @@ static void on_tick(int sig, siginfo_t *si, void *uc) {
         }
         int state = t->state;
         atomic_signal_fence(memory_order_acquire);
-        uint64_t key = state == ST_OUT ? bin_key(ST_OUT, 0, 0) : bin_key(state, t->func, t->site);
+        uint64_t key;
+        if (state == ST_OUT) {
+            key = bin_key(ST_OUT, 0, NO_STACK);
+        } else {
+            uint64_t frames[MAX_DEPTH];
+            int truncated, depth = walk(t, frames, &truncated);
+            uint32_t id = intern(t, frames, depth, truncated);
+            if (id == NO_STACK) atomic_fetch_add_explicit(&unstacked_ticks, n, memory_order_relaxed);
+            key = bin_key(state, t->func, id);
+        }
         uint64_t h = key * 0x9E3779B97F4A7C15ULL;
         unsigned i = (unsigned)(h >> 54) & (NBINS - 1);
         int done = 0;
@@ -271,6 +424,16 @@ static void register_thread(void) {
         return;
     }
     struct thr *t = &threads[slot];
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *lo;
+        size_t size;
+        if (pthread_attr_getstack(&attr, &lo, &size) == 0) {
+            t->stack_lo = (uintptr_t)lo;
+            t->stack_hi = (uintptr_t)lo + size;
+        }
+        pthread_attr_destroy(&attr);
+    }
     struct sigevent sev;
     memset(&sev, 0, sizeof sev);
     sev.sigev_notify = SIGEV_THREAD_ID;
@@ -292,14 +455,18 @@ static void register_thread(void) {
 /* Entering and leaving MPI. Nested calls keep the outermost state.          */
 
 #define CALL_SITE() ((uint64_t)(uintptr_t)__builtin_return_address(0))
+/* The wrapper's own frame record (the probe is built with frame pointers):
+ * where a frame-pointer walk into the program starts. */
+#define WRAP_FP() ((uintptr_t)__builtin_frame_address(0))
 
-static inline int enter(int func, uint64_t site, int state) {
+static inline int enter(int func, uint64_t site, uintptr_t fp, int state) {
     if (__builtin_expect(!my_registered, 0) && cfg.enabled) register_thread();
     struct thr *t = my;
     if (!t) return 0;
     if (t->depth++ > 0) return 0;
     t->func = func;
     t->site = site;
+    t->wrap_fp = fp;
     atomic_signal_fence(memory_order_release);
     t->state = state;
     return 1;
@@ -462,7 +629,64 @@ out:
 
 static struct buf body;
 
-/* Takes every bin's count and sends it as one batch (one POST). */
+/* The module map: every loaded object's path, GNU build-id, load bias and
+ * code segments, so that sonde can turn addresses into names. Sent with the
+ * first batch, again whenever the set of modules changed (dlopen), and again
+ * after a batch that did not arrive. */
+static int modules_sent; /* modules in the last map that sonde took; flusher only */
+static int modules_now;
+
+static void put_build_id(struct buf *b, const struct dl_phdr_info *info) {
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE) continue;
+        const unsigned char *p = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr), *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)p;
+            const unsigned char *name = p + sizeof *nh, *desc = name + ((nh->n_namesz + 3) & ~3u);
+            if (desc + nh->n_descsz > end) break;
+            if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && !memcmp(name, "GNU", 4)) {
+                for (unsigned k = 0; k < nh->n_descsz; k++) putf(b, "%02x", desc[k]);
+                return;
+            }
+            p = desc + ((nh->n_descsz + 3) & ~3u);
+        }
+    }
+}
+
+static int put_module(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    struct buf *b = arg;
+    char exe[4096];
+    const char *path = info->dlpi_name;
+    if (!path || !*path) { /* the program itself */
+        ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[k > 0 ? k : 0] = 0;
+        path = exe;
+    }
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+        if (modules_now++) put(b, ",", 1);
+        put(b, "{\"path\":", 8);
+        put_json_str(b, path);
+        put(b, ",\"build_id\":\"", 13);
+        put_build_id(b, info);
+        putf(b, "\",\"base\":%llu,\"start\":%llu,\"end\":%llu}", (unsigned long long)info->dlpi_addr,
+             (unsigned long long)(info->dlpi_addr + ph->p_vaddr),
+             (unsigned long long)(info->dlpi_addr + ph->p_vaddr + ph->p_memsz));
+    }
+    return 0;
+}
+
+static int count_modules(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)info, (void)size;
+    ++*(int *)arg;
+    return 0;
+}
+
+/* Takes every bin's count and sends it as one batch (one POST), with the
+ * stacks interned since the last batch that arrived. */
 static void flush_once(void) {
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
@@ -483,33 +707,68 @@ static void flush_once(void) {
     size_t rows = 0;
     int n = atomic_load(&nthreads);
     if (n > MAX_THREADS) n = MAX_THREADS;
+    uint32_t published[MAX_THREADS];
     for (int ti = 0; ti < n; ti++) {
         struct thr *t = &threads[ti];
+        /* Read before the bins: every stack id a bin below holds is published. */
+        published[ti] = atomic_load_explicit(&t->nstacks, memory_order_acquire);
         for (int i = 0; i < NBINS; i++) {
             uint64_t key = atomic_load_explicit(&t->bins[i].key, memory_order_acquire);
             if (!key) continue;
             uint64_t c = atomic_exchange_explicit(&t->bins[i].count, 0, memory_order_relaxed);
             if (!c) continue;
-            int state = (int)((key >> 58) & 3), func = (int)((key >> 48) & 1023);
-            uint64_t site = key & ((1ULL << 47) - 1);
+            int state = (int)((key >> 48) & 3), func = (int)((key >> 32) & 1023);
+            uint32_t stack = (uint32_t)key;
+            if (stack != NO_STACK && stack >= published[ti])
+                published[ti] = atomic_load_explicit(&t->nstacks, memory_order_acquire);
             if (rows++) put(&body, ",", 1);
             putf(&body, "{\"thread\":%d,\"time_ns\":%llu,\"state\":%d,\"count\":%llu,\"period_ns\":%llu,\"function\":",
                  ti, (unsigned long long)now_ns, state, (unsigned long long)(c > UINT32_MAX ? UINT32_MAX : c),
                  (unsigned long long)period_ns);
             put_json_str(&body, func < F_COUNT ? func_names[func] : "?");
-            put(&body, ",\"callsite\":", 12);
-            put_json_str(&body, state == ST_OUT ? "" : site_name(site));
+            if (state != ST_OUT && stack != NO_STACK) {
+                /* The call site by the dynamic symbols, for a sonde that lost the stack table. */
+                put(&body, ",\"callsite\":", 12);
+                put_json_str(&body, site_name(t->frames[t->stacks[stack].off]));
+                putf(&body, ",\"stack\":%u", stack);
+            }
             put(&body, "}", 1);
         }
     }
-    put(&body, "]}", 2);
-    if (!rows) return;
+    put(&body, "],\"mpi_stacks\":[", 16);
+    size_t nst = 0;
+    for (int ti = 0; ti < n; ti++) {
+        struct thr *t = &threads[ti];
+        for (uint32_t id = t->sent_stacks; id < published[ti]; id++) {
+            const struct stack *st = &t->stacks[id];
+            putf(&body, "%s{\"thread\":%d,\"id\":%u,\"truncated\":%s,\"frames\":[", nst++ ? "," : "", ti, id,
+                 st->truncated ? "true" : "false");
+            for (int k = 0; k < st->len; k++)
+                putf(&body, "%s%llu", k ? "," : "", (unsigned long long)t->frames[st->off + k]);
+            put(&body, "]}", 2);
+        }
+    }
+    put(&body, "]", 1);
+    int loaded = 0;
+    dl_iterate_phdr(count_modules, &loaded);
+    int send_modules = loaded != modules_sent;
+    if (send_modules) {
+        put(&body, ",\"mpi_modules\":[", 16);
+        modules_now = 0;
+        dl_iterate_phdr(put_module, &body);
+        put(&body, "]", 1);
+    }
+    put(&body, "}", 1);
+    if (!rows && !nst) return;
     int st = http_post(body.p, body.n);
     if (st == 202) {
         atomic_fetch_add(&sent_posts, 1);
         atomic_fetch_add(&sent_rows, rows);
+        for (int ti = 0; ti < n; ti++) threads[ti].sent_stacks = published[ti];
+        if (send_modules) modules_sent = loaded;
     } else {
-        /* sonde down, slow or refusing: this batch is dropped and counted, the program goes on */
+        /* sonde down, slow or refusing: this batch is dropped and counted, the
+         * program goes on; its new stacks and the module map go with the next. */
         if (atomic_fetch_add(&dropped_posts, 1) == 0 || cfg.verbose)
             fprintf(stderr, "sonde mpi probe (rank %d): POST http://%s:%d/api/ingest %s %d; samples are dropped and counted\n",
                     world_rank, cfg.host, cfg.port, st < 0 ? "failed" : "answered", st);
@@ -535,7 +794,26 @@ static void *flusher_main(void *arg) {
     return NULL;
 }
 
-static void start_probe(void) {
+/* MPI_SONDE_UNWIND=auto: frame pointers if the program's call of MPI_Init
+ * unwinds the same way with them as with libunwind (which reads .eh_frame and
+ * is right whether or not the program keeps frame pointers): the return
+ * address of the function that called MPI_Init must be the same both ways.
+ * (Without frame pointers that function's frame register holds something
+ * else, or 0 from _start, and the walk fails or lands elsewhere.) Else libunwind. */
+static void choose_unwinder(uint64_t site, uintptr_t fp) {
+    if (cfg.unwind != UNWIND_AUTO) {
+        use_fp = cfg.unwind == UNWIND_FP;
+        return;
+    }
+    uint64_t a[1] = {0}, b[1] = {0};
+    int ta, tb;
+    struct thr *t = my;
+    int na = t ? walk_fp(t, fp, a, 1, &ta) : 0;
+    int nb = walk_libunwind(site, b, 1, &tb);
+    use_fp = na == 1 && nb == 1 && a[0] == b[0];
+}
+
+static void start_probe(uint64_t init_site, uintptr_t init_fp) {
     uint64_t t_init = mono_ns();
     read_config();
     if (cfg.start_s > 0) window_start_ns = t_init + (uint64_t)(cfg.start_s * 1e9);
@@ -550,13 +828,18 @@ static void start_probe(void) {
     sigemptyset(&sa.sa_mask);
     if (sigaction(cfg.sig, &sa, NULL) != 0) return;
     pthread_key_create(&thr_key, thr_exit);
+    dl_iterate_phdr(add_text, NULL);
+    /* Per-thread caches: libunwind's walk from a signal handler takes no lock. */
+    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
     cfg.enabled = 1;
     atomic_store(&sampling, atomic_load(&pcontrol_on));
     register_thread(); /* the thread that called MPI_Init, from now on */
+    choose_unwinder(init_site, init_fp);
     if (pthread_create(&flusher, NULL, flusher_main, NULL) == 0) flusher_started = 1;
     if (cfg.verbose)
-        fprintf(stderr, "sonde mpi probe: rank %d/%d job %s sampling at %d Hz to %s:%d\n", world_rank, world_size,
-                cfg.job, cfg.hz, cfg.host, cfg.port);
+        fprintf(stderr, "sonde mpi probe: rank %d/%d job %s sampling at %d Hz to %s:%d, stacks of %d frames by %s\n",
+                world_rank, world_size, cfg.job, cfg.hz, cfg.host, cfg.port, cfg.depth,
+                unwind_names[use_fp ? UNWIND_FP : UNWIND_LIBUNWIND]);
 }
 
 static void stop_probe(void) {
@@ -573,10 +856,12 @@ static void stop_probe(void) {
     flush_once();
     cfg.enabled = 0;
     if (cfg.verbose)
-        fprintf(stderr, "sonde mpi probe: rank %d sent %llu rows in %llu posts; dropped %llu rows (%llu posts), %llu ticks (bins full)\n",
+        fprintf(stderr,
+                "sonde mpi probe: rank %d sent %llu rows in %llu posts; dropped %llu rows (%llu posts), %llu ticks "
+                "(bins full); %llu ticks without a stack (stack table full)\n",
                 world_rank, (unsigned long long)sent_rows, (unsigned long long)sent_posts,
                 (unsigned long long)dropped_rows, (unsigned long long)dropped_posts,
-                (unsigned long long)dropped_ticks);
+                (unsigned long long)dropped_ticks, (unsigned long long)unstacked_ticks);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -585,18 +870,18 @@ static void stop_probe(void) {
 /* BEGIN enters (depth counts nested calls, e.g. an MPI library calling MPI_*
  * itself: the outermost call keeps its state); END leaves. t0 is NULL when this
  * thread is not sampled. */
-#define BEGIN(name, state) struct thr *t0 = (enter(F_##name, CALL_SITE(), state), my)
+#define BEGIN(name, state) struct thr *t0 = (enter(F_##name, CALL_SITE(), WRAP_FP(), state), my)
 #define END() do { if (t0) leave(); } while (0)
 
 int MPI_Init(int *argc, char ***argv) {
     int rc = PMPI_Init(argc, argv);
-    if (rc == MPI_SUCCESS) start_probe();
+    if (rc == MPI_SUCCESS) start_probe(CALL_SITE(), WRAP_FP());
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
     int rc = PMPI_Init_thread(argc, argv, required, provided);
-    if (rc == MPI_SUCCESS) start_probe();
+    if (rc == MPI_SUCCESS) start_probe(CALL_SITE(), WRAP_FP());
     return rc;
 }
 
@@ -723,9 +1008,9 @@ int MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
 /* A blocking send is its non-blocking start plus a wait (the standard's own
  * definition): Work while it starts, Stall if it then has to wait (a
  * rendezvous send waiting for its receiver, a synchronous send). */
-static int send_as_isend(int func, int sync, uint64_t site, const void *buf, int count, MPI_Datatype dt, int dest,
-                         int tag, MPI_Comm comm) {
-    struct thr *t0 = (enter(func, site, ST_WORK), my);
+static int send_as_isend(int func, int sync, uint64_t site, uintptr_t fp, const void *buf, int count,
+                         MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
+    struct thr *t0 = (enter(func, site, fp, ST_WORK), my);
     MPI_Request req;
     int rc = sync ? PMPI_Issend(buf, count, dt, dest, tag, comm, &req)
                   : PMPI_Isend(buf, count, dt, dest, tag, comm, &req);
@@ -742,11 +1027,11 @@ static int send_as_isend(int func, int sync, uint64_t site, const void *buf, int
 }
 
 int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-    return send_as_isend(F_MPI_Send, 0, CALL_SITE(), buf, count, dt, dest, tag, comm);
+    return send_as_isend(F_MPI_Send, 0, CALL_SITE(), WRAP_FP(), buf, count, dt, dest, tag, comm);
 }
 
 int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm) {
-    return send_as_isend(F_MPI_Ssend, 1, CALL_SITE(), buf, count, dt, dest, tag, comm);
+    return send_as_isend(F_MPI_Ssend, 1, CALL_SITE(), WRAP_FP(), buf, count, dt, dest, tag, comm);
 }
 
 int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype sdt, int dest, int stag, void *rbuf, int rcount,

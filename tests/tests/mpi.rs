@@ -6,7 +6,10 @@
 //! folded stacks. Checked: stall shares ordered rank 0 > 1 > 2 > 3 in the
 //! plugin's route, the folded file and the metrics at rotel; rank-selective
 //! sampling includes only the chosen ranks; a job killed mid-way leaves sonde
-//! healthy and the partial profile usable.
+//! healthy and the partial profile usable. With tests/mpi/stacks.c (two paths
+//! to one MPI_Sendrecv): whole call stacks with symbol names, with and without
+//! frame pointers, stripped, and cut at the probe's depth; the pprof profile's
+//! totals equal the profile route's.
 //!
 //! Needs Open MPI (`mpicc`, `mpirun`): `just setup` installs Debian's
 //! openmpi-bin and libopenmpi-dev. The probe and the program are built here by
@@ -236,8 +239,14 @@ fn an_imbalanced_job_stalls_most_on_the_rank_with_least_work() {
     };
     assert!(share(0) > share(1) && share(1) > share(2) && share(2) > share(3));
     assert!(
-        lines.iter().all(|(f, _)| f.len() == 3 || f.len() == 5),
-        "rank;thread;state[;function;callsite]"
+        lines
+            .iter()
+            .all(|(f, _)| f.len() == 3 || (f.len() >= 5 && f.last().unwrap().starts_with("MPI_"))),
+        "rank;thread;state[;stack...;function]"
+    );
+    assert!(
+        lines.iter().any(|(f, _)| f.iter().any(|x| x.starts_with("main"))),
+        "stacks reach main: {lines:?}"
     );
 
     // And so do the metrics at the collector.
@@ -406,4 +415,223 @@ fn time_selective_sampling_covers_only_its_window_or_until_mpi_pcontrol_pauses_i
             r["rank"]
         );
     }
+}
+
+/// `mpirun -np 2` of a tests/mpi/stacks.c build with the probe at 1 kHz; returns the settled profile.
+fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
+    let (probe, _) = mpi_parts();
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-np",
+        "2",
+    ])
+    .arg("-x")
+    .arg(format!("LD_PRELOAD={}", probe.display()))
+    .arg("-x")
+    .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
+    .arg("-x")
+    .arg(format!("MPI_SONDE_JOB={job}"))
+    .args(["-x", "MPI_SONDE_FLUSH_MS=200", "-x", "MPI_SONDE_HZ=1000"]);
+    for (k, v) in env {
+        c.arg("-x").arg(format!("{k}={v}"));
+    }
+    let out = c
+        .arg(repo().join("target/mpi").join(program))
+        .args(args)
+        .env_remove("SONDE_BIN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("running mpirun");
+    assert!(
+        out.status.success(),
+        "mpirun {program} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    settled_profile(sonde, job, 2)
+}
+
+/// The folded lines of `job`'s stall on rank 0 that end in MPI_Sendrecv.
+fn stall_stacks(sonde: &Sonde, job: &str) -> Vec<(Vec<String>, u64)> {
+    let (code, text) = sonde.get(&format!("/api/plugins/mpi/folded?job={job}"));
+    assert_eq!(code, 200, "{text}");
+    parse_folded(&text)
+        .into_iter()
+        .filter(|(f, _)| f[0] == "rank 0" && f[2] == "stall" && f.last().unwrap() == "MPI_Sendrecv")
+        .collect()
+}
+
+/// Whether `frames` holds, in this order (not necessarily adjacent), frames starting with each of `path`.
+fn has_path(frames: &[String], path: &[&str]) -> bool {
+    let mut it = frames.iter();
+    path.iter()
+        .all(|p| it.any(|f| f == p || f.starts_with(&format!("{p} ("))))
+}
+
+/// Varint at `*i` of a protobuf message.
+fn varint(b: &[u8], i: &mut usize) -> u64 {
+    let (mut v, mut shift) = (0u64, 0);
+    loop {
+        let byte = b[*i];
+        *i += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+/// Top-level fields of a protobuf message: (field, varint value, bytes).
+fn proto_fields(b: &[u8]) -> Vec<(u64, u64, &[u8])> {
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        let key = varint(b, &mut i);
+        match key & 7 {
+            0 => out.push((key >> 3, varint(b, &mut i), &b[..0])),
+            2 => {
+                let n = varint(b, &mut i) as usize;
+                out.push((key >> 3, 0, &b[i..i + n]));
+                i += n;
+            }
+            w => panic!("unexpected wire type {w} in the pprof profile"),
+        }
+    }
+    out
+}
+
+/// The job's pprof profile, decoded: sample type names and the (work, stall) totals in ns.
+fn pprof_totals(sonde: &Sonde, job: &str, dir: &Path) -> (Vec<String>, u64, u64, Vec<String>) {
+    use std::io::Read;
+    let file = dir.join(format!("{job}.pb.gz"));
+    let st = Command::new("curl")
+        .args(["-sf", "-o"])
+        .arg(&file)
+        .arg(format!("http://{}/api/plugins/mpi/pprof?job={job}", sonde.api))
+        .status()
+        .unwrap();
+    assert!(st.success(), "GET /pprof");
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&file).unwrap())
+        .read_to_end(&mut raw)
+        .expect("the pprof profile is gzip");
+    let top = proto_fields(&raw);
+    let strings: Vec<String> = top
+        .iter()
+        .filter(|f| f.0 == 6)
+        .map(|f| String::from_utf8(f.2.to_vec()).unwrap())
+        .collect();
+    let types = top
+        .iter()
+        .filter(|f| f.0 == 1)
+        .map(|f| {
+            let vt = proto_fields(f.2);
+            format!("{}/{}", strings[vt[0].1 as usize], strings[vt[1].1 as usize])
+        })
+        .collect();
+    let (mut work, mut stall) = (0, 0);
+    for s in top.iter().filter(|f| f.0 == 2) {
+        let values = proto_fields(s.2).into_iter().find(|f| f.0 == 2).unwrap().2;
+        let mut i = 0;
+        work += varint(values, &mut i);
+        stall += varint(values, &mut i);
+    }
+    (types, work, stall, strings)
+}
+
+#[test]
+fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start(tmp.path(), &rotel);
+    // With frame pointers (the probe walks them) and without (libunwind).
+    for (job, program) in [("stacks-fp", "stacks"), ("stacks-nofp", "stacks-nofp")] {
+        let p = run_stacks(&sonde, job, program, &["8", "40"], &[]);
+        let stacks = stall_stacks(&sonde, job);
+        println!("{job}: {stacks:?}");
+        let via = |mid: &str| {
+            stacks
+                .iter()
+                .filter(|(f, _)| has_path(f, &["main", mid, "exchange", "MPI_Sendrecv"]))
+                .map(|(_, n)| n)
+                .sum::<u64>()
+        };
+        let (solve, refine) = (via("solve"), via("refine"));
+        assert!(solve > 0 && refine > 0, "{job}: both paths, by name: {stacks:?}");
+        // solve waits twice as long as refine per step (2 units of imbalance against 1).
+        assert!(solve > refine, "{job}: solve {solve} us, refine {refine} us");
+        assert!(
+            stacks.iter().any(|(f, _)| f.iter().any(|x| x.contains("stacks.c:"))),
+            "{job}: file:line from DWARF: {stacks:?}"
+        );
+        // pprof: the same totals as the profile route.
+        let (types, work, stall, strings) = pprof_totals(&sonde, job, tmp.path());
+        assert_eq!(types, ["work/nanoseconds", "stall/nanoseconds"]);
+        let route_ns = |k: &str| (p[k].as_f64().unwrap() * 1e9).round() as u64;
+        assert!(
+            work.abs_diff(route_ns("work_s")) < 1000,
+            "{job}: pprof work {work} ns, route {}",
+            p["work_s"]
+        );
+        assert!(
+            stall.abs_diff(route_ns("stall_s")) < 1000,
+            "{job}: pprof stall {stall} ns, route {}",
+            p["stall_s"]
+        );
+        for f in ["main", "solve", "refine", "exchange", "MPI_Sendrecv", "stacks.c"] {
+            assert!(strings.iter().any(|s| s == f), "{job}: {f} in the pprof strings");
+        }
+    }
+    // The trace has both ranks' state over time.
+    let trace = sonde.json("/api/plugins/mpi/trace?job=stacks-fp");
+    let ranks: Vec<&Value> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .collect();
+    assert_eq!(ranks.len(), 2, "{trace}");
+}
+
+#[test]
+fn stripped_and_deep_programs_still_profile_with_fewer_names() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let rotel = Rotel::start(tmp.path());
+    let sonde = start(tmp.path(), &rotel);
+    // Stripped (no symbol table, no DWARF, no frame pointers): the program's
+    // frames are module+offset, the MPI function and libc's names remain.
+    run_stacks(&sonde, "stripped", "stacks-stripped", &["6", "30"], &[]);
+    let stacks = stall_stacks(&sonde, "stripped");
+    assert!(!stacks.is_empty());
+    assert!(
+        stacks
+            .iter()
+            .all(|(f, _)| f.iter().any(|x| x.starts_with("stacks-stripped+0x"))),
+        "{stacks:?}"
+    );
+    assert!(stacks.iter().all(|(f, _)| !f.iter().any(|x| x.starts_with("solve"))));
+    // 200 levels of recursion: cut at the depth asked for, marked at the root.
+    run_stacks(
+        &sonde,
+        "deep",
+        "stacks",
+        &["4", "30", "deep"],
+        &[("MPI_SONDE_DEPTH", "16")],
+    );
+    let stacks = stall_stacks(&sonde, "deep");
+    let cut: Vec<_> = stacks.iter().filter(|(f, _)| f[3] == "[truncated]").collect();
+    assert!(!cut.is_empty(), "{stacks:?}");
+    for (f, _) in &cut {
+        // rank, thread, state, [truncated], 16 frames (some may expand into inlined ones), function
+        assert!(f.iter().filter(|x| x.starts_with("descend")).count() >= 10, "{f:?}");
+        assert!(f.len() <= 4 + 16 + 4 + 1, "{} frames: {f:?}", f.len());
+    }
+    // sonde took it all and goes on.
+    assert_eq!(sonde.get("/api/ready").0, 200);
 }

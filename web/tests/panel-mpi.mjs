@@ -13,8 +13,14 @@ function report(job, rank, ranks = 4) {
   const compute = 100 * (rank + 1);
   const stall = 100 * ranks - compute;
   const row = (state, count, fn = '', site = '') => ({ thread: 0, state, count, period_ns: 1000000, function: fn, callsite: site });
-  const rows = [row('not_in_mpi', compute), row('work', 20, 'MPI_Allreduce', 'main+0x3a (imbalance)')];
-  if (stall > 0) rows.push(row('stall', stall, 'MPI_Allreduce', 'main+0x3a (imbalance)'));
+  // Call stacks as the host names the probe's (outermost first): two paths to one call.
+  const viaSolve = 'main (imb.c:40);solve (imb.c:22);exchange (imb.c:10)';
+  const viaRefine = 'main (imb.c:41);refine (imb.c:30);exchange (imb.c:10)';
+  const rows = [row('not_in_mpi', compute), row('work', 20, 'MPI_Allreduce', viaSolve)];
+  if (stall > 0) {
+    rows.push(row('stall', stall * 3 / 4, 'MPI_Allreduce', viaSolve));
+    rows.push(row('stall', stall / 4, 'MPI_Allreduce', viaRefine));
+  }
   return { origin: { job, rank, node: 'n1', role: 'rank', attributes: { 'mpi.world_size': String(ranks) } }, mpi_samples: rows };
 }
 
@@ -49,17 +55,54 @@ await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: [
     const summary = await panel(page).locator('.mpi-imbalance').textContent();
     if (!summary.includes('rank 0 waits most')) throw new Error(summary);
     const site = panel(page).locator('.mpi-sites tr[data-function=MPI_Allreduce]');
-    await until('the call site row', async () => (await site.count()) === 1);
-    if (!(await site.textContent()).includes('main+0x3a (imbalance)')) throw new Error(await site.textContent());
+    await until('the call site rows', async () => (await site.count()) === 2);
+    if (!(await site.first().textContent()).includes('solve (imb.c:22)')) throw new Error(await site.first().textContent());
     await page.screenshot({ path: join(shots, 'panel-mpi.png'), fullPage: true });
   }],
   ['the folded-stack link downloads the profile', async ({ page, url }) => {
     const href = await panel(page).locator('a.mpi-folded').getAttribute('href');
     const text = await (await fetch(url + href)).text();
     const lines = text.trim().split('\n');
-    if (lines.length !== 11) throw new Error(`${lines.length} lines:\n${text}`);
-    const bad = lines.filter((l) => !/^rank \d+;thread \d+;(not_in_mpi|work;[^;]+;[^;]+|stall;[^;]+;[^;]+) \d+$/.test(l));
+    if (lines.length !== 14) throw new Error(`${lines.length} lines:\n${text}`);
+    const bad = lines.filter((l) => !/^rank \d+;thread \d+;(not_in_mpi|(work|stall)(;[^;]+)+;MPI_\w+) \d+$/.test(l));
     if (bad.length) throw new Error(`not folded stacks: ${bad}`);
+    if (!lines.includes('rank 0;thread 0;stall;main (imb.c:41);refine (imb.c:30);exchange (imb.c:10);MPI_Allreduce 75000')) throw new Error(`no whole stack:\n${text}`);
+  }],
+  ['the stall flame graph draws both paths with readable frame names, for all ranks or one', async ({ page }) => {
+    const flame = panel(page).locator('.mpi-flame');
+    const frame = (name) => flame.locator(`.mpi-frame[data-frame="${name}"]`);
+    await until('the solve and refine frames', async () => (await frame('solve (imb.c:22)').count()) === 1 && (await frame('refine (imb.c:30)').count()) === 1);
+    // all ranks: stall 300+200+100 = 600 ticks, 3/4 via solve
+    const width = async (name) => (await frame(name).boundingBox()).width;
+    const all = await width('all');
+    const ratio = (await width('solve (imb.c:22)')) / all;
+    if (Math.abs(ratio - 0.75) > 0.02) throw new Error(`solve is ${ratio} of the graph, want 0.75`);
+    for (const name of ['solve (imb.c:22)', 'refine (imb.c:30)', 'MPI_Allreduce']) {
+      const fits = await frame(name).first().evaluate((e) => e.scrollWidth <= e.clientWidth && e.textContent === e.dataset.frame && e.getBoundingClientRect().height > 10);
+      if (!fits) throw new Error(`${name}: its name does not fit its box`);
+    }
+    // Drawn pixels: the screenshot of the graph, decoded by the browser, is mostly the stall reds.
+    const png = (await flame.screenshot()).toString('base64');
+    const red = await page.evaluate(async (b64) => {
+      const img = new Image();
+      img.src = `data:image/png;base64,${b64}`;
+      await img.decode();
+      const c = document.createElement('canvas');
+      c.width = img.width; c.height = img.height;
+      const g = c.getContext('2d');
+      g.drawImage(img, 0, 0);
+      const d = g.getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 0; i < d.length; i += 4) if (d[i] > 180 && d[i] - d[i + 2] > 40) n++;
+      return n / (d.length / 4);
+    }, png);
+    if (red < 0.5) throw new Error(`only ${(red * 100).toFixed(1)}% of the flame graph is drawn in reds`);
+    await page.screenshot({ path: join(shots, 'panel-mpi-flame.png'), fullPage: true });
+    // One rank: rank 3 never stalled; rank 0 has all of its 300 ticks.
+    await panel(page).locator('select.mpi-flame-rank').selectOption('3');
+    await until('rank 3: no stall', async () => (await panel(page).locator('.mpi-flame-note').textContent()).includes('no MPI stall'));
+    await panel(page).locator('select.mpi-flame-rank').selectOption('0');
+    await until('rank 0 drawn', async () => (await flame.getAttribute('data-rank')) === '0' && (await frame('all').textContent()).includes('300 ms'));
   }],
   ['another job can be picked and the pick is kept across refreshes', async ({ page, url }) => {
     await feed(url, 'pair', 2);
@@ -80,7 +123,7 @@ await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: [
       && (await page.locator('[data-job-panel=mpi] .mpi-ranks tr[data-rank]').count()) === 4);
     const [dl] = await Promise.all([page.waitForEvent('download'), link.click()]);
     const lines = readFileSync(await dl.path(), 'utf8').trim().split('\n');
-    if (lines.length !== 11 || !lines.every((l) => /^rank \d+;thread \d+;.* \d+$/.test(l))) throw new Error(`not the folded stacks: ${lines.slice(0, 3)}`);
+    if (lines.length !== 14 || !lines.every((l) => /^rank \d+;thread \d+;.* \d+$/.test(l))) throw new Error(`not the folded stacks: ${lines.slice(0, 3)}`);
     await page.screenshot({ path: join(shots, 'job-mpi.png'), fullPage: true });
   }],
 ]);

@@ -10,15 +10,19 @@
 //! dashboard panel, and written as folded stacks through a file sink.
 //!
 //! - `settings`: the settings JSON, validated key by key.
-//! - `profile`: bins, summaries, imbalance, folded text (plain data).
+//! - `profile`: bins, summaries, imbalance, folded text, flame graph (plain data).
+//! - `pprof`: the profile as a gzip'd pprof `profile.proto` (work, stall in ns).
+//! - `trace`: per-rank state over time as a Chrome / Perfetto trace.
 //! - `plugin`: every hook's logic, with the host behind the SDK's `Host`
 //!   trait (`FakeHost` in the tests).
-//! - `routes`: `GET /jobs`, `GET /profile`, `GET /folded`, `POST /reset`.
+//! - `routes`: `GET /jobs`, `/profile`, `/folded`, `/flame`, `/pprof`, `/trace`, `POST /reset`.
 
 pub mod plugin;
+pub mod pprof;
 pub mod profile;
 pub mod routes;
 pub mod settings;
+pub mod trace;
 
 #[cfg(test)]
 mod tests;

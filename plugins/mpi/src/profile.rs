@@ -1,8 +1,12 @@
 //! The statistical MPI state profile: bins of sampled time keyed by (rank,
 //! thread, state, MPI function, call site), per job, and what is derived from
 //! them: time per state per rank and thread, Work and Stall per function and
-//! call site, the imbalance across ranks, and the folded-stack text.
+//! call site, the imbalance across ranks, the folded-stack text, the flame
+//! graph tree of the panel, and the per-rank state timeline (`trace.rs` writes
+//! it as a Chrome trace, `pprof.rs` the bins as a pprof profile).
 //!
+//! The call site is the whole call stack when the probe sent one (the host
+//! names it: frames outermost first, separated by `;`), else one frame.
 //! Time is kept in integer nanoseconds (ticks x period), so bins from ranks
 //! sampling at different frequencies add up exactly.
 
@@ -32,6 +36,21 @@ pub struct BinKey {
     pub callsite: String,
 }
 
+impl BinKey {
+    /// The call stack's frames, outermost first.
+    pub fn frames(&self) -> impl DoubleEndedIterator<Item = &str> {
+        let site = if self.callsite.is_empty() {
+            "(unknown call site)"
+        } else {
+            self.callsite.as_str()
+        };
+        site.split(';')
+    }
+}
+
+/// Intervals kept per rank and thread for the timeline; older ones are dropped.
+pub const MAX_TIMELINE: usize = 20_000;
+
 /// One job's profile.
 #[derive(Debug, Default, Clone)]
 pub struct JobProfile {
@@ -47,6 +66,8 @@ pub struct JobProfile {
     /// Changed since the folded file was last written / metrics last emitted.
     pub dirty_file: bool,
     pub dirty_metrics: bool,
+    /// (rank, thread) -> end of each probe interval -> ns per state in it.
+    pub timeline: BTreeMap<(i32, u32), BTreeMap<u64, [u64; 3]>>,
 }
 
 /// One sampled bin as it arrives (a row of `mpi-sample-columns`).
@@ -178,6 +199,11 @@ impl JobProfile {
         }
         if s.world_size.is_some() {
             self.world_size = s.world_size;
+        }
+        let line = self.timeline.entry((s.rank, s.thread)).or_default();
+        line.entry(s.time).or_default()[usize::from(s.state.min(STALL))] += ns;
+        if line.len() > MAX_TIMELINE {
+            line.pop_first();
         }
         let key = BinKey {
             rank: s.rank,
@@ -340,8 +366,8 @@ impl JobProfile {
     }
 
     /// The profile as folded stacks (one line per bin, weight in microseconds):
-    /// `rank 0;thread 0;stall;MPI_Allreduce;main+0x3a (app) 2001000`, or
-    /// `rank 0;thread 0;not_in_mpi 1024000`. speedscope, flamegraph.pl and
+    /// `rank 0;thread 0;stall;main;solve (app.c:52);exchange (app.c:40);MPI_Sendrecv 2001000`,
+    /// or `rank 0;thread 0;not_in_mpi 1024000`. speedscope, flamegraph.pl and
     /// inferno read it as is.
     pub fn folded(&self) -> String {
         let mut out = String::new();
@@ -352,22 +378,74 @@ impl JobProfile {
             }
             out.push_str(&format!("rank {};thread {};{}", k.rank, k.thread, state_name(k.state)));
             if k.state != NOT_IN_MPI {
+                for f in k.frames() {
+                    out.push(';');
+                    out.push_str(&frame(f));
+                }
                 out.push(';');
                 out.push_str(&frame(&k.function));
-                out.push(';');
-                out.push_str(&frame(if k.callsite.is_empty() {
-                    "(unknown call site)"
-                } else {
-                    &k.callsite
-                }));
             }
             out.push_str(&format!(" {us}\n"));
         }
         out
     }
 
+    /// The flame graph of one state's time (`stall` or `work`): a tree of
+    /// frames, root first, the MPI function as the leaf; `rank` picks one
+    /// rank, `None` adds all. Values in seconds.
+    pub fn flame(&self, state: u8, rank: Option<i32>) -> FlameNode {
+        let mut root = FlameNode {
+            name: "all".into(),
+            value: 0.0,
+            children: Vec::new(),
+        };
+        for (k, &ns) in &self.bins {
+            if k.state != state || rank.is_some_and(|r| r != k.rank) {
+                continue;
+            }
+            let s = secs(ns);
+            root.value += s;
+            let mut node = &mut root;
+            for f in k.frames().chain(std::iter::once(k.function.as_str())) {
+                let i = match node.children.iter().position(|c| c.name == f) {
+                    Some(i) => i,
+                    None => {
+                        node.children.push(FlameNode {
+                            name: f.to_string(),
+                            value: 0.0,
+                            children: Vec::new(),
+                        });
+                        node.children.len() - 1
+                    }
+                };
+                node = &mut node.children[i];
+                node.value += s;
+            }
+        }
+        root.sort();
+        root
+    }
+
     pub fn ranks(&self) -> BTreeSet<i32> {
         self.bins.keys().map(|k| k.rank).collect()
+    }
+}
+
+/// A node of the flame graph: a frame, the seconds under it, its callees.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlameNode {
+    pub name: String,
+    pub value: f64,
+    pub children: Vec<FlameNode>,
+}
+
+impl FlameNode {
+    /// Callees by name, so the graph is the same however the bins arrived.
+    fn sort(&mut self) {
+        self.children.sort_by(|a, b| a.name.cmp(&b.name));
+        for c in &mut self.children {
+            c.sort();
+        }
     }
 }
 
@@ -378,8 +456,14 @@ fn frame(s: &str) -> String {
         .collect()
 }
 
-/// File name of a job's folded-stack sink: `mpi-<job>.folded`, job reduced to [A-Za-z0-9._-].
+/// File name of a job's folded-stack sink: `mpi-<job>.folded`.
 pub fn folded_file_name(job: &str) -> String {
+    format!("mpi-{}.folded", safe_job_name(job))
+}
+
+/// A job's name as part of a file name: [A-Za-z0-9._-] only, at most 100
+/// characters, `unnamed` when nothing is left.
+pub fn safe_job_name(job: &str) -> String {
     let safe: String = job
         .chars()
         .map(|c| {
@@ -391,5 +475,5 @@ pub fn folded_file_name(job: &str) -> String {
         })
         .take(100)
         .collect();
-    format!("mpi-{}.folded", if safe.is_empty() { "unnamed" } else { &safe })
+    if safe.is_empty() { "unnamed".into() } else { safe }
 }

@@ -217,7 +217,7 @@ fn the_folded_file_is_written_through_a_replace_sink_and_adds_up() {
     assert!(
         lines
             .iter()
-            .any(|(f, n)| f == &["rank 1", "thread 0", "stall", "MPI_Allreduce", "main+0x10 (app)"] && *n == 150_000)
+            .any(|(f, n)| f == &["rank 1", "thread 0", "stall", "main+0x10 (app)", "MPI_Allreduce"] && *n == 150_000)
     );
     assert!(lines.iter().any(|(f, _)| f == &["rank 3", "thread 0", "not_in_mpi"]));
     // Unchanged: not rewritten; changed: rewritten whole, same sink.
@@ -228,9 +228,198 @@ fn the_folded_file_is_written_through_a_replace_sink_and_adds_up() {
     m.write_files(&mut host);
     assert_eq!(host.sinks.len(), 1);
     assert!(
-        host.files[&name].contains("rank 0;thread 1;work;MPI_Send;a_b 1000"),
-        "';' never splits a frame"
+        host.files[&name].contains("rank 0;thread 1;work;a;b;MPI_Send 1000"),
+        "a call stack (outermost first) ends in the MPI function: {}",
+        host.files[&name]
     );
+}
+
+/// Two paths to one MPI call, as the host names a probe's stacks.
+fn two_paths() -> Vec<Row<'static>> {
+    vec![
+        (
+            "job",
+            0,
+            0,
+            2,
+            "MPI_Sendrecv",
+            "main (a.c:9);solve (a.c:5);exchange (a.c:2)",
+            300,
+        ),
+        (
+            "job",
+            0,
+            0,
+            2,
+            "MPI_Sendrecv",
+            "main (a.c:10);refine (a.c:7);exchange (a.c:2)",
+            100,
+        ),
+        (
+            "job",
+            0,
+            0,
+            1,
+            "MPI_Sendrecv",
+            "main (a.c:9);solve (a.c:5);exchange (a.c:2)",
+            20,
+        ),
+        (
+            "job",
+            1,
+            0,
+            2,
+            "MPI_Sendrecv",
+            "main (a.c:10);refine (a.c:7);exchange (a.c:2)",
+            50,
+        ),
+        ("job", 1, 0, 0, "", "", 500),
+    ]
+}
+
+#[test]
+fn the_flame_graph_of_stall_has_both_paths_for_one_rank_or_all() {
+    let (_host, mut m) = started("{}");
+    m.on_events(&batch(&two_paths()));
+    let (code, body) = get(&mut m, "/flame", "job=job&state=stall&rank=0");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tree = &v["tree"];
+    assert!((tree["value"].as_f64().unwrap() - 0.4).abs() < 1e-9, "{tree}");
+    let main = &tree["children"];
+    let names: Vec<&str> = main
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["main (a.c:10)", "main (a.c:9)"]);
+    let solve = &main[1]["children"][0];
+    assert_eq!(solve["name"], "solve (a.c:5)");
+    assert_eq!(solve["children"][0]["children"][0]["name"], "MPI_Sendrecv");
+    assert!((solve["value"].as_f64().unwrap() - 0.3).abs() < 1e-9);
+    let all: serde_json::Value = serde_json::from_str(&get(&mut m, "/flame", "job=job").1).unwrap();
+    assert!(
+        (all["tree"]["value"].as_f64().unwrap() - 0.45).abs() < 1e-9,
+        "all ranks' stall"
+    );
+    assert_eq!(get(&mut m, "/flame", "job=job&state=busy").0, 400);
+    assert_eq!(get(&mut m, "/flame", "job=job&rank=x").0, 400);
+}
+
+/// Reads a varint at `*i`.
+fn varint(b: &[u8], i: &mut usize) -> u64 {
+    let (mut v, mut shift) = (0u64, 0);
+    loop {
+        let byte = b[*i];
+        *i += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+/// (field, wire type 0 value or wire type 2 bytes) of one message.
+fn fields(b: &[u8]) -> Vec<(u64, u64, &[u8])> {
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        let key = varint(b, &mut i);
+        match key & 7 {
+            0 => out.push((key >> 3, varint(b, &mut i), &b[0..0])),
+            2 => {
+                let n = varint(b, &mut i) as usize;
+                out.push((key >> 3, 0, &b[i..i + n]));
+                i += n;
+            }
+            w => panic!("wire type {w}"),
+        }
+    }
+    out
+}
+
+#[test]
+fn the_pprof_profile_has_work_and_stall_in_nanoseconds_with_named_frames() {
+    use std::io::Read;
+    let (_host, mut m) = started("{}");
+    m.on_events(&batch(&two_paths()));
+    let r = routes::handle(
+        &mut m,
+        &HttpRequest {
+            method: "GET".into(),
+            path: "/pprof".into(),
+            query: "job=job".into(),
+            headers: vec![],
+            body: vec![],
+        },
+    );
+    assert_eq!(r.status, 200);
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&r.body[..])
+        .read_to_end(&mut raw)
+        .expect("gzip");
+    let top = fields(&raw);
+    let strings: Vec<String> = top
+        .iter()
+        .filter(|f| f.0 == 6)
+        .map(|f| String::from_utf8(f.2.to_vec()).unwrap())
+        .collect();
+    let types: Vec<(String, String)> = top
+        .iter()
+        .filter(|f| f.0 == 1)
+        .map(|f| {
+            let vt = fields(f.2);
+            (strings[vt[0].1 as usize].clone(), strings[vt[1].1 as usize].clone())
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("work".into(), "nanoseconds".into()),
+            ("stall".into(), "nanoseconds".into())
+        ]
+    );
+    let (mut work, mut stall) = (0, 0);
+    for s in top.iter().filter(|f| f.0 == 2) {
+        let values = fields(s.2).into_iter().find(|f| f.0 == 2).unwrap().2;
+        let mut i = 0;
+        work += varint(values, &mut i);
+        stall += varint(values, &mut i);
+    }
+    assert_eq!((work, stall), (20 * MS, 450 * MS));
+    for name in ["MPI_Sendrecv", "exchange", "solve", "refine", "main", "a.c"] {
+        assert!(strings.iter().any(|s| s == name), "{name} in {strings:?}");
+    }
+}
+
+#[test]
+fn the_trace_has_a_process_per_rank_and_the_state_per_interval() {
+    let (_host, mut m) = started("{}");
+    m.on_events(&batch(&two_paths()));
+    let (code, body) = get(&mut m, "/trace", "job=job");
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["rank 0", "rank 1"]);
+    let slices: Vec<(i64, &str, f64)> = ev
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            (
+                e["pid"].as_i64().unwrap(),
+                e["name"].as_str().unwrap(),
+                e["dur"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    // rank 0: 420 ms, mostly stall; rank 1: 550 ms, mostly outside MPI (1 ms ticks).
+    assert_eq!(slices, [(0, "stall", 420_000.0), (1, "not_in_mpi", 550_000.0)]);
 }
 
 #[test]

@@ -44,6 +44,7 @@
 //! full; 401 without the token when one is configured.
 
 pub mod mpi;
+pub mod mpi_stacks;
 pub mod serving;
 
 use std::collections::BTreeMap;
@@ -59,7 +60,8 @@ use axum::routing::post;
 use serde::Deserialize;
 use serde_json::json;
 
-use self::mpi::JsonMpiSample;
+use self::mpi::{JsonMpiModule, JsonMpiSample, JsonMpiStack};
+use self::mpi_stacks::{MpiStacks, ProbeStacks};
 use self::serving::{JsonAction, JsonRequest};
 use super::error::{Invalid, invalid};
 use super::limits::Limits;
@@ -82,6 +84,9 @@ pub struct Body {
     pub requests: Vec<JsonRequest>,
     pub actions: Vec<JsonAction>,
     pub mpi_samples: Vec<JsonMpiSample>,
+    /// The MPI probe's new call stacks and its module map (`mpi.rs`).
+    pub mpi_stacks: Vec<JsonMpiStack>,
+    pub mpi_modules: Vec<JsonMpiModule>,
 }
 
 #[derive(Deserialize)]
@@ -229,6 +234,22 @@ impl Body {
     }
 
     /// Validates every row and converts; the first invalid row names itself.
+    /// Takes the MPI probe's stacks, modules and each row's stack id out of
+    /// the body (they are not rows: `mpi_stacks.rs` keeps them).
+    pub fn take_probe_stacks(&mut self) -> Result<ProbeStacks, Invalid> {
+        for (i, s) in self.mpi_stacks.iter().enumerate() {
+            s.check(i)?;
+        }
+        for (i, m) in self.mpi_modules.iter().enumerate() {
+            m.check(i)?;
+        }
+        Ok(ProbeStacks {
+            modules: std::mem::take(&mut self.mpi_modules),
+            stacks: std::mem::take(&mut self.mpi_stacks),
+            rows: self.mpi_samples.iter().map(|s| (s.thread, s.stack)).collect(),
+        })
+    }
+
     pub fn into_report(self, now: u64, limits: &Limits) -> Result<Report, Invalid> {
         if self.rows() > MAX_ROWS {
             return Err(invalid(
@@ -360,6 +381,8 @@ pub struct IngestState {
     pub limits: Limits,
     /// The current `api.token` (it can change live): required on POST when set.
     pub token: Arc<dyn Fn() -> Option<String> + Send + Sync>,
+    /// The MPI probe's call stacks per process, named here.
+    pub mpi_stacks: Arc<MpiStacks>,
 }
 
 /// `POST /api/ingest` (and `GET /api/ingest` for the counters).
@@ -438,12 +461,34 @@ async fn ingest(
             None,
         );
     }
-    let parsed: Body = match serde_json::from_slice(&body) {
+    let mut parsed: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}"), None),
     };
-    let report = match parsed.into_report(now_ns(), &st.limits) {
-        Ok(r) => r,
+    let report = match parsed
+        .take_probe_stacks()
+        .and_then(|stacks| Ok((stacks, parsed.into_report(now_ns(), &st.limits)?)))
+    {
+        Ok((stacks, r)) if stacks.is_empty() => r,
+        // Naming a new module's addresses reads its file: off the async workers.
+        Ok((stacks, mut r)) => {
+            let table = st.mpi_stacks.clone();
+            match tokio::task::spawn_blocking(move || {
+                table.apply(&r.origin, stacks, &mut r.mpi_samples);
+                r
+            })
+            .await
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    return reject(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        format!("naming MPI stacks: {e}"),
+                        None,
+                    );
+                }
+            }
+        }
         Err(e) => {
             return reject(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -707,5 +752,36 @@ mod tests {
         assert_eq!(b.names[c.function[0] as usize], "MPI_Barrier");
         assert_eq!(b.names[c.callsite[0] as usize], "a+0x1");
         assert_eq!(b.names[c.function[1] as usize], "");
+    }
+
+    #[test]
+    fn probe_stacks_name_their_rows_and_bad_ones_are_refused_by_field() {
+        let mut body: Body = serde_json::from_str(
+            r#"{"origin":{"job":"j","rank":0,"attributes":{"process.pid":"9"}},
+                "mpi_samples":[{"thread":0,"state":2,"function":"MPI_Recv","callsite":"a+0x1","stack":3,"count":1,"period_ns":1}],
+                "mpi_stacks":[{"thread":0,"id":3,"frames":[4112,4128]}],
+                "mpi_modules":[{"path":"/nonexistent/app","build_id":"ab","base":4096,"start":4096,"end":8192}]}"#,
+        )
+        .unwrap();
+        let stacks = body.take_probe_stacks().unwrap();
+        let mut report = body.into_report(0, &Limits::default()).unwrap();
+        let table = MpiStacks::default();
+        table.apply(&report.origin, stacks, &mut report.mpi_samples);
+        assert_eq!(report.mpi_samples[0].callsite, "app+0x20;app+0x10");
+        for (bad, field) in [
+            (r#""mpi_stacks":[{"id":1,"frames":[]}]"#, "mpi_stacks[0].frames"),
+            (
+                r#""mpi_modules":[{"path":"/a","build_id":"xyz","base":0,"start":1,"end":2}]"#,
+                "mpi_modules[0].build_id",
+            ),
+            (
+                r#""mpi_modules":[{"path":"/a","base":0,"start":2,"end":2}]"#,
+                "mpi_modules[0].end",
+            ),
+        ] {
+            let mut b: Body = serde_json::from_str(&format!("{{{bad}}}")).unwrap();
+            let e = b.take_probe_stacks().err().unwrap();
+            assert_eq!(e.field, field);
+        }
     }
 }

@@ -11,6 +11,23 @@
 //! `state` is 0 / "not_in_mpi", 1 / "work", 2 / "stall"; `function` and
 //! `callsite` are empty when the thread was not in MPI. The rows become the
 //! WIT `mpi-sample-columns` of the next event batch.
+//!
+//! Call stacks (the probe's since issue 20) come as ids into a per-thread table
+//! that the same process sent before, or in this body, with the module map
+//! that names the addresses:
+//!
+//! ```json
+//! "mpi_samples": [{"thread": 0, "state": 2, "function": "MPI_Sendrecv", "stack": 3, ...}],
+//! "mpi_stacks":  [{"thread": 0, "id": 3, "truncated": false, "frames": [94674237092560, ...]}],
+//! "mpi_modules": [{"path": "/opt/app/bin/solver", "build_id": "f8ce75...", "base": 94674237091840,
+//!                  "start": 94674237095936, "end": 94674237097225}]
+//! ```
+//! `frames` are return addresses, the MPI call's first, outermost last;
+//! `truncated`: the walk stopped at the probe's depth. A module is one code
+//! segment `[start, end)` of a file loaded at bias `base`. `mpi_stacks.rs`
+//! keeps the tables per process and names the frames (`crate::symbolize`);
+//! the named stack then travels as the row's `callsite`, outermost frame
+//! first, frames separated by `;`.
 
 use serde::Deserialize;
 
@@ -33,6 +50,63 @@ pub struct JsonMpiSample {
     pub callsite: String,
     pub count: u32,
     pub period_ns: u64,
+    /// Id of the call stack in this thread's table (`mpi_stacks`).
+    pub stack: Option<u32>,
+}
+
+/// A call stack the probe interned: `id` in `thread`'s table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonMpiStack {
+    #[serde(default)]
+    pub thread: u32,
+    pub id: u32,
+    pub frames: Vec<u64>,
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// One code segment of a module loaded in the process.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonMpiModule {
+    pub path: String,
+    #[serde(default)]
+    pub build_id: String,
+    pub base: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Most frames a stack may have (the probe caps its walk at 128).
+pub const MAX_FRAMES: usize = 256;
+
+impl JsonMpiStack {
+    pub fn check(&self, i: usize) -> Result<(), Invalid> {
+        if self.frames.is_empty() || self.frames.len() > MAX_FRAMES {
+            return Err(invalid(
+                format!("mpi_stacks[{i}].frames"),
+                format!("must hold 1 to {MAX_FRAMES} addresses"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl JsonMpiModule {
+    pub fn check(&self, i: usize) -> Result<(), Invalid> {
+        let field = |f: &str| format!("mpi_modules[{i}].{f}");
+        if self.path.is_empty() || self.path.len() > 4096 {
+            return Err(invalid(field("path"), "must be 1 to 4096 bytes"));
+        }
+        if self.build_id.len() > 128 || !self.build_id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(invalid(field("build_id"), "must be hex, at most 128 digits"));
+        }
+        if self.end <= self.start {
+            return Err(invalid(field("end"), "must be above start"));
+        }
+        Ok(())
+    }
 }
 
 /// The state as its number or its name.
