@@ -6,6 +6,8 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 # the Python packages the end-to-end tests use: a real OTLP collector, the official OpenTelemetry SDK
 rotel := "rotel==0.0.1a15"
 otel := "opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2"
+# the frameworks the Python client's hooks are tested with (`./dev test-python`): real PyTorch (CPU) and friends from PyPI
+frameworks := "torch==2.15.0 pytorch-lightning==2.6.6 transformers==5.23.0 accelerate==1.15.0"
 
 default:
     @just --list
@@ -95,9 +97,32 @@ test:
     stage "cargo tests" cargo test --workspace
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
     stage "browser tests" browser_tests
+    stage python "$just" test-python --ignored
     stage fuzz "$just" fuzz 30
     report
     [ $failed_stages = 0 ]
+
+# PyTorch, Lightning, Hugging Face transformers + accelerate from PyPI for the client's framework tests; skipped when those exact versions are installed (PyPI's Linux torch wheel brings its CUDA libraries: about 5 GB, see clients/python/README.md)
+python-frameworks:
+    python3 -c 'import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))' {{frameworks}} 2>/dev/null \
+      || python3 -m pip install --quiet --disable-pip-version-check {{frameworks}}
+
+# the Python client (clients/python) installed as a user would (`pip install ./clients/python`)
+python-client:
+    python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./clients/python
+    cd /tmp && python3 -c 'import sonde, pathlib; assert (pathlib.Path(sonde.__file__).parent / "py.typed").exists(); print("sonde-client", sonde.__version__, "installed")'
+
+# the Python client's tests: its unit tests, then real loops (pure Python, PyTorch, Lightning, Hugging Face Trainer) against a running sonde
+# (`./dev test` passes --ignored: its cargo stage already ran the pure-Python loop)
+test-python WHICH="--include-ignored": setup python-frameworks python-client
+    python3 clients/python/tests/run.py
+    cargo build -p sonde --bins
+    cargo test -p sonde-e2e --test python_client -- {{WHICH}}
+
+# the Python client's cost to a 10 000-step loop: bare, with record_timing to a running sonde, with sonde down (µs per call)
+bench-python: setup
+    cargo build -p sonde --bins
+    python3 clients/python/bench/overhead.py target/debug/sonde
 
 # only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
 e2e: setup plugins mpi-probe web

@@ -37,7 +37,7 @@ class Tokens(torch.utils.data.Dataset):
 
 def main():
     out_dir, steps = sys.argv[1], int(sys.argv[2])
-    cfg = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+    cfg = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
