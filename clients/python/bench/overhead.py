@@ -5,10 +5,16 @@ variant runs in its own fresh process, 5 times; medians are printed.
 
     python3 bench/overhead.py SONDE_BINARY [--steps 10000] [--repeats 5]
 
-Per call = (loop with the calls - bare loop) / steps: what the loop's own
-thread pays. The background thread (turning the queue into spans, the SDK
-exporting them) takes CPU of its own; "process CPU per timing" counts all of
-it, measured from process start to after `end()` minus the bare loop's.
+Per call = (loop with the calls - bare loop) / steps, three ways:
+- the loop thread's own CPU time (`time.thread_time`): what the calls cost
+  the training loop's thread, whatever else the machine runs;
+- the training process's CPU (all its threads: the loop, plus the drain
+  thread pickling the queue to the export helper), through `end()`;
+- the export helper process's CPU (the SDK making, encoding and sending the
+  spans), which runs beside the training process, on another core when
+  there is one;
+and the loop's wall time, which on a machine with no idle core also pays
+for whatever runs beside it (the helper included).
 """
 
 import argparse
@@ -39,6 +45,7 @@ agent = None
 if mode != "bare":
     agent = sonde.ProfilerAgent("bench", endpoint=endpoint, rank=0, export_timeout_s=1.0).start()
 cpu0 = time.process_time()
+th0 = time.thread_time()
 t0 = time.perf_counter()
 if agent is None:
     for i in range(steps):
@@ -53,9 +60,12 @@ else:
         t.end()
         agent.record_timing(t)
 loop_s = time.perf_counter() - t0
+thread_s = time.thread_time() - th0
 stats = agent.end(timeout_s=30) if agent is not None else {}
 cpu_s = time.process_time() - cpu0
-print(json.dumps({"loop_s": loop_s, "cpu_s": cpu_s, "stats": stats}))
+import resource
+ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"loop_s": loop_s, "thread_s": thread_s, "cpu_s": cpu_s, "helper_s": ch.ru_utime + ch.ru_stime, "stats": stats}))
 """.replace("SRC", repr(SRC))
 
 
@@ -114,18 +124,17 @@ def main():
             proc.terminate()
             proc.wait(10)
     med = lambda m, k: statistics.median(r[k] for r in results[m])  # noqa: E731
-    bare_us = med("bare", "loop_s") / a.steps * 1e6
+    per = lambda m, k: (med(m, k) - med("bare", k)) / a.steps * 1e6  # noqa: E731
     print(f"python client overhead: {a.steps} steps, median of {a.repeats} runs each, {time.strftime('%Y-%m-%d')}")
-    print(f"  bare loop:                 {bare_us:7.2f} us per step")
+    print(f"  bare loop: {med('bare', 'loop_s') / a.steps * 1e6:.2f} us per step (wall), "
+          f"{med('bare', 'thread_s') / a.steps * 1e6:.2f} us (loop thread CPU)")
     for m, label in (("up", "sonde up"), ("down", "sonde down")):
-        per_call = (med(m, "loop_s") - med("bare", "loop_s")) / a.steps * 1e6
-        cpu = (med(m, "cpu_s") - med("bare", "cpu_s")) / a.steps * 1e6
         last = results[m][-1]["stats"]
-        print(f"  {label:<11} per call:      {per_call:7.2f} us on the loop's thread"
-              f" (update_batch_idx + Timing + record_timing); process CPU per timing {cpu:6.2f} us;"
+        print(f"  {label}: per call (update_batch_idx + Timing + record_timing):"
+              f" loop thread CPU {per(m, 'thread_s'):.2f} us, training process CPU {per(m, 'cpu_s'):.2f} us,"
+              f" export helper CPU {med(m, 'helper_s') / a.steps * 1e6:.2f} us, loop wall {per(m, 'loop_s'):.2f} us;"
               f" last run: exported {last['exported']}, export_failed {last['export_failed']},"
               f" dropped_queue_full {last['dropped_queue_full']}")
-
 
 if __name__ == "__main__":
     main()
