@@ -261,5 +261,6 @@ def pipeline_from(cfg: Dict[str, Any]) -> "Pipeline":
         cfg["protocol"],
         token=cfg.get("token"),
         export_timeout_s=cfg["export_timeout_s"],
+        schedule_delay_ms=cfg["schedule_delay_ms"],
         metric_interval_ms=cfg["metric_interval_ms"],
     )

@@ -122,6 +122,7 @@ class ProfilerAgent:
         drain_interval_s: float = 0.05,
         metric_interval_ms: int = 1000,
         export_timeout_s: float = 5.0,
+        schedule_delay_ms: int = 100,
         resource_attributes: Optional[Mapping[str, Any]] = None,
         env: Optional[Mapping[str, str]] = None,
         span_exporter: Any = None,
@@ -154,6 +155,7 @@ class ProfilerAgent:
             self.protocol,
             token=token,
             export_timeout_s=export_timeout_s,
+            schedule_delay_ms=schedule_delay_ms,
             metric_interval_ms=metric_interval_ms,
             span_exporter_override=span_exporter,
         )
@@ -166,6 +168,7 @@ class ProfilerAgent:
             "protocol": self.protocol,
             "token": token,
             "export_timeout_s": export_timeout_s,
+            "schedule_delay_ms": schedule_delay_ms,
             "metric_interval_ms": metric_interval_ms,
         }
         self._in_process = export_in == "thread" or span_exporter is not None
