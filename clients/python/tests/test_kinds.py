@@ -42,6 +42,20 @@ class Serving(unittest.TestCase):
         ctl.agent.end()
 
 
+class Heartbeats(unittest.TestCase):
+    def test_heartbeats_run_until_end(self):
+        a = mem_agent()
+        a.start_heartbeats(0.01)
+        import time
+
+        time.sleep(0.2)
+        a.end()
+        beats = [l for l in a._pipeline.log_memory.get_finished_logs() if l.log_record.event_name == "sonde.heartbeat"]
+        self.assertGreaterEqual(len(beats), 3)
+        with self.assertRaisesRegex(ValueError, "every_s"):
+            a.start_heartbeats(0)
+
+
 class ParamServer(unittest.TestCase):
     def test_checkpoints_recovery_and_clock(self):
         a = mem_agent(role="server")

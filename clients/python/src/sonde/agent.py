@@ -186,6 +186,8 @@ class ProfilerAgent:
         self._thread: Optional[threading.Thread] = None
         self._ended = False
         self._lock = threading.Lock()
+        self._beats_stop = threading.Event()
+        self._beats: Optional[threading.Thread] = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -218,6 +220,9 @@ class ProfilerAgent:
         if thread is not None:
             self._stop.set()
             thread.join(timeout_s)
+        if self._beats is not None:
+            self._beats_stop.set()
+            self._beats.join(timeout_s)
         if self.enabled:
             self._drain()
             if self._helper is not None:
@@ -344,6 +349,19 @@ class ProfilerAgent:
         if self.enabled:
             t = time.time_ns() if time_ns is None else time_ns
             self._pipeline.logger("sonde.agent").emit(timestamp=t, event_name=_otel.HEARTBEAT, body="alive")
+
+    def start_heartbeats(self, every_s: float) -> None:
+        """Heartbeats from a background thread, every `every_s`, until `end()`."""
+        if every_s <= 0:
+            raise ValueError(f"every_s must be > 0, got {every_s}")
+
+        def beat() -> None:
+            while not self._beats_stop.is_set():
+                self.heartbeat()
+                self._beats_stop.wait(every_s)
+
+        self._beats = threading.Thread(target=beat, name="sonde-heartbeat", daemon=True)
+        self._beats.start()
 
     def node_event(
         self,
