@@ -91,7 +91,10 @@ fn wait_for_steps(sonde: &Sonde, job: &str, ranks: u32, batches: u64, phases: &[
         }
         code == 200 && complete(&last)
     });
-    assert!(ok, "{job}: not every rank's batches 0..{batches} with {phases:?} arrived: {last}");
+    assert!(
+        ok,
+        "{job}: not every rank's batches 0..{batches} with {phases:?} arrived: {last}"
+    );
     last
 }
 
@@ -109,9 +112,15 @@ fn assert_only(view: &Value, batches: u64, phases: &[&str]) {
     for ((rank, batch), (_, p)) in steps(view) {
         assert!(batch < batches, "rank {rank}: batch {batch} was never run");
         for name in p.keys() {
-            assert!(phases.contains(&name.as_str()), "rank {rank} batch {batch}: phase {name}");
+            assert!(
+                phases.contains(&name.as_str()),
+                "rank {rank} batch {batch}: phase {name}"
+            );
         }
-        assert!(p.values().all(|s| *s >= 0.0 && *s < 60.0), "rank {rank} batch {batch}: {p:?}");
+        assert!(
+            p.values().all(|s| *s >= 0.0 && *s < 60.0),
+            "rank {rank} batch {batch}: {p:?}"
+        );
     }
 }
 
