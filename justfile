@@ -97,7 +97,7 @@ test:
     stage "cargo tests" cargo test --workspace
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
     stage "browser tests" browser_tests
-    stage python "$just" test-python --ignored
+    stage python "$just" test-python --ignored no
     stage fuzz "$just" fuzz 30
     report
     [ $failed_stages = 0 ]
@@ -113,10 +113,10 @@ python-client:
     cd /tmp && python3 -c 'import sonde, pathlib; assert (pathlib.Path(sonde.__file__).parent / "py.typed").exists(); print("sonde-client", sonde.__version__, "installed")'
 
 # the Python client's tests: its unit tests, then real loops (pure Python, PyTorch, Lightning, Hugging Face Trainer) against a running sonde
-# (`./dev test` passes --ignored: its cargo stage already ran the pure-Python loop)
-test-python WHICH="--include-ignored": setup python-frameworks python-client
+# (`./dev test` passes `--ignored no`: its cargo stage already ran the pure-Python loop and built target/debug/sonde)
+test-python WHICH="--include-ignored" BUILD="yes": setup python-frameworks python-client
     python3 clients/python/tests/run.py
-    cargo build -p sonde --bins
+    [ "{{BUILD}}" = no ] || cargo build -p sonde --bins
     cargo test -p sonde-e2e --test python_client -- {{WHICH}}
 
 # the Python client's cost to a 10 000-step loop: bare, with record_timing to a running sonde, with sonde down (µs per call)
