@@ -112,8 +112,7 @@ python-client:
     python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./clients/python
     cd /tmp && python3 -c 'import sonde, pathlib; assert (pathlib.Path(sonde.__file__).parent / "py.typed").exists(); print("sonde-client", sonde.__version__, "installed")'
 
-# the Python client's tests: its unit tests, then real loops (pure Python, PyTorch, Lightning, Hugging Face Trainer) against a running sonde
-# (`./dev test` passes `--ignored no`: its cargo stage already ran the pure-Python loop and built target/debug/sonde)
+# the Python client's tests: its unit tests, then real loops (pure Python, PyTorch, Lightning, Hugging Face Trainer) against a running sonde (`./dev test` passes `--ignored no`: its cargo stage already ran the pure-Python loop and built sonde)
 test-python WHICH="--include-ignored" BUILD="yes": setup python-frameworks python-client
     python3 clients/python/tests/run.py
     [ "{{BUILD}}" = no ] || cargo build -p sonde --bins
