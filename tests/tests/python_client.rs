@@ -223,3 +223,76 @@ fn hugging_face_trainer_with_the_sonde_callback_reports_every_step() {
     assert_only(&view, STEPS, &phases);
     assert_eq!(record(&out, 0)["steps"], STEPS);
 }
+
+#[test]
+fn elastic_workers_take_every_shard_from_the_dlrover_plugin_and_report_over_otlp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let otlp = free_port();
+    let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{otlp}\"");
+    let sonde = Sonde::start(
+        tmp.path(),
+        &[(plugin_file("bundled/dlrover.wasm"), "dlrover")],
+        &[
+            "--set",
+            &listen,
+            "--set",
+            "ingest.otlp_grpc_listen=\"off\"",
+            "--set",
+            "plugin.dlrover.settings={node=\"master-host\", tick_ms=100, heartbeat_timeout_s=5.0}",
+            "--set",
+            "plugin.dlrover.call_timeout_ms=3000",
+        ],
+    );
+    assert!(
+        wait_for(Duration::from_secs(60), || sonde.get("/api/plugins/dlrover/overview").0
+            == 200),
+        "the dlrover plugin did not start:\n{}",
+        sonde.output()
+    );
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    const SIZE: u64 = 100;
+    let job = "py-elastic";
+    launch(&sonde, otlp, job, 2, "client_elastic.py", &out, &SIZE.to_string());
+
+    // Every sample taken exactly once across the two workers, every shard accepted.
+    let mut all: Vec<u64> = Vec::new();
+    let mut steps = 0;
+    for rank in 0..2 {
+        let rec: Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join(format!("worker-{rank}.json"))).unwrap()).unwrap();
+        all.extend(rec["samples"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()));
+        for r in rec["results"].as_array().unwrap() {
+            assert_eq!(r["accepted"], true, "rank {rank}: {r}");
+        }
+        assert_eq!(rec["stats"]["exported"], rec["stats"]["recorded"], "{rec}");
+        steps += rec["steps"].as_u64().unwrap();
+    }
+    all.sort_unstable();
+    assert_eq!(all, (0..SIZE).collect::<Vec<_>>());
+    assert_eq!(steps, SIZE / 5);
+    let ds = sonde.json("/api/plugins/dlrover/datasets/ds");
+    assert_eq!(ds["done_records"], SIZE, "{ds}");
+    assert_eq!(ds["completed"], true, "{ds}");
+
+    // The plugin saw both workers' OTLP heartbeats and `step` timings, and the
+    // job's steps arrived per rank.
+    let nodes = sonde.json("/api/plugins/dlrover/nodes");
+    for n in ["worker-0", "worker-1"] {
+        let node = nodes.as_array().unwrap().iter().find(|v| v["name"] == n);
+        let node = node.unwrap_or_else(|| panic!("{n} missing: {nodes}"));
+        assert!(node["last_heartbeat_age_s"].is_f64(), "no heartbeat from {n}: {node}");
+        assert!(node["median_step_s"].is_f64(), "no step timings from {n}: {node}");
+    }
+    let view = sonde.json(&format!("/api/jobs/{job}?batches=1000"));
+    assert_eq!(ranks_seen(&view), BTreeSet::from([(0, 0), (1, 1)]), "{view}");
+    assert_eq!(
+        steps_total(&view),
+        SIZE / 5,
+        "one `step` timing per batch arrived: {view}"
+    );
+}
+
+fn steps_total(view: &Value) -> u64 {
+    steps(view).values().filter(|(_, p)| p.contains_key("step")).count() as u64
+}

@@ -95,7 +95,7 @@ class Worker:
             extra = dict(agent_args.pop("resource_attributes", None) or {})
             extra["sonde.index"] = int(index)
             agent_args.setdefault("rank", int(index))
-            agent = ProfilerAgent(job, node=node, role="worker", resource_attributes=extra, **agent_args)
+            agent = ProfilerAgent(job, node=node, role="worker", resource_attributes=extra, **agent_args).start()
             self._owned = True
         else:
             self._owned = False
