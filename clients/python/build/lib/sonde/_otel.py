@@ -10,7 +10,7 @@ own background threads, as plain OTLP any collector takes.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -223,3 +223,44 @@ class Pipeline:
             self._tracers = self._meters = self._logs = None
         for p in providers:
             p.shutdown()
+
+
+#: A queued item: (name, start_ns, end_ns, batch_idx or None); name None = a batch-index update.
+Item = Tuple[Optional[str], int, int, Optional[int]]
+
+
+class SpanWriter:
+    """Items → SDK spans (and the batch-index gauge), in one process."""
+
+    def __init__(self, pipeline: "Pipeline") -> None:
+        self.pipeline = pipeline
+        self.recorded = 0
+        self._gauge: Any = None
+
+    def write(self, items: List[Item]) -> None:
+        tracer = self.pipeline.tracer_provider().get_tracer("sonde.agent")
+        n = 0
+        for name, start, end, b in items:
+            if name is None:
+                if self._gauge is None:
+                    meter = self.pipeline.meter_provider().get_meter("sonde.agent")
+                    self._gauge = meter.create_gauge(BATCH_IDX, unit="{batch}", description="the batch now running")
+                self._gauge.set(b)
+                continue
+            attrs: Dict[str, Any] = {} if b is None else {BATCH_IDX: b}
+            tracer.start_span(name, start_time=start, attributes=attrs).end(end_time=end)
+            n += 1
+        self.recorded += n
+
+
+def pipeline_from(cfg: Dict[str, Any]) -> "Pipeline":
+    res = resource(cfg["job"], cfg["node"], **cfg["resource"])
+    return Pipeline(
+        res,
+        cfg["endpoint"],
+        cfg["protocol"],
+        token=cfg.get("token"),
+        export_timeout_s=cfg["export_timeout_s"],
+        schedule_delay_ms=cfg["schedule_delay_ms"],
+        metric_interval_ms=cfg["metric_interval_ms"],
+    )

@@ -9,25 +9,33 @@ What goes out (read by the host's `ingest/otlp/`):
   one point per metric export); the timings' spans carry the exact one;
 - the resource names the job, the node, the rank, local rank and world size.
 
-The training loop only appends a tuple to a bounded queue. A background
-thread turns the queue into SDK spans every `drain_interval_s`; the SDK's
-batching processor exports them on its own thread. A sonde that is down
-costs the loop nothing: what the queue or the exporter could not take is
-counted in `stats()`.
+The training loop only appends a tuple to a bounded queue. Every
+`drain_interval_s` a background thread hands the queue over in one batch:
+by default to an export helper process (`_helper.py`), which makes the SDK
+spans and exports them with the SDK's batching processor, so their cost is
+not paid under the training loop's GIL; with `export_in="thread"` (or a
+`span_exporter` given) the spans are made on that thread instead. A sonde
+that is down costs the loop nothing: what the queue, the helper or the
+exporter could not take is counted in `stats()`.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import os
+import pickle
+import subprocess
+import sys
 import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Deque, Dict, Mapping, Optional, Tuple, Type, Union
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple, Type, Union
 from urllib.parse import quote
 
 from . import _env, _otel
+from ._otel import SpanWriter
 
 # A queued item: (name, start_ns, end_ns, batch_idx or None); name None = a batch-index update.
 _Item = Tuple[Optional[str], int, int, Optional[int]]
@@ -114,12 +122,16 @@ class ProfilerAgent:
         drain_interval_s: float = 0.05,
         metric_interval_ms: int = 1000,
         export_timeout_s: float = 5.0,
+        schedule_delay_ms: int = 100,
         resource_attributes: Optional[Mapping[str, Any]] = None,
         env: Optional[Mapping[str, str]] = None,
         span_exporter: Any = None,
+        export_in: str = "process",
     ) -> None:
         if queue_capacity < 1:
             raise ValueError(f"queue_capacity must be >= 1, got {queue_capacity}")
+        if export_in not in ("process", "thread"):
+            raise ValueError(f"export_in must be 'process' or 'thread', got {export_in!r}")
         if drain_interval_s <= 0:
             raise ValueError(f"drain_interval_s must be > 0, got {drain_interval_s}")
         self.job = job or _env.job_name(env)
@@ -143,19 +155,39 @@ class ProfilerAgent:
             self.protocol,
             token=token,
             export_timeout_s=export_timeout_s,
+            schedule_delay_ms=schedule_delay_ms,
             metric_interval_ms=metric_interval_ms,
             span_exporter_override=span_exporter,
         )
+        self._helper_cfg = {
+            "job": self.job,
+            "node": self.node,
+            "resource": dict(role=role, rank=self.rank, local_rank=self.local_rank,
+                             world_size=self.world_size, extra=dict(resource_attributes or {})),
+            "endpoint": self.endpoint,
+            "protocol": self.protocol,
+            "token": token,
+            "export_timeout_s": export_timeout_s,
+            "schedule_delay_ms": schedule_delay_ms,
+            "metric_interval_ms": metric_interval_ms,
+        }
+        self._in_process = export_in == "thread" or span_exporter is not None
+        self._writer = SpanWriter(self._pipeline)
+        self._helper: Optional[subprocess.Popen] = None
+        self._helper_sent = 0  # timings handed to the helper
+        self._helper_lost = 0  # timings the helper never took (it died or never started)
+        self._helper_counts: Optional[Dict[str, int]] = None
         self._queue: Deque[_Item] = collections.deque()
         self._capacity = queue_capacity
         self._interval = drain_interval_s
         self._batch_idx: Optional[int] = None
-        self._recorded = 0  # handed to the SDK by the drain thread
         self._dropped_full = 0
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._ended = False
         self._lock = threading.Lock()
+        self._beats_stop = threading.Event()
+        self._beats: Optional[threading.Thread] = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -165,6 +197,8 @@ class ProfilerAgent:
         with self._lock:
             if self._thread is not None or self._ended or not self.enabled:
                 return self
+            if not self._in_process:
+                self._helper = self._spawn_helper()
             self._thread = threading.Thread(target=self._run, name="sonde-profiler", daemon=True)
             self._thread.start()
             # A script that forgets end() still delivers what it recorded.
@@ -180,11 +214,19 @@ class ProfilerAgent:
                 return self.stats()
             self._ended = True
             thread = self._thread
+            if thread is None:
+                # Never started: what was queued is exported from here.
+                self._in_process = True
         if thread is not None:
             self._stop.set()
             thread.join(timeout_s)
+        if self._beats is not None:
+            self._beats_stop.set()
+            self._beats.join(timeout_s)
         if self.enabled:
             self._drain()
+            if self._helper is not None:
+                self._end_helper(timeout_s)
             self._pipeline.flush(timeout_s)
             self._pipeline.shutdown()
         return self.stats()
@@ -245,32 +287,60 @@ class ProfilerAgent:
             self._drain()
 
     def _drain(self) -> None:
-        if not self._queue:
+        q = self._queue
+        if not q:
             return
-        tracer = self._pipeline.tracer_provider().get_tracer("sonde.agent")
-        q, n, gauge = self._queue, 0, None
+        items: List[_Item] = []
         while q:
             try:
-                name, start, end, b = q.popleft()
+                items.append(q.popleft())
             except IndexError:
                 break
-            if name is None:
-                if gauge is None:
-                    gauge = self._batch_gauge()
-                gauge.set(b)
-                continue
-            attrs: Dict[str, Union[int, str]] = {} if b is None else {_otel.BATCH_IDX: b}
-            tracer.start_span(name, start_time=start, attributes=attrs).end(end_time=end)
-            n += 1
-        self._recorded += n
+        if self._in_process:
+            self._writer.write(items)
+            return
+        timings = sum(1 for it in items if it[0] is not None)
+        helper = self._helper
+        if helper is None or helper.stdin is None:
+            self._helper_lost += timings
+            return
+        try:
+            pickle.dump(items, helper.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            helper.stdin.flush()
+            self._helper_sent += timings
+        except (OSError, ValueError):  # the helper died: what it was sent is lost
+            self._helper_lost += timings
+            self._helper = None
 
-    def _batch_gauge(self) -> Any:
-        g = getattr(self, "_gauge", None)
-        if g is None:
-            meter = self._pipeline.meter_provider().get_meter("sonde.agent")
-            g = meter.create_gauge(_otel.BATCH_IDX, unit="{batch}", description="the batch now running")
-            self._gauge = g
-        return g
+    def _spawn_helper(self) -> Optional[subprocess.Popen]:
+        env = dict(os.environ)
+        # The helper imports this very package, wherever it was imported from.
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "sonde._helper"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            )
+            assert p.stdin is not None
+            pickle.dump(("config", self._helper_cfg), p.stdin)
+            p.stdin.flush()
+            return p
+        except OSError:
+            return None
+
+    def _end_helper(self, timeout_s: float) -> None:
+        helper, self._helper = self._helper, None
+        if helper is None:
+            return
+        try:
+            assert helper.stdin is not None
+            pickle.dump(("end", timeout_s), helper.stdin)
+            helper.stdin.flush()
+            out, _ = helper.communicate(timeout=timeout_s + 10)
+            self._helper_counts = pickle.loads(out) if out else None
+        except (OSError, ValueError, subprocess.TimeoutExpired, pickle.UnpicklingError, EOFError):
+            helper.kill()
+            helper.wait()
 
     # -- liveness, lifecycle, named progress (not on the hot path) ----------
 
@@ -279,6 +349,19 @@ class ProfilerAgent:
         if self.enabled:
             t = time.time_ns() if time_ns is None else time_ns
             self._pipeline.logger("sonde.agent").emit(timestamp=t, event_name=_otel.HEARTBEAT, body="alive")
+
+    def start_heartbeats(self, every_s: float) -> None:
+        """Heartbeats from a background thread, every `every_s`, until `end()`."""
+        if every_s <= 0:
+            raise ValueError(f"every_s must be > 0, got {every_s}")
+
+        def beat() -> None:
+            while not self._beats_stop.is_set():
+                self.heartbeat()
+                self._beats_stop.wait(every_s)
+
+        self._beats = threading.Thread(target=beat, name="sonde-heartbeat", daemon=True)
+        self._beats.start()
 
     def node_event(
         self,
@@ -325,25 +408,32 @@ class ProfilerAgent:
     # -- what happened -----------------------------------------------------
 
     def stats(self) -> Dict[str, int]:
-        """`recorded`: timings handed to the SDK; `exported`: delivered to
-        sonde; `export_failed`: the exporter gave up on them (sonde down or
-        refusing); `dropped_queue_full`: never queued (the queue was full);
-        `pending`: still queued here. After `end()`, recorded - exported -
-        export_failed is what the SDK's own queue dropped."""
-        c = self._pipeline.span_counts
-        return {
-            "recorded": self._recorded,
-            "exported": c.exported,
-            "export_failed": c.failed,
-            "dropped_queue_full": self._dropped_full,
-            "pending": len(self._queue),
-        }
+        """`recorded`: timings turned into SDK spans; `exported`: delivered
+        to sonde; `export_failed`: the exporter gave up on them (sonde down
+        or refusing); `dropped_queue_full`: never queued (the queue was
+        full); `helper_lost`: the export helper died or never started;
+        `pending`: still queued here. With the helper process (the default)
+        recorded / exported / export_failed come back from it at `end()`."""
+        if self._in_process:
+            c = self._pipeline.span_counts
+            counts = {"recorded": self._writer.recorded, "exported": c.exported, "export_failed": c.failed}
+        else:
+            counts = dict(self._helper_counts or {"recorded": 0, "exported": 0, "export_failed": 0})
+        counts.update(
+            dropped_queue_full=self._dropped_full,
+            helper_lost=self._helper_lost,
+            pending=len(self._queue),
+        )
+        return counts
 
     def dropped(self) -> int:
-        """Timings that will never reach sonde (known so far)."""
+        """Timings known so far never to reach sonde (after `end()`: all of them)."""
         s = self.stats()
-        lost_in_sdk = s["recorded"] - s["exported"] - s["export_failed"] if self._ended else 0
-        return s["dropped_queue_full"] + s["export_failed"] + max(0, lost_in_sdk)
+        lost = s["dropped_queue_full"] + s["helper_lost"] + s["export_failed"]
+        if self._ended:
+            handed = s["recorded"] if self._in_process else self._helper_sent
+            lost += max(0, handed - s["exported"] - s["export_failed"])
+        return lost
 
     def dashboard_url(self, api: Optional[str] = None) -> str:
         """The job's page on sonde's dashboard."""

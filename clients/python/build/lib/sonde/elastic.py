@@ -18,7 +18,6 @@ request id, so a worker rides through a restart of sonde.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -96,7 +95,7 @@ class Worker:
             extra = dict(agent_args.pop("resource_attributes", None) or {})
             extra["sonde.index"] = int(index)
             agent_args.setdefault("rank", int(index))
-            agent = ProfilerAgent(job, node=node, role="worker", resource_attributes=extra, **agent_args)
+            agent = ProfilerAgent(job, node=node, role="worker", resource_attributes=extra, **agent_args).start()
             self._owned = True
         else:
             self._owned = False
@@ -105,8 +104,6 @@ class Worker:
         self.api = Api(api, agent_args.get("token"))
         self.wait_s, self.retry_for_s = wait_s, retry_for_s
         self._calls = 0
-        self._stop = threading.Event()
-        self._beat: Optional[threading.Thread] = None
 
     # -- reports -----------------------------------------------------------
 
@@ -114,16 +111,8 @@ class Worker:
         self.agent.heartbeat()
 
     def start_heartbeats(self, every_s: float = 1.0) -> None:
-        if every_s <= 0:
-            raise ValueError(f"every_s must be > 0, got {every_s}")
-
-        def beat() -> None:
-            while not self._stop.is_set():
-                self.agent.heartbeat()
-                self._stop.wait(every_s)
-
-        self._beat = threading.Thread(target=beat, name="sonde-heartbeat", daemon=True)
-        self._beat.start()
+        """Heartbeats from a background thread until `end()`."""
+        self.agent.start_heartbeats(every_s)
 
     def node_event(self, kind: str, reason: str = "", **kw: Any) -> None:
         self.agent.node_event(kind, reason, **kw)
@@ -193,8 +182,5 @@ class Worker:
             yield s
 
     def end(self) -> None:
-        self._stop.set()
-        if self._beat is not None:
-            self._beat.join(5)
         if self._owned:
             self.agent.end()

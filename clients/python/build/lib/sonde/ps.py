@@ -13,7 +13,6 @@ A worker uses `role="worker"` and reports `restarted` / `recovered` /
 
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
@@ -41,24 +40,13 @@ class Reporter:
         else:
             self._owned = False
         self.agent = agent
-        self._beating = threading.Event()
-        self._beat_thread: Optional[threading.Thread] = None
 
     def heartbeat(self) -> None:
         self.agent.heartbeat()
 
-    def start_heartbeats(self, every_s: float) -> None:
+    def start_heartbeats(self, every_s: float = 1.0) -> None:
         """Heartbeats from a background thread until `end()`."""
-        if every_s <= 0:
-            raise ValueError(f"every_s must be > 0, got {every_s}")
-
-        def beat() -> None:
-            while not self._beating.is_set():
-                self.agent.heartbeat()
-                self._beating.wait(every_s)
-
-        self._beat_thread = threading.Thread(target=beat, name="sonde-heartbeat", daemon=True)
-        self._beat_thread.start()
+        self.agent.start_heartbeats(every_s)
 
     def clock(self, value: int) -> None:
         """This process's clock (a server reports the slowest worker's)."""
@@ -87,8 +75,5 @@ class Reporter:
         self.agent.node_event(stage, reason, time_ns=time_ns, **attributes)
 
     def end(self) -> None:
-        self._beating.set()
-        if self._beat_thread is not None:
-            self._beat_thread.join(5)
         if self._owned:
             self.agent.end()
