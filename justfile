@@ -110,6 +110,7 @@ python-frameworks:
 # the Python client (clients/python) installed as a user would (`pip install ./clients/python`)
 python-client:
     python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./clients/python
+    rm -rf clients/python/build clients/python/src/*.egg-info
     cd /tmp && python3 -c 'import sonde, pathlib; assert (pathlib.Path(sonde.__file__).parent / "py.typed").exists(); print("sonde-client", sonde.__version__, "installed")'
 
 # the Python client's tests: its unit tests, then real loops (pure Python, PyTorch, Lightning, Hugging Face Trainer) against a running sonde (`./dev test` passes `--ignored no`: its cargo stage already ran the pure-Python loop and built sonde)
