@@ -6,6 +6,8 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 # the Python packages the end-to-end tests use: a real OTLP collector, the official OpenTelemetry SDK, the semantic conventions (the names test's oracle)
 rotel := "rotel==0.0.1a15"
 otel := "opentelemetry-semantic-conventions==0.66b2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2"
+# the frameworks the Python client's hooks are tested with (`./dev test-python`): real PyTorch (CPU) and friends from PyPI
+frameworks := "torch==2.15.0 pytorch-lightning==2.6.6 transformers==5.23.0 accelerate==1.15.0"
 
 default:
     @just --list
@@ -90,8 +92,17 @@ test:
         awk -F'\t' '{ printf "%-16s %7.1f  %s\n", $1, $2, $3; s += $2 } END { printf "%-16s %7.1f\n", "all", s }' "$times"
         awk '/^test result:/ { p += $4; f += $6 } END { printf "\ntotal: %d passed, %d failed\n", p, f }' "$log"
     }
+    python_tests() {
+        [ "$frameworks_rc" = 0 ] || { cat "$frameworks_log"; echo "installing the Python frameworks failed"; return 1; }
+        "$just" test-python --ignored no
+    }
     # what the tests need; a failure here stops the run (nothing after it can pass)
-    stage setup "$just" setup && stage plugins "$just" plugins && stage mpi-probe "$just" mpi-probe && stage fake-nvml "$just" fake-nvml && stage web "$just" web \
+    stage setup "$just" setup || { report; exit 1; }
+    # PyTorch and friends (about 5 GB from PyPI on a fresh machine) download while the builds below
+    # use the CPUs; the python stage waits for them
+    frameworks_log="$(mktemp)"; trap 'rm -f "$log" "$times" "$frameworks_log"' EXIT
+    "$just" python-frameworks >"$frameworks_log" 2>&1 & frameworks=$!
+    stage plugins "$just" plugins && stage mpi-probe "$just" mpi-probe && stage fake-nvml "$just" fake-nvml && stage web "$just" web \
       && stage build cargo test --workspace --no-run \
       || { report; exit 1; }
     # `cargo test --no-run` above built target/debug/sonde too (cargo builds a package's binaries for its integration
@@ -99,9 +110,34 @@ test:
     stage "cargo tests" cargo test --workspace
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
     stage "browser tests" browser_tests
+    # (waited for here: a stage runs in a subshell, which cannot wait for its parent's job)
+    wait "$frameworks"; frameworks_rc=$?
+    stage python python_tests
     stage fuzz "$just" fuzz 30
     report
     [ $failed_stages = 0 ]
+
+# PyTorch, Lightning, Hugging Face transformers + accelerate from PyPI for the client's framework tests; skipped when those exact versions are installed (PyPI's Linux torch wheel brings its CUDA libraries: about 5 GB, see clients/python/README.md)
+python-frameworks:
+    python3 -c 'import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))' {{frameworks}} 2>/dev/null \
+      || python3 -m pip install --quiet --disable-pip-version-check {{frameworks}}
+
+# the Python client (clients/python) installed as a user would (`pip install ./clients/python`)
+python-client:
+    python3 -m pip install --quiet --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./clients/python
+    rm -rf clients/python/build clients/python/src/*.egg-info
+    cd /tmp && python3 -c 'import sonde, pathlib; assert (pathlib.Path(sonde.__file__).parent / "py.typed").exists(); print("sonde-client", sonde.__version__, "installed")'
+
+# the Python client's tests: its unit tests, then real loops (pure Python, PyTorch, Lightning, Hugging Face Trainer) against a running sonde (`./dev test` passes `--ignored no`: its cargo stage already ran the pure-Python loop and built sonde)
+test-python WHICH="--include-ignored" BUILD="yes": setup python-frameworks python-client
+    python3 clients/python/tests/run.py
+    [ "{{BUILD}}" = no ] || cargo build -p sonde --bins
+    cargo test -p sonde-e2e --test python_client -- {{WHICH}}
+
+# the Python client's cost to a 10 000-step loop: bare, with record_timing to a running sonde, with sonde down (µs per call)
+bench-python: setup
+    cargo build -p sonde --bins
+    python3 clients/python/bench/overhead.py target/debug/sonde
 
 # only the end-to-end tests (sonde binary + real collector, the dashboard in chromium)
 e2e: setup plugins mpi-probe fake-nvml web

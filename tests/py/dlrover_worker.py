@@ -18,8 +18,8 @@ API is sonde's base URL (http://127.0.0.1:PORT). The worker:
 - sends heartbeats, a `step` timing per batch and (with --report-steps) the
   `global_step` progress to sonde's JSON ingest from a background thread.
 
-Every call is retried until it succeeds, so the worker rides through a
-restart of sonde. LOG gets one JSON object per line, flushed at once:
+Every call is retried until it succeeds (`sonde.elastic.Api`, the Python
+client's retrying JSON client), so the worker rides through a restart of sonde. LOG gets one JSON object per line, flushed at once:
   {"event": "start", "task": id, "epoch": e, "n": len}
   {"event": "sample", "task": id, "epoch": e, "index": i, "pos": k}
   {"event": "commit", "task": id, "epoch": e, "result": "done"|"duplicate"}
@@ -32,35 +32,10 @@ import argparse
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 
+import _client_path  # noqa: F401
 
-class Api:
-    def __init__(self, base):
-        self.base = base.rstrip("/")
-
-    def post(self, path, body, retry_for=60.0):
-        """POSTs JSON; retries connection errors and 5xx with backoff
-        (0.2 s doubling up to 3 s, DLRover's policy) until `retry_for` passes."""
-        data = json.dumps(body).encode()
-        delay, deadline = 0.2, time.time() + retry_for
-        while True:
-            req = urllib.request.Request(
-                self.base + path, data=data, method="POST", headers={"content-type": "application/json"}
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=5) as r:
-                    return r.status, json.loads(r.read() or b"null")
-            except urllib.error.HTTPError as e:
-                if e.code < 500:
-                    return e.code, json.loads(e.read() or b"null")
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"POST {path}: sonde did not answer for {retry_for} s")
-            time.sleep(delay)
-            delay = min(delay * 2, 3.0)
+from sonde.elastic import Api
 
 
 class Reporter(threading.Thread):
@@ -87,8 +62,8 @@ class Reporter(threading.Thread):
             self.timings, self.progress = [], []
         body = {"origin": self.origin, "heartbeats": [{}], "timings": t, "progress": p}
         try:
-            self.api.post("/api/ingest", body, retry_for=1.0)
-        except RuntimeError:
+            self.api.post("/api/ingest", body, retry_for_s=1.0)
+        except ConnectionError:
             pass  # sonde is down: these are lost, as heartbeats to a dead master are
 
     def run(self):

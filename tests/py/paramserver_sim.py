@@ -6,7 +6,8 @@ reporting to sonde the way such a system would with no custom logging.
     python3 paramserver_sim.py worker --port P --sonde 127.0.0.1:API --index I
         [--job J] [--step-s 0.1] [--hb-s 0.1] [--start-clock C] [--restarted --recover-s 2] [--no-data]
 
-The server speaks OTLP through the official OpenTelemetry SDK (HTTP/protobuf):
+The server speaks OTLP through the Python client (`sonde.ps`, the official
+OpenTelemetry SDK underneath, HTTP/protobuf):
 heartbeats are `sonde.heartbeat` log records, checkpoint-begin/-end and
 all-recovered are `sonde.node_event` log records, its clock (the slowest
 worker's, as its progress tracker sees it) is the `sonde.progress` gauge with
@@ -39,6 +40,8 @@ import socketserver  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 import urllib.request  # noqa: E402
+
+import _client_path  # noqa: E402,F401
 
 
 def now_ns():
@@ -103,54 +106,34 @@ class Tracker:
 
 
 class OtelReport:
-    """The server's reports, through the OpenTelemetry SDK."""
+    """The server's reports, through the Python client (`sonde.ps`, OTLP/HTTP
+    through the official OpenTelemetry SDK)."""
 
     def __init__(self, endpoint, job, index):
-        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.sdk._logs import LoggerProvider
-        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.resources import Resource
+        from sonde.ps import Reporter
 
-        resource = Resource.create(
-            {"service.name": job, "host.name": "ps-node", "sonde.role": "server", "sonde.index": index}
+        self.rep = Reporter(
+            job, role="server", index=index, node="ps-node", endpoint=endpoint, protocol="http/protobuf",
+            schedule_delay_ms=50, metric_interval_ms=200,
         )
-        base = endpoint.rstrip("/")
-        self.logs = LoggerProvider(resource=resource)
-        self.logs.add_log_record_processor(
-            BatchLogRecordProcessor(OTLPLogExporter(endpoint=base + "/v1/logs"), schedule_delay_millis=50)
-        )
-        self.logger = self.logs.get_logger("paramserver_sim")
-        self.meters = MeterProvider(
-            resource=resource,
-            metric_readers=[
-                PeriodicExportingMetricReader(
-                    OTLPMetricExporter(endpoint=base + "/v1/metrics"), export_interval_millis=200
-                )
-            ],
-        )
-        self.gauge = self.meters.get_meter("paramserver_sim").create_gauge("sonde.progress", unit="{clock}")
-        self.lock = threading.Lock()
 
     def heartbeat(self):
-        with self.lock:
-            self.logger.emit(timestamp=now_ns(), event_name="sonde.heartbeat", body="alive")
+        self.rep.heartbeat()
 
     def node_event(self, kind, attrs=None):
-        a = {"sonde.node_event.kind": kind}
-        a.update(attrs or {})
-        with self.lock:
-            self.logger.emit(timestamp=now_ns(), event_name="sonde.node_event", attributes=a, body=kind)
+        if kind == "all-recovered":
+            self.rep.recovery(kind, **(attrs or {}))
+        elif kind == "checkpoint-begin":
+            self.rep.checkpoint_begin(attrs["clock"])
+        else:
+            self.rep.checkpoint_end(attrs["clock"])
         print(f"server: {kind} at {now_ns()}", flush=True)
 
     def clock(self, c):
-        self.gauge.set(c, {"sonde.progress.name": "clock"})
+        self.rep.clock(c)
 
     def shutdown(self):
-        self.logs.shutdown()
-        self.meters.shutdown()
+        self.rep.end()
 
 
 def serve(a):

@@ -3,6 +3,14 @@
 //! variables (`SONDE_SAMPLER__PERIOD_MS=50`: `__` separates levels), and
 //! command-line flags. Every problem is reported with the key and the reason.
 //!
+//! Unknown names are treated by where they come from. A TOML file and `--set`
+//! are written for sonde alone: an unknown key there stops it. The environment
+//! is shared with whatever a launcher starts beside sonde (a job's own
+//! `SONDE_*` settings): a `SONDE_*` variable that names no setting is logged
+//! as a warning, listed in [`Config::ignored_env`], and otherwise ignored; a
+//! known name with a bad value still stops sonde. `SONDE_CLIENT_*` is the
+//! Python client's namespace and is never read here (no warning).
+//!
 //! config/: this file assembles [`Config`] from the sections and validates the
 //! whole (one pass, so errors come in one list and a fixed order); each
 //! section's struct lives beside the component it configures (Vector's habit),
@@ -49,7 +57,14 @@ pub struct Config {
     pub cluster: crate::cluster::config::ClusterConfig,
     /// History beyond the live hour: see `host/src/storage/`.
     pub storage: crate::storage::config::StorageConfig,
+    /// `SONDE_*` variables of the environment that name no setting and were
+    /// ignored (see the top of this file). Not a setting itself.
+    #[serde(skip)]
+    pub ignored_env: Vec<String>,
 }
+
+/// The job clients' variables (`clients/python`): never configuration.
+pub const CLIENT_ENV_PREFIX: &str = "SONDE_CLIENT_";
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -114,20 +129,30 @@ impl Config {
         }
         fig = fig.merge(Serialized::defaults(otel_env_overlay(env)?));
         // SONDE_* from the given map (not the process env) so tests are hermetic.
-        let sonde_env: Vec<(String, String)> = env
-            .iter()
-            .filter(|(k, _)| k.starts_with("SONDE_"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (k, v) in &sonde_env {
+        let mut ignored_env = Vec::new();
+        for (k, v) in env.iter().filter(|(k, _)| k.starts_with("SONDE_")) {
+            if k.starts_with(CLIENT_ENV_PREFIX) {
+                continue;
+            }
             let key = k.trim_start_matches("SONDE_").to_ascii_lowercase().replace("__", ".");
             let val = parse_scalar(v);
+            if names_no_setting(&key, &val) {
+                ignored_env.push(k.clone());
+                continue;
+            }
             fig = fig.merge(Serialized::default(&key, val));
+        }
+        if !ignored_env.is_empty() {
+            tracing::warn!(
+                variables = ?ignored_env,
+                "ignoring SONDE_* environment variables that name no setting (a TOML file or --set would refuse them)"
+            );
         }
         for (key, val) in overrides {
             fig = fig.merge(Serialized::default(key, val.clone()));
         }
         let mut cfg: Config = fig.extract().map_err(|e| ConfigErrors(figment_errors(e)))?;
+        cfg.ignored_env = ignored_env;
         cfg.apply_role();
         cfg.validate().map_err(ConfigErrors)?;
         Ok(cfg)
@@ -404,6 +429,19 @@ fn check_url(u: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `key` (dotted) names no setting: set alone on the defaults, it
+/// fails as an unknown field. A known key with a bad value is not this (its
+/// error is reported by the full load).
+fn names_no_setting(key: &str, val: &toml::Value) -> bool {
+    let probe = Figment::from(Serialized::defaults(Config::default())).merge(Serialized::default(key, val.clone()));
+    match probe.extract::<Config>() {
+        Ok(_) => false,
+        Err(e) => e
+            .into_iter()
+            .any(|err| matches!(err.kind, figment::error::Kind::UnknownField(..))),
+    }
+}
+
 /// A `SONDE_*` or `--set` value: TOML scalar when it parses as one, else a string.
 pub fn parse_scalar(s: &str) -> toml::Value {
     match format!("v = {s}").parse::<toml::Table>() {
@@ -485,6 +523,30 @@ mod tests {
         let err = Config::from_toml_str("[sampler]\nperiod_msec = 5\n").unwrap_err();
         assert!(err.0[0].key.contains("sampler"), "{err}");
         assert!(err.to_string().contains("period_msec"), "{err}");
+    }
+
+    #[test]
+    fn unknown_sonde_env_names_are_ignored_and_listed_but_set_and_files_stay_strict() {
+        let e = env(&[
+            ("SONDE_CHECKOUT", "/src/job"),
+            ("SONDE_SAMPLER__PERIOD_MSEC", "5"),
+            ("SONDE_CLIENT_JOB", "mnist"),
+            ("SONDE_SAMPLER__PERIOD_MS", "50"),
+        ]);
+        let c = Config::load(None, &e, &[]).unwrap();
+        assert_eq!(c.sampler.period_ms, 50, "known names still apply");
+        assert_eq!(c.ignored_env, vec!["SONDE_CHECKOUT", "SONDE_SAMPLER__PERIOD_MSEC"]);
+        // A known name with a bad value still stops sonde.
+        let bad = Config::load(None, &env(&[("SONDE_SAMPLER__PERIOD_MS", "fast")]), &[]).unwrap_err();
+        assert_eq!(bad.0[0].key, "sampler.period_ms", "{bad}");
+        // --set and the file refuse unknown keys.
+        let o = vec![parse_override("checkout=1").unwrap()];
+        let err = Config::load(None, &env(&[]), &o).unwrap_err();
+        assert!(err.to_string().contains("checkout"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("s.toml");
+        std::fs::write(&f, "checkout = 1\n").unwrap();
+        assert!(Config::load(Some(&f), &env(&[]), &[]).is_err());
     }
 
     #[test]
