@@ -604,9 +604,15 @@ fn rust_api_profiler_agent_with_an_embedded_host() {
             t_end: t.end_ns,
         });
     }
-    // is_active() mirrors the plugin's decisions, a flush behind the reports.
+    // is_active() mirrors the plugin's decisions, some flushes behind the
+    // reports (how many depends on the machine's load, so only the start is
+    // bounded here): never before begin_on_batch, and one unbroken stretch,
+    // which ends below once end_after_batch has been passed.
     assert!(
-        !active_seen.is_empty() && active_seen.iter().all(|b| (BEGIN..=END + 1).contains(b)),
+        !active_seen.is_empty()
+            && active_seen[0] >= BEGIN
+            && active_seen.windows(2).all(|w| w[1] == w[0] + 1)
+            && active_seen[0] <= END,
         "is_active() was true after batches {active_seen:?}"
     );
     assert!(
