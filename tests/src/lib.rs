@@ -14,6 +14,29 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// `mpirun -np NP` of an Open MPI job with the MPI probe
+/// (`target/probes/libsonde_mpi.so`) preloaded, reporting job `job` to the
+/// sonde whose API is `api`, flushing every 200 ms; the caller adds more `-x`
+/// variables, the program and its arguments. No binding: ranks pinned two per
+/// core would wait on each other's time slices; unbound, the scheduler spreads
+/// them over whatever is free.
+pub fn mpirun_probed(np: u32, api: &str, job: &str) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np"])
+        .arg(np.to_string())
+        .arg("-x")
+        .arg(format!(
+            "LD_PRELOAD={}",
+            repo().join("target/probes/libsonde_mpi.so").display()
+        ))
+        .arg("-x")
+        .arg(format!("MPI_SONDE_ENDPOINT={api}"))
+        .arg("-x")
+        .arg(format!("MPI_SONDE_JOB={job}"))
+        .args(["-x", "MPI_SONDE_FLUSH_MS=200"]);
+    c
+}
+
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }

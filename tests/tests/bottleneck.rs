@@ -319,30 +319,8 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
     let (sonde, _) = start_sonde(tmp.path());
     // imbalance.c: rank r computes r+1 units of 50 ms per step, then all
     // meet in MPI_Allreduce and MPI_Barrier; rank 3 is the slow one.
-    let status = Command::new("mpirun")
-        .args([
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "-np",
-            "4",
-        ])
-        .arg("-x")
-        .arg(format!(
-            "LD_PRELOAD={}",
-            repo().join("target/probes/libsonde_mpi.so").display()
-        ))
-        .arg("-x")
-        .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
-        .args([
-            "-x",
-            "MPI_SONDE_JOB=inject",
-            "-x",
-            "MPI_SONDE_FLUSH_MS=200",
-            "-x",
-            "MPI_SONDE_HZ=200",
-        ])
+    let status = mpirun_probed(4, &sonde.api, "inject")
+        .args(["-x", "MPI_SONDE_HZ=200"])
         .arg(repo().join("target/mpi/imbalance"))
         .args(["150", "50"])
         .env_remove("SONDE_BIN")

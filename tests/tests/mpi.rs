@@ -84,25 +84,8 @@ fn mpirun(sonde: &Sonde, job: &str, env: &[(&str, &str)], steps: u32, unit_ms: u
 
 /// The same with the program's arguments as given (`steps unit_ms [pause_after]`).
 fn mpirun_args(sonde: &Sonde, job: &str, env: &[(&str, &str)], args: &[String]) -> Command {
-    let (probe, program) = mpi_parts();
-    let mut c = Command::new("mpirun");
-    // No binding: 4 ranks pinned two per core would wait on each other's
-    // time slices; unbound, the scheduler spreads them over whatever is free.
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "-np",
-        "4",
-    ])
-    .arg("-x")
-    .arg(format!("LD_PRELOAD={}", probe.display()))
-    .arg("-x")
-    .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
-    .arg("-x")
-    .arg(format!("MPI_SONDE_JOB={job}"))
-    .args(["-x", "MPI_SONDE_FLUSH_MS=200"]);
+    let (_, program) = mpi_parts();
+    let mut c = mpirun_probed(4, &sonde.api, job);
     for (k, v) in env {
         c.arg("-x").arg(format!("{k}={v}"));
     }
@@ -419,23 +402,9 @@ fn time_selective_sampling_covers_only_its_window_or_until_mpi_pcontrol_pauses_i
 
 /// `mpirun -np 2` of a tests/mpi/stacks.c build with the probe at 1 kHz; returns the settled profile.
 fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
-    let (probe, _) = mpi_parts();
-    let mut c = Command::new("mpirun");
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "-np",
-        "2",
-    ])
-    .arg("-x")
-    .arg(format!("LD_PRELOAD={}", probe.display()))
-    .arg("-x")
-    .arg(format!("MPI_SONDE_ENDPOINT={}", sonde.api))
-    .arg("-x")
-    .arg(format!("MPI_SONDE_JOB={job}"))
-    .args(["-x", "MPI_SONDE_FLUSH_MS=200", "-x", "MPI_SONDE_HZ=1000"]);
+    mpi_parts();
+    let mut c = mpirun_probed(2, &sonde.api, job);
+    c.args(["-x", "MPI_SONDE_HZ=1000"]);
     for (k, v) in env {
         c.arg("-x").arg(format!("{k}={v}"));
     }
