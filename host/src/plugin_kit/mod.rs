@@ -190,18 +190,16 @@ mod tests {
 
     #[test]
     fn the_js_template_pins_the_toolchain_the_tests_install() {
-        let pin = |json: &str| -> String {
+        let pins = |json: &str| -> serde_json::Value {
             let v: serde_json::Value = serde_json::from_str(json).unwrap();
-            v["devDependencies"]["@bytecodealliance/componentize-js"]
-                .as_str()
-                .unwrap()
-                .to_string()
+            v["devDependencies"].clone()
         };
-        let template = pin(&include_str!("templates/js/package.json").replace("{{name}}", "x"));
-        let tests = pin(include_str!("../../../tests/guest-js/package.json"));
+        let template = pins(&include_str!("templates/js/package.json").replace("{{name}}", "x"));
+        let tests = pins(include_str!("../../../tests/guest-js/package.json"));
+        assert!(template["@bytecodealliance/componentize-js"].is_string());
         assert_eq!(
             template, tests,
-            "templates/js/package.json and tests/guest-js/package.json must pin the same componentize-js"
+            "templates/js/package.json and tests/guest-js/package.json must pin the same toolchain"
         );
     }
 }
