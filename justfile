@@ -126,6 +126,11 @@ bench-verdicts *ARGS: setup plugins mpi-probe
     cargo build -p sonde
     python3 scripts/bench_verdicts.py {{ARGS}}
 
+# the `sonde plugin new` template in Rust, Python and JavaScript side by side in one sonde: component size, load time cold and cached, linear memory, on-samples call cost and its ratio to Rust (--sonde target/debug/sonde for a debug host)
+bench-guests *ARGS: setup
+    cargo build -p sonde --release
+    python3 scripts/bench_guests.py {{ARGS}}
+
 # peers side by side in one run: sonde, collectd (Interval 0.1), prometheus-node-exporter scraped at 10 Hz, a psutil sampler; CPU per sample, RSS, ratios
 bench-peers *ARGS: build
     command -v collectd >/dev/null && command -v prometheus-node-exporter >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends collectd-core prometheus-node-exporter; }
