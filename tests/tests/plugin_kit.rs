@@ -124,6 +124,11 @@ fn a_new_rust_plugin_builds_loads_and_answers() {
     // The plugins' own target folder: the SDK and its dependencies are
     // already built there by `./dev plugins`.
     let target = repo().join("plugins/target");
+    // The template's own test, natively, then the component.
+    shell(
+        &dir,
+        &format!("CARGO_TARGET_DIR={} cargo test --quiet", target.display()),
+    );
     shell(
         &dir,
         &format!(
