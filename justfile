@@ -8,12 +8,14 @@ rotel := "rotel==0.0.1a15"
 otel := "opentelemetry-semantic-conventions==0.66b2 opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2"
 # the frameworks the Python client's hooks are tested with (`./dev test-python`): real PyTorch (CPU) and friends from PyPI
 frameworks := "torch==2.15.0 pytorch-lightning==2.6.6 transformers==5.23.0 accelerate==1.15.0"
+# the Python guest toolchain for `sonde plugin new --lang python` (tests/tests/plugin_kit.rs builds with it)
+componentize_py := "componentize-py==0.25.1"
 
 default:
     @just --list
 
 # install what the build and the tests need: the wasm target, Python test packages, Debian's chromium (browser tests), Open MPI (the MPI probe's tests), Prometheus and VictoriaMetrics (remote-write tests), libfaketime (a cluster agent with a skewed clock), the OpenTelemetry JS SDK (a real OTLP/JSON sender)
-setup: js-sender
+setup: js-sender guest-toolchains
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
@@ -24,6 +26,11 @@ setup: js-sender
 # the official OpenTelemetry JS SDK in tests/otlp-js/, pinned by its package-lock.json (the OTLP/JSON tests send with it)
 js-sender:
     cd tests/otlp-js && { cmp -s package-lock.json node_modules/.sonde-lock || { npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.sonde-lock; }; }
+
+# the toolchains that build Python and JavaScript plugins: componentize-py from PyPI, componentize-js pinned by tests/guest-js/package-lock.json
+guest-toolchains:
+    componentize-py --version 2>/dev/null | grep -qx "componentize-py {{trim_start_match(componentize_py, "componentize-py==")}}" || python3 -m pip install --quiet --disable-pip-version-check "{{componentize_py}}"
+    cd tests/guest-js && { cmp -s package-lock.json node_modules/.sonde-lock || { npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.sonde-lock; }; }
 
 # the dashboard's npm packages, pinned by web/package-lock.json (installed again only when it changes)
 web-deps:
@@ -159,6 +166,11 @@ bench-mpi: mpi-probe
 bench-verdicts *ARGS: setup plugins mpi-probe
     cargo build -p sonde
     python3 scripts/bench_verdicts.py {{ARGS}}
+
+# the `sonde plugin new` template in Rust, Python and JavaScript side by side in one sonde: component size, load time cold and cached, linear memory, on-samples call cost and its ratio to Rust (--sonde target/debug/sonde for a debug host)
+bench-guests *ARGS: setup
+    cargo build -p sonde --release
+    python3 scripts/bench_guests.py {{ARGS}}
 
 # peers side by side in one run: sonde, collectd (Interval 0.1), prometheus-node-exporter scraped at 10 Hz, a psutil sampler; CPU per sample, RSS, ratios
 bench-peers *ARGS: build

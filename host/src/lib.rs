@@ -35,6 +35,7 @@ pub mod ingest;
 pub mod model;
 pub mod pipeline;
 pub mod plugin;
+pub mod plugin_kit;
 pub mod run;
 pub mod sample;
 pub mod sinks;

@@ -51,6 +51,58 @@ struct Cli {
     /// Validate the configuration, print it, and exit.
     #[arg(long)]
     check_config: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Tools for plugin authors.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum PluginCommand {
+    /// Write a ready-to-build plugin (hooks, a test, a README) into a new folder.
+    New {
+        /// The plugin's name: its .wasm file name and its route, /api/plugins/NAME/...
+        name: String,
+        /// rust, python (componentize-py) or js (componentize-js).
+        #[arg(long, default_value = "rust")]
+        lang: sonde::plugin_kit::Lang,
+        /// The folder to create (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// For --lang rust: the SDK to depend on (default: plugins/sdk of the checkout sonde was built from).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+}
+
+/// Runs a subcommand: nothing of the host starts.
+fn run_command(command: Command) -> ExitCode {
+    let Command::Plugin(PluginCommand::New { name, lang, dir, sdk }) = command;
+    let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+    let new = sonde::plugin_kit::NewPlugin { name, lang, dir, sdk };
+    match sonde::plugin_kit::write(&new) {
+        Ok(files) => {
+            println!("wrote the {lang} plugin {:?} in {}:", new.name, new.dir.display());
+            for f in files {
+                println!("  {}", f.display());
+            }
+            println!(
+                "build it (in {}): {}",
+                new.dir.display(),
+                sonde::plugin_kit::build_command(lang, &new.name)
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sonde plugin new: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -61,7 +113,10 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(command) = cli.command.take() {
+        return run_command(command);
+    }
     let mut overrides = Vec::new();
     let flag = |k: &str, v: Option<String>, o: &mut Vec<(String, toml::Value)>| {
         if let Some(v) = v {

@@ -200,6 +200,20 @@ impl Sonde {
 
     /// The same with extra environment variables (`OTEL_EXPORTER_OTLP_*`).
     pub fn start_env(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str], env: &[(&str, &str)], port: u16) -> Sonde {
+        Sonde::start_waiting(dir, plugins, args, env, port, Duration::from_secs(60))
+    }
+
+    /// The same, waiting up to `ready` for it: a debug build compiles a
+    /// Python or JavaScript component (an interpreter inside) for a minute
+    /// or more the first time, and sonde is ready once its plugins are loaded.
+    pub fn start_waiting(
+        dir: &Path,
+        plugins: &[(PathBuf, &str)],
+        args: &[&str],
+        env: &[(&str, &str)],
+        port: u16,
+        ready: Duration,
+    ) -> Sonde {
         let pdir = dir.join("plugins");
         std::fs::create_dir_all(&pdir).unwrap();
         std::fs::create_dir_all(dir.join("sinks")).unwrap();
@@ -254,7 +268,7 @@ impl Sonde {
             out,
             dir: dir.to_path_buf(),
         };
-        let up = wait_for(Duration::from_secs(60), || s.get("/api/ready").0 == 200);
+        let up = wait_for(ready, || s.get("/api/ready").0 == 200);
         assert!(up, "sonde did not become ready:\n{}", s.output());
         s
     }
@@ -556,6 +570,23 @@ pub fn post_json(addr: &str, path: &str, body: &serde_json::Value) -> (u16, Stri
         &[("content-type", "application/json")],
         body.to_string().as_bytes(),
     )
+}
+
+/// Runs `cmd` in `dir` through bash (a README's build command, as a user
+/// types it); panics with its output when it fails.
+pub fn shell(dir: &Path, cmd: &str) {
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", cmd])
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed in {}:\n{}{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Waits until the file stops growing for `quiet` (or `limit` passes).
