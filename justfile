@@ -114,7 +114,8 @@ test:
       || { report; exit 1; }
     # `cargo test --no-run` above built target/debug/sonde too (cargo builds a package's binaries for its integration
     # tests), with the same dependency features as the tests, so no separate `cargo build` compiles sonde a second time
-    stage "cargo tests" cargo test --workspace
+    # --no-fail-fast: one failing suite must not hide whether the suites after it pass
+    stage "cargo tests" cargo test --workspace --no-fail-fast
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
     stage "browser tests" browser_tests
     # (waited for here: a stage runs in a subshell, which cannot wait for its parent's job)
