@@ -173,6 +173,24 @@ impl Profiler {
                 if job.machine.window().is_some_and(|(_, end)| time >= end) && job.machine.is_ended() {
                     continue;
                 }
+                // This host's samples wait the lag from their own time: a
+                // report later than that came after some of them were judged.
+                let lag = self.settings.lag_ns();
+                if time.saturating_add(lag) < now && !self.agents.has(&view.node) {
+                    self.out.counters.late_batch_reports += 1;
+                    if !job.late_report_logged {
+                        job.late_report_logged = true;
+                        host.log(
+                            Severity::Warn,
+                            &format!(
+                                "job {name}: a batch-index report arrived {} ms after its time, past lag_ms = {}; \
+                                 this host's samples taken since were judged without it (raise lag_ms)",
+                                (now - time) / 1_000_000,
+                                lag / 1_000_000
+                            ),
+                        );
+                    }
+                }
                 job.record_batch(view.rank, time, batch_idx);
                 for change in job.machine.on_batch(time, batch_idx, &limits) {
                     job.apply(host, change, &self.settings, now);

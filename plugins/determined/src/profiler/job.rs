@@ -62,6 +62,7 @@ pub struct Job {
     pub sys_nodes: BTreeSet<Arc<str>>,
     pub(super) timing_names: HashSet<Arc<str>>,
     pub(super) names_overflow_logged: bool,
+    pub(super) late_report_logged: bool,
     /// `sonde.batch.index` handle per metric type (`Some(None)`: refused).
     pub(super) batch_handles: [Option<Option<u32>>; 3],
     /// Timestamp of the last `sonde.batch.index` point per metric type.
@@ -103,6 +104,7 @@ impl Job {
             sys_nodes: BTreeSet::new(),
             timing_names: HashSet::new(),
             names_overflow_logged: false,
+            late_report_logged: false,
             batch_handles: [None; 3],
             last_batch_point: [None; 3],
             cap_timer: None,

@@ -95,6 +95,11 @@ pub struct Counters {
     /// Agents' series refused for the bounds on nodes and series per node
     /// (once per event batch each).
     pub ignored_node_overflow: u64,
+    /// Batch-index reports that arrived more than `lag_ms` after their own
+    /// time, for a node this host samples: its measurements taken after such
+    /// a report were already judged without it (often ignored as inactive).
+    /// A job whose reports are this late needs a larger `lag_ms`.
+    pub late_batch_reports: u64,
 }
 
 /// A system measurement waiting for the lag, with where it was sampled.
