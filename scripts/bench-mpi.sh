@@ -54,6 +54,7 @@ mpirun_() { mpirun --allow-run-as-root --oversubscribe --bind-to none -x IMBALAN
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # Figures: stats.py row <label> <values file> <no-probe values file> <format> [diff]
 #          stats.py walks <label> <stderr files of MPI_SONDE_VERBOSE=1 runs...>
+#          stats.py callgrind < callgrind_annotate --inclusive=yes --tree=caller --threshold=100 output
 cat >"$work/stats.py" <<'PY'
 import re, statistics, sys
 
@@ -66,6 +67,24 @@ if sys.argv[1] == "row":
     m = statistics.median(v)
     diff = f"  ({m - b:+.1f})" if sys.argv[6:] == ["diff"] else ""
     print(f"   {label:<46} {m:>11{fmt}}{diff}  ratio {m / b:.3f}  spread {(max(v) - min(v)) / m * 100:4.1f} %")
+elif sys.argv[1] == "callgrind":
+    # Blocks of "<cost> < caller (Nx)" lines, then "<cost> * callee": the
+    # instructions each caller spent in the callee, and how many calls.
+    calls, callers = {}, []
+    for line in sys.stdin:
+        c = re.match(r"\s*([\d,]+) .*< (\S+) \(([\d,]+)x\)", line)
+        e = re.match(r"\s*([\d,]+) .*\*  (\S+)", line)
+        if c:
+            callers.append((c[2].split(":")[-1], int(c[1].replace(",", "")), int(c[3].replace(",", ""))))
+        elif e:
+            for caller, ir, n in callers:
+                calls[(caller, e[2].split(":")[-1])] = (ir, n)
+            callers = []
+    for callee, way in [("stackwalk_fp", "frame pointers, from the wrapper's frame"),
+                        ("stackwalk_libunwind", "libunwind, from the wrapper's frame"),
+                        ("backtrace", "libunwind, from the signal handler")]:
+        ir, n = next((v for (caller, e), v in calls.items() if e == callee and caller.startswith("on_tick")), (0, 0))
+        print(f"   {way:<42} {ir / max(n, 1):8.0f} instructions per walk (callgrind, {n} walks)")
 else:
     label, files = sys.argv[2], sys.argv[3:]
     walks = ns = reused = 0
@@ -112,6 +131,13 @@ only="${ONLY:-all}"
 if [ "$only" = all ] || [ "$only" = walk ]; then
     echo "0. where a tick's time goes (load average $(load))"
     mpirun_ -np 2 "$root/target/mpi/walkcost"
+    if command -v valgrind >/dev/null; then
+        # The same walks counted in instructions, which load does not change
+        # (per-thread cache; rank 0 under callgrind, rank 1 as it is).
+        mpirun_ -np 1 valgrind --tool=callgrind --callgrind-out-file="$work/walk.callgrind" \
+            "$root/target/mpi/walkcost" 27 3 walks : -np 1 "$root/target/mpi/walkcost" 27 3 walks >/dev/null 2>&1
+        callgrind_annotate --inclusive=yes --tree=caller --threshold=100 "$work/walk.callgrind" | python3 "$work/stats.py" callgrind
+    fi
     echo
 fi
 

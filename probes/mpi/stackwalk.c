@@ -42,16 +42,21 @@ static int by_start(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int in_text(uintptr_t pc) {
+/* Whether pc is in a code segment; *last is the segment of the frame before
+ * (most of a stack's frames are in the program's own code), -1 at first. */
+static int in_text(uintptr_t pc, int *last) {
+    if (*last >= 0 && pc >= text[*last].lo && pc < text[*last].hi) return 1;
     int lo = 0, hi = ntext; /* the segment holding pc, if any, is in [lo, hi) */
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2;
-        if (pc < text[mid].lo)
+        if (pc < text[mid].lo) {
             hi = mid;
-        else if (pc >= text[mid].hi)
+        } else if (pc >= text[mid].hi) {
             lo = mid + 1;
-        else
+        } else {
+            *last = mid;
             return 1;
+        }
     }
     return 0;
 }
@@ -74,14 +79,14 @@ void stackwalk_thread_start(void) {
 
 int stackwalk_fp(uintptr_t frame, uintptr_t stack_lo, uintptr_t stack_hi, uint64_t *out, int max,
                  int *truncated) {
-    int n = 0;
+    int n = 0, segment = -1;
     uintptr_t fp = frame, prev = 0;
     *truncated = 0;
     if (fp < stack_lo || fp + 16 > stack_hi) return 0;
     fp = ((const uintptr_t *)fp)[0]; /* the program's frame that called MPI */
     while (fp > prev && !(fp & 7) && fp >= stack_lo && fp + 16 <= stack_hi) {
         uintptr_t ret = ((const uintptr_t *)fp)[1];
-        if (!in_text(ret)) break;
+        if (!in_text(ret, &segment)) break;
         if (n == max) {
             *truncated = 1;
             break;

@@ -2,7 +2,7 @@
  * timed from inside a blocking Open MPI call, each way the probe could walk,
  * and the cost of the tick's signal itself.
  *
- *   walkcost [levels] [seconds]
+ *   walkcost [levels] [seconds] [walks]
  *
  * Two ranks. Rank 0 reaches MPI_Recv through `levels` (default 27) frames of
  * recursion and a frame like the probe's wrappers (`recv_in_mpi`: it notes
@@ -23,7 +23,9 @@
  * probe's default depth cuts it. Then the signal: a signal sent to itself
  * with tgkill (signal frame, empty handler, sigreturn), and a 1 kHz and a 10 kHz timer's
  * tick with an empty handler, from the thread CPU time a fixed loop of
- * arithmetic loses to it.
+ * arithmetic loses to it. With `walks`, only the per-thread cache's walks
+ * run, for an instruction count under valgrind (scripts/bench-mpi.sh), where
+ * the timings mean nothing.
  */
 #define _GNU_SOURCE
 #define UNW_LOCAL_ONLY
@@ -187,6 +189,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int levels = argc > 1 ? atoi(argv[1]) : 27;
     double seconds = argc > 2 ? atof(argv[2]) : 2;
+    int policies_run = argc > 3 && !strcmp(argv[3], "walks") ? 1 : NPOLICIES;
     if (size != 2) {
         if (rank == 0) fprintf(stderr, "walkcost: run it with 2 ranks\n");
         MPI_Finalize();
@@ -194,7 +197,7 @@ int main(int argc, char **argv) {
     }
     double x = 1;
     if (rank == 1) {
-        for (int p = 0; p < NPOLICIES; p++) {
+        for (int p = 0; p < policies_run; p++) {
             MPI_Barrier(MPI_COMM_WORLD);
             usleep((useconds_t)(seconds * 1e6));
             MPI_Send(&x, 1, MPI_DOUBLE, 0, 0, MPI_COMM_WORLD);
@@ -234,7 +237,7 @@ int main(int argc, char **argv) {
     timer_create(CLOCK_MONOTONIC, &sev, &timer);
     long ns = 1000000000L / HZ;
     struct itimerspec on = {{0, ns}, {0, ns}}, off = {{0, 0}, {0, 0}};
-    for (policy = 0; policy < NPOLICIES; policy++) {
+    for (policy = 0; policy < policies_run; policy++) {
         unw_set_caching_policy(unw_local_addr_space, policies[policy]);
         MPI_Barrier(MPI_COMM_WORLD);
         timer_settime(timer, 0, &on, NULL);
@@ -246,7 +249,7 @@ int main(int argc, char **argv) {
            DEPTH, HZ, seconds);
     for (int w = 0; w < NWAYS; w++)
         for (int p = 0; p < NPOLICIES; p++) report(w, p);
-    signal_costs(sig, timer);
+    if (policies_run == NPOLICIES) signal_costs(sig, timer);
     MPI_Send(&x, 1, MPI_DOUBLE, 1, 1, MPI_COMM_WORLD);
     MPI_Finalize();
     return 0;
