@@ -53,7 +53,7 @@ mpirun_() { mpirun --allow-run-as-root --oversubscribe --bind-to none -x IMBALAN
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # Figures: stats.py row <label> <values file> <no-probe values file> <format> [diff]
-#          stats.py walks <label> <stderr files of MPI_SONDE_VERBOSE=1 runs...>
+#          stats.py walks <label> <ranks> <wall times file> <stderr files of MPI_SONDE_VERBOSE=1 runs...>
 #          stats.py callgrind < callgrind_annotate --inclusive=yes --tree=caller --threshold=100 output
 cat >"$work/stats.py" <<'PY'
 import re, statistics, sys
@@ -86,7 +86,7 @@ elif sys.argv[1] == "callgrind":
         ir, n = next((v for (caller, e), v in calls.items() if e == callee and caller.startswith("on_tick")), (0, 0))
         print(f"   {way:<42} {ir / max(n, 1):8.0f} instructions per walk (callgrind, {n} walks)")
 else:
-    label, files = sys.argv[2], sys.argv[3:]
+    label, ranks, walls, files = sys.argv[2], int(sys.argv[3]), values(sys.argv[4]), sys.argv[5:]
     walks = ns = reused = 0
     by, medians = set(), []
     for path in files:
@@ -97,7 +97,8 @@ else:
     runs = len(files)
     print(f"   {label}: {walks / runs:.0f} walks per run by {', '.join(sorted(by)) or '?'}, "
           f"mean {ns / max(walks, 1):.0f} ns, median of the ranks' medians {statistics.median(medians or [0]):.0f} ns "
-          f"({ns / runs / 1e6:.1f} ms of walking per run, all ranks); "
+          f"({ns / runs / 1e6:.1f} ms of walking per run, all ranks: "
+          f"{ns / runs / 1e9 / (statistics.median(walls) * ranks) * 100:.2f} % of the ranks' time); "
           f"{reused / runs:.0f} more ticks per run took the stack of their call's walk")
 PY
 row() { python3 "$work/stats.py" row "$@"; }
@@ -145,16 +146,19 @@ if [ "$only" = all ]; then
 echo "1. cost per wrapped call: 2 ranks, tight loop, ns per call on rank 0 (load average $(load))"
 for what in comm_rank allreduce; do
     n=2000000; [ "$what" = allreduce ] && n=200000
-    for m in $modes; do : >"$work/call.$what.$m"; done
+    for m in $modes; do : >"$work/call.$what.$m"; : >"$work/wall.call.$what.$m"; done
     for i in $(seq "$runs"); do
         for m in $modes; do
+            t0=$(date +%s.%N)
             # shellcheck disable=SC2046
             mpirun_ -np 2 $(probe_args "$m") "$root/target/mpi/callcost" "$what" "$n" 2>"$work/err.call.$what.$m.$i" |
                 awk '{print $(NF-1)}' >>"$work/call.$what.$m"
+            t1=$(date +%s.%N)
+            python3 -c "print($t1-$t0)" >>"$work/wall.call.$what.$m"
         done
     done
     for m in $modes; do row "MPI_$what, $(label "$m")" "$work/call.$what.$m" "$work/call.$what.none" .1f diff; done
-    python3 "$work/stats.py" walks "MPI_$what at 1 kHz" "$work"/err.call."$what".1000.*
+    python3 "$work/stats.py" walks "MPI_$what at 1 kHz" 2 "$work/wall.call.$what.1000" "$work"/err.call."$what".1000.*
 done
 echo
 np="${NP:-2}"
@@ -172,7 +176,7 @@ for i in $(seq "$runs"); do
 done
 for m in $modes; do row "job time (MPI_Wtime), $(label "$m")" "$work/loop.$m" "$work/loop.none" .4f; done
 for m in $modes; do row "mpirun wall time, $(label "$m")" "$work/wall.$m" "$work/wall.none" .3f; done
-python3 "$work/stats.py" walks "imbalanced job at 1 kHz" "$work"/err.loop.1000.*
+python3 "$work/stats.py" walks "imbalanced job at 1 kHz" "$np" "$work/wall.1000" "$work"/err.loop.1000.*
 echo
 fi
 
@@ -199,12 +203,13 @@ for i in $(seq "$runs"); do
         done
     done
 done
-for what in "nplat NetPIPE latency, us (<= 64 B)" "npbw NetPIPE bandwidth, Mbps (64 KiB)" "hpcc HPCC wall time, s (4 ranks)"; do
+for what in "nplat NetPIPE latency, us (<= 64 B)" "npbw NetPIPE bandwidth, Mbps (64 KiB)" "netpipe NetPIPE wall time, s (2 ranks)" \
+    "hpcc HPCC wall time, s (4 ranks)"; do
     prog=${what%% *}
     for m in $program_modes; do row "${what#* }, $(label "$m")" "$work/$prog.$m" "$work/$prog.none" .4f; done
 done
-python3 "$work/stats.py" walks "NetPIPE at 1 kHz" "$work"/err.netpipe.1000.*
-python3 "$work/stats.py" walks "HPCC at 1 kHz" "$work"/err.hpcc.1000.*
+python3 "$work/stats.py" walks "NetPIPE at 1 kHz" 2 "$work/netpipe.1000" "$work"/err.netpipe.1000.*
+python3 "$work/stats.py" walks "HPCC at 1 kHz" 4 "$work/hpcc.1000" "$work"/err.hpcc.1000.*
 rows=$(curl -s "http://127.0.0.1:$port/api/ingest" | python3 -c 'import json,sys; d=json.load(sys.stdin)["json"]; print(d["requests"], "posts,", d["rows"], "rows")')
 echo
 echo "sonde took $rows from the probe during the benchmark"

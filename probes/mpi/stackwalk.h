@@ -13,6 +13,13 @@
  *                              of each return address's frame layout) covers
  *                              the program's frames only
  *
+ * Limits: at most STACKWALK_MAX return addresses; the frame-pointer walk
+ * stops at the first frame without a record and at a return address outside
+ * the code mapped when stackwalk_init ran (a module dlopen'ed later); the
+ * entry into libunwind from the wrapper's frame is x86-64 code, elsewhere
+ * libunwind walks from where it is called and the frames before the call
+ * site are cut off (stackwalk_after_site).
+ *
  * Used by the probe's tick handler (sonde_mpi_probe.c) and by the walk
  * microbenchmark (tests/mpi/walkcost.c). The walks are async-signal-safe: no
  * allocation, no locks of ours; probes/mpi/README.md ("Call stacks") says
