@@ -847,7 +847,7 @@ static void stop_probe(void) {
     }
     unsigned median = 0;
     while (median < TIME_BUCKETS - 1 && (below += by_time[median]) * 2 < walks) median++;
-    /* One write: mpirun may drop a rank's last lines when they come apart. A
+    /* One line per rank (rows, drops, stacks), as the README promises. A
      * depth of 1 walks nothing: its "walks" took the call site alone. */
     fprintf(stderr,
             "sonde mpi probe: rank %d sent %llu rows in %llu posts; dropped %llu rows (%llu posts), %llu ticks "
