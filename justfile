@@ -167,7 +167,7 @@ bench: build fake-nvml
     cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent
     bash scripts/bench-process.sh
 
-# the MPI probe's overhead on a real Open MPI job: cost per wrapped call, job wall time at 100 Hz and 1 kHz vs without the probe
+# the MPI probe's overhead: one stack walk each way and the tick itself, cost per wrapped call, NetPIPE and HPCC at 100 Hz and 1 kHz (stacks, and the call site alone) vs without the probe
 bench-mpi: mpi-probe
     command -v NPopenmpi >/dev/null && command -v hpcc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends netpipe-openmpi hpcc; }
     bash scripts/bench-mpi.sh
