@@ -15,6 +15,7 @@ static TABLES: LazyLock<TableRegistry> = LazyLock::new(|| {
         name: name.into(),
         type_,
         default,
+        labels: vec![],
     };
     let t = TableDecl {
         name: "t".into(),

@@ -208,7 +208,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
         .plugins
         .statuses()
         .into_iter()
-        .map(|p| json!({"name": p.name, "state": p.state, "reason": p.reason}))
+        .map(|p| json!({"name": p.name, "state": p.state, "reason": p.reason, "tables": p.tables, "reads": p.reads}))
         .collect();
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),

@@ -586,6 +586,7 @@ mod tests {
             name: name.into(),
             type_,
             default: D::Zero,
+            labels: vec![],
         };
         TableDecl {
             name: String::new(),

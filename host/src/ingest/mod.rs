@@ -879,6 +879,7 @@ mod tests {
             name: name.into(),
             type_,
             default: D::Zero,
+            labels: vec![],
         };
         let reg = tables::tests::registry_with(vec![W {
             name: "calls".into(),

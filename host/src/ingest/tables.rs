@@ -94,7 +94,7 @@ pub fn type_row<'a>(
                 ),
             ));
         };
-        let cell = decl.columns[i].ty.take(value).map_err(|e| (name.to_string(), e))?;
+        let cell = decl.columns[i].take(value).map_err(|e| (name.to_string(), e))?;
         if let Cell::S(s) = &cell
             && s.len() > max_text
         {
@@ -221,6 +221,7 @@ pub(crate) mod tests {
             name: name.into(),
             type_,
             default,
+            labels: vec![],
         };
         types::TableDecl {
             name: "steps".into(),

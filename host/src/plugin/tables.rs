@@ -232,6 +232,25 @@ pub struct ColumnDecl {
     #[serde(rename = "type")]
     pub ty: ColumnType,
     pub default: ColumnDefault,
+    /// Names a sender may write for the codes 0, 1, 2, ... (integer columns).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub labels: Vec<String>,
+}
+
+impl ColumnDecl {
+    /// `v` as this column holds it: a label becomes its code, then the
+    /// column's type decides (`ColumnType::take`).
+    pub fn take(&self, v: Cell) -> Result<Cell, String> {
+        if let Cell::S(s) = &v
+            && let Some(code) = self.labels.iter().position(|l| l == s)
+        {
+            return self.ty.take(Cell::U(code as u64));
+        }
+        self.ty.take(v).map_err(|e| match self.labels.is_empty() {
+            true => e,
+            false => format!("{e}, or one of {}", self.labels.join(", ")),
+        })
+    }
 }
 
 /// A table a plugin declared, checked.
@@ -305,10 +324,27 @@ impl TableDecl {
                     ColumnDefault::Value(ty.take(cell).map_err(|e| at(format!("default {e}")))?)
                 }
             };
+            let integer = matches!(
+                ty,
+                ColumnType::U8 | ColumnType::U32 | ColumnType::U64 | ColumnType::S32 | ColumnType::S64
+            );
+            if !c.labels.is_empty() && !integer {
+                return Err(at("labels name codes: integer columns only".into()));
+            }
+            if !c.labels.is_empty() && (c.labels.len() > 256 || ty.take(Cell::U(c.labels.len() as u64 - 1)).is_err()) {
+                return Err(at(format!(
+                    "{} labels: more than the column's codes or 256",
+                    c.labels.len()
+                )));
+            }
+            if let Some(l) = c.labels.iter().find(|l| l.is_empty() || l.len() > 64) {
+                return Err(at(format!("label {l:?}: use 1 to 64 bytes")));
+            }
             columns.push(ColumnDecl {
                 name: c.name,
                 ty,
                 default,
+                labels: c.labels,
             });
         }
         Ok(TableDecl {
@@ -447,6 +483,7 @@ mod tests {
             name: name.into(),
             type_: t,
             default,
+            labels: vec![],
         }
     }
 
@@ -524,6 +561,39 @@ mod tests {
             let e = TableDecl::from_wit(t).unwrap_err();
             assert!(e.contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn labels_stand_for_codes_of_integer_columns() {
+        use types::{ColumnDefault as D, ColumnType as W};
+        let mut state = col("state", W::U8, D::Required);
+        state.labels = vec!["idle".into(), "busy".into()];
+        let d = decl("t", vec![state.clone()]);
+        let c = &d.columns[0];
+        assert_eq!(c.take(Cell::S("busy".into())), Ok(Cell::U(1)));
+        assert_eq!(
+            c.take(Cell::U(7)),
+            Ok(Cell::U(7)),
+            "a code without a label is still a code"
+        );
+        assert!(
+            c.take(Cell::S("asleep".into()))
+                .unwrap_err()
+                .contains("or one of idle, busy")
+        );
+        let mut text = col("s", W::String, D::Zero);
+        text.labels = vec!["a".into()];
+        assert!(
+            TableDecl::from_wit(wit("t", vec![text]))
+                .unwrap_err()
+                .contains("integer columns only")
+        );
+        state.labels = (0..300).map(|i| format!("l{i}")).collect();
+        assert!(
+            TableDecl::from_wit(wit("t", vec![state]))
+                .unwrap_err()
+                .contains("300 labels")
+        );
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! ```
 //! `count` ticks of `period_ns` each landed in this (thread, state, function,
 //! callsite) bin during the probe's flush interval ending at `time_ns`.
-//! `state` is 0 not in MPI, 1 MPI work, 2 MPI stall; `function` and
+//! `state` is 0 not in MPI, 1 MPI work, 2 MPI stall (or its label:
+//! "not_in_mpi", "work", "stall"); `function` and
 //! `callsite` are empty when the thread was not in MPI. `stack` is not a
 //! column: it names a call stack the probe sent once (`mpi_stacks`), and the
 //! host puts that stack, named, in `callsite` (docs/ingest.md).
@@ -33,7 +34,7 @@ pub fn samples_table() -> TableDecl {
         vec![
             column("thread", U32, Z),
             column("time_ns", Timestamp, Received),
-            column("state", U8, R),
+            column("state", U8, R).with_labels(&["not_in_mpi", "work", "stall"]),
             column("function", String, Z),
             column("callsite", String, Z),
             column("count", U32, R),

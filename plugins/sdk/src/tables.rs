@@ -32,6 +32,15 @@ pub fn column(name: &str, type_: ColumnType, default: ColumnDefault) -> ColumnDe
         name: name.into(),
         type_,
         default,
+        labels: Vec::new(),
+    }
+}
+
+impl ColumnDecl {
+    /// Names senders may write for the codes 0, 1, 2, ... of an integer column.
+    pub fn with_labels(mut self, labels: &[&str]) -> ColumnDecl {
+        self.labels = labels.iter().map(|l| l.to_string()).collect();
+        self
     }
 }
 
@@ -178,6 +187,10 @@ impl EventBatch {
         let mut values = Vec::with_capacity(decl.columns.len());
         for c in &decl.columns {
             let v = match (fields.iter().find(|(n, _)| *n == c.name), &c.default) {
+                // A label is its code.
+                (Some((_, Value::Str(l))), _) if c.labels.contains(l) => {
+                    Value::Int(c.labels.iter().position(|x| x == l).unwrap_or(0) as i64)
+                }
                 (Some((_, v)), _) => v.clone(),
                 (None, ColumnDefault::Value(v)) => v.clone(),
                 (None, ColumnDefault::Zero) => zero(c.type_),
@@ -313,6 +326,7 @@ mod tests {
                 column("model", ColumnType::String, Required),
                 column("replicas", ColumnType::U32, ColumnDefault::Value(Value::Int(1))),
                 column("healthy", ColumnType::Boolean, Zero),
+                column("phase", ColumnType::U8, Zero).with_labels(&["rolling", "done"]),
                 column("at_ns", ColumnType::Timestamp, Received),
             ],
         )
@@ -330,6 +344,7 @@ mod tests {
                 ("replicas", Value::Int(3)),
                 ("model", Value::Str("bert".into())),
                 ("healthy", Value::Boolean(true)),
+                ("phase", Value::Str("done".into())),
             ],
         )
         .unwrap();
@@ -341,6 +356,7 @@ mod tests {
         assert_eq!(t.string_ids("model").unwrap(), &[0, 1, 0], "interned once");
         assert_eq!(t.u32s("replicas").unwrap(), &[1, 3, 1], "the declared default");
         assert_eq!(t.booleans("healthy").unwrap(), &[false, true, false]);
+        assert_eq!(t.u8s("phase").unwrap(), &[0, 1, 0], "a label is its code");
         assert_eq!(t.timestamps("at_ns").unwrap(), &[0, 0, 0]);
         assert!(b.table("other").next().is_none());
     }

@@ -911,6 +911,7 @@ mod tests {
             name: name.into(),
             type_,
             default,
+            labels: vec![],
         };
         crate::ingest::tables::tests::registry_with(vec![TableDecl {
             name: "requests".into(),

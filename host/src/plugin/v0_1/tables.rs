@@ -21,6 +21,7 @@ fn col(name: &str, type_: ColumnType, default: ColumnDefault) -> ColumnDecl {
         name: name.into(),
         type_,
         default,
+        labels: Vec::new(),
     }
 }
 
@@ -102,7 +103,10 @@ pub fn mpi_samples() -> TableDecl {
         vec![
             col("thread", U32, Z),
             col("time_ns", Timestamp, ColumnDefault::Received),
-            col("state", U8, R),
+            ColumnDecl {
+                labels: vec!["not_in_mpi".into(), "work".into(), "stall".into()],
+                ..col("state", U8, R)
+            },
             col("function", String, Z),
             col("callsite", String, Z),
             col("count", U32, R),
