@@ -35,7 +35,7 @@ const METRIC: &str = "system.cpu.utilization";
 
 /// The conventions' `cpu.mode` values, in the order of [`Times`] and of the
 /// series each CPU gets.
-pub(crate) const MODES: [&str; 7] = ["user", "nice", "system", "idle", "iowait", "interrupt", "steal"];
+const MODES: [&str; 7] = ["user", "nice", "system", "idle", "iowait", "interrupt", "steal"];
 const IDLE: usize = 3;
 
 /// Cumulative CPU time per mode ([`MODES`] order) in USER_HZ ticks.
@@ -113,6 +113,12 @@ impl Slot {
         }
         self.prev = Some(now);
         &self.last
+    }
+
+    /// Takes a reading and sets this CPU's series to its shares.
+    fn record(&mut self, now: Times, out: &mut Out) {
+        let shares = *self.update(now);
+        self.write(out, &shares);
     }
 
     fn write(&self, out: &mut Out, shares: &[f64; 7]) {
@@ -200,8 +206,7 @@ impl CpuReader {
                     let Some(num) = name.strip_prefix(b"cpu") else { break };
                     let Some(times) = parse_times(f) else { continue };
                     if num.is_empty() {
-                        let shares = *self.total.update(times);
-                        self.total.write(out, &shares);
+                        self.total.record(times, out);
                         continue;
                     }
                     if !self.per_core {
@@ -223,9 +228,7 @@ impl CpuReader {
                         }
                     };
                     pos += 1;
-                    let slot = &mut self.cores[idx as usize];
-                    let shares = *slot.update(times);
-                    slot.write(out, &shares);
+                    self.cores[idx as usize].record(times, out);
                 }
             }
             Source::Sysinfo(sys) => {
