@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use sonde::config::Config;
-use sonde::model::{MetricBatch, MetricKind, SeriesInfo, SeriesKind, Tick};
+use sonde::model::{AttrValue, MetricBatch, MetricKind, SeriesInfo, SeriesKind, Tick};
 use sonde::pipeline::{Pipeline, PipelineHandle};
 use sonde::plugin::bindings::types::HttpRequest;
 use sonde::plugin::{PluginManager, PluginStatus, RunState};
@@ -245,10 +245,15 @@ fn sysmetrics_turns_samples_into_otel_metrics() {
             .any(|p| p.series.kind == MetricKind::UpDownCounter && p.value > 0.0 && p.series.unit == "By")
     );
     assert!(got.iter().all(|b| b.scope.name == "sonde.plugin.sysmetrics"));
-    // Consecutive CPU points of one series are one sampling period apart.
+    // Every CPU point has its mode.
+    assert!(
+        cpu.iter()
+            .all(|p| p.series.attributes.iter().any(|(k, _)| k == "cpu.mode"))
+    );
+    // Consecutive CPU points of one series (all CPUs' idle share) are one sampling period apart.
     let total: Vec<u64> = cpu
         .iter()
-        .filter(|p| p.series.attributes.is_empty())
+        .filter(|p| p.series.attributes == [("cpu.mode".to_string(), AttrValue::from("idle"))])
         .map(|p| p.time_ns)
         .collect();
     assert!(total.len() >= 5, "{total:?}");

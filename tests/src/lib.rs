@@ -59,6 +59,14 @@ pub fn plugin_file(rel: &str) -> PathBuf {
     p
 }
 
+/// The logical CPUs /proc/stat lists (`cpuN` lines): what sonde samples per core.
+pub fn logical_cpus() -> usize {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    stat.lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu "))
+        .count()
+}
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

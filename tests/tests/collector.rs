@@ -64,7 +64,7 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
     ] {
         assert!(log.contains(attr), "resource attribute {attr} missing");
     }
-    // CPU: a gauge of ratios, total and per logical CPU.
+    // CPU: a gauge of ratios per `cpu.mode`, total and per logical CPU.
     let cpu = find(&ms, "system.cpu.utilization");
     assert!(
         cpu.iter()
@@ -79,6 +79,28 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
         cpu.iter()
             .flat_map(|m| &m.points)
             .any(|(a, _)| a.iter().any(|a| a == "cpu.logical_number=Int(0)"))
+    );
+    // Every point has a mode; for all CPUs, each tick's seven modes add up to 1.
+    let points: Vec<&(Vec<String>, f64)> = cpu.iter().flat_map(|m| &m.points).collect();
+    assert!(
+        points
+            .iter()
+            .all(|(a, _)| a.iter().any(|a| a.starts_with("cpu.mode=Str(")))
+    );
+    let total: Vec<&(Vec<String>, f64)> = points
+        .iter()
+        .copied()
+        .filter(|(a, _)| !a.iter().any(|a| a.starts_with("cpu.logical_number=")))
+        .collect();
+    let ticks = total
+        .iter()
+        .filter(|(a, _)| a.iter().any(|a| a == "cpu.mode=Str(idle)"))
+        .count();
+    let sum: f64 = total.iter().map(|p| p.1).sum();
+    assert!(
+        ticks >= 5 && total.len() == 7 * ticks && (sum - ticks as f64).abs() < 1e-6 * ticks as f64,
+        "{ticks} ticks, {} points of all CPUs summing to {sum}",
+        total.len()
     );
     // Memory: cumulative non-monotonic sums in bytes, by state; used + free never exceed the limit.
     let mem = find(&ms, "system.memory.usage");

@@ -172,7 +172,7 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
         "{durations:?}"
     );
     // ...and each node's system metrics, from its agent: never the master's machine.
-    for metric in ["system.cpu.utilization", "system.memory.linux.available"] {
+    for metric in ["sonde.cpu.busy", "system.memory.linux.available"] {
         let found = wait_for(Duration::from_secs(15), || {
             let mut nodes: Vec<String> = series(&master, metric).into_iter().map(|(n, _)| n).collect();
             nodes.sort();
@@ -192,24 +192,34 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
         );
     }
     // The values are that node's agent's readings at the same ticks: the
-    // master keeps a copy of every agent's series to compare with.
+    // master keeps a copy of every agent's series to compare with. The agent
+    // samples the CPU per mode; the busy share is 1 - idle - iowait of all
+    // CPUs (the SDK's rule), from the copies' 32-bit means.
     let to = now_ns() / 1_000_000;
     let from = to - 9_000;
     for node in NODES {
         let profiled = series_id(
             &master,
-            &format!("plugin=determined&name=system.cpu.utilization&node={node}"),
+            &format!("plugin=determined&name=sonde.cpu.busy&node={node}"),
             |_| true,
         );
-        let sampled = series_id(
-            &master,
-            &format!("scope=sonde.cluster.remote&name=system.cpu.utilization&node={node}"),
-            |a| a.get("cpu.logical_number").is_none(),
-        );
-        let (profiled, sampled) = (values(&master, profiled, from, to), values(&master, sampled, from, to));
+        let mode = |m: &str| {
+            let id = series_id(
+                &master,
+                &format!("scope=sonde.cluster.remote&name=system.cpu.utilization&node={node}"),
+                |a| a.get("cpu.logical_number").is_none() && a["cpu.mode"] == m,
+            );
+            values(&master, id, from, to)
+        };
+        let (idle, iowait) = (mode("idle"), mode("iowait"));
+        let profiled = values(&master, profiled, from, to);
         assert!(profiled.len() >= 10, "{node}: {profiled:?}");
         for (t, v) in &profiled {
-            assert_eq!(sampled.get(t), Some(v), "{node} at {t}: {profiled:?} vs {sampled:?}");
+            let sampled = idle.get(t).zip(iowait.get(t)).map(|(i, w)| 1.0 - i - w);
+            assert!(
+                sampled.is_some_and(|s| (s - v).abs() < 1e-6),
+                "{node} at {t}: busy {v} vs 1 - idle - iowait {sampled:?}\nidle {idle:?}\niowait {iowait:?}"
+            );
         }
     }
 }
@@ -225,6 +235,9 @@ fn a_masters_dlrover_sees_every_worker_nodes_usage_from_its_agent() {
         let (code, body) = post_json(&a.api, "/api/ingest", &step(rank as i32, 0, now_ns(), 20));
         assert_eq!(code, 202, "{body}");
     }
+    // The agents sample this machine: its logical CPUs, each counted once
+    // however many `cpu.mode` series it has, and at most all of them in use.
+    let cores = logical_cpus() as f64;
     let mut nodes = Value::Null;
     let seen = wait_for(Duration::from_secs(30), || {
         nodes = master.json("/api/plugins/dlrover/nodes");
@@ -232,7 +245,8 @@ fn a_masters_dlrover_sees_every_worker_nodes_usage_from_its_agent() {
             nodes.as_array().unwrap().iter().any(|n| {
                 n["name"] == *name
                     && n["source"] == "gateway"
-                    && n["cpu"].as_f64().is_some_and(|c| c >= 0.0)
+                    && n["capacity"]["cpu"].as_f64() == Some(cores)
+                    && n["cpu"].as_f64().is_some_and(|c| (0.0..=cores).contains(&c))
                     && n["memory_mib"].as_f64().is_some_and(|m| m > 0.0)
             })
         })

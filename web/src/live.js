@@ -4,12 +4,15 @@
 // then `append` events holding only the buckets from the last one it sent
 // onwards. The feed merges them into per-series arrays (replace the last
 // bucket when its time repeats, append the rest, drop what left the window)
-// and tells the charts which series changed. Each chart keeps its own aligned
+// and tells the charts which series changed; series derived from others (a
+// CPU's busy share from its modes, cpu.js) are merged the same way, right
+// after the buckets they come from. Each chart keeps its own aligned
 // table and updates it the same way: nothing is ever rebuilt from scratch on
 // an update, so an hour of 100 ms data costs the same per update as a minute.
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
 import { formatter } from './api.js';
+import { CpuBusy } from './cpu.js';
 
 export class Feed {
   constructor() {
@@ -20,6 +23,7 @@ export class Feed {
     this.buckets = 0;
     this.windowS = 300;
     this.decisions = [];
+    this.cpuBusy = new CpuBusy();
   }
 
   start(windowS) {
@@ -27,6 +31,7 @@ export class Feed {
     if (this.source) this.source.close();
     this.meta.clear();
     this.data.clear();
+    this.cpuBusy.clear();
     const maxPoints = 1000;
     this.source = new EventSource(`/api/stream?window_s=${windowS}&max_points=${maxPoints}&interval_ms=1000`);
     const on = (kind) => (ev) => this.receive(kind, JSON.parse(ev.data));
@@ -39,14 +44,18 @@ export class Feed {
     for (const m of msg.series) this.meta.set(m.id, m);
     const changed = new Set();
     const horizon = msg.now_ms - msg.window_ms;
-    for (const b of msg.data) {
-      this.buckets += b.t.length;
+    const merge = (b) => {
       let d = this.data.get(b.id);
       if (!d) { d = { t: [], mean: [], min: [], max: [] }; this.data.set(b.id, d); }
       mergeBuckets(d, b, ['mean', 'min', 'max']);
       trimBefore(d, horizon, ['mean', 'min', 'max']);
       changed.add(b.id);
+    };
+    for (const b of msg.data) {
+      this.buckets += b.t.length;
+      merge(b);
     }
+    for (const b of this.cpuBusy.derive(this, msg)) merge(b);
     this.decisions.push(...msg.decisions);
     if (this.decisions.length > 500) this.decisions.splice(0, this.decisions.length - 500);
     for (const f of this.listeners) f(kind, changed, msg);

@@ -13,6 +13,7 @@ import { initConfig, loadConfig } from './config.js';
 import { parse, setParams, href } from './router.js';
 import { showJobs, JobPage } from './jobs.js';
 import { showNodes } from './nodes.js';
+import { isBusyShare } from './cpu.js';
 
 const feed = new Feed();
 window.sondeFeed = feed; // for the browser tests and the curious
@@ -27,7 +28,8 @@ const sys = (name) => (m) => m.plugin === 'sysmetrics' && m.name === name && m.a
 
 // System view: what the sysmetrics plugin emits (OpenTelemetry semantic-convention names).
 const SYSTEM_CHARTS = [
-  { title: 'CPU utilization per core', match: sys('system.cpu.utilization'), unit: '1',
+  // The busy share of all CPUs and of each core, derived from the modes (cpu.js).
+  { title: 'CPU utilization per core', match: (m) => sys('system.cpu.utilization')(m) && isBusyShare(m), unit: '1',
     label: (m) => (m.attributes['cpu.logical_number'] === undefined ? 'all' : `cpu ${attr(m, 'cpu.logical_number')}`) },
   { title: 'Memory', match: sys('system.memory.usage'), unit: 'By', label: (m) => attr(m, 'system.memory.state') },
   { title: 'Network', match: sys('system.network.io'), unit: 'By/s',

@@ -6,15 +6,18 @@ import { get, el } from './api.js';
 import { TimeChart } from './live.js';
 import { href } from './router.js';
 import { decisionList } from './decisions.js';
+import { isBusyShare } from './cpu.js';
 
 export const LOCAL = ''; // the node of series without host.name: this sonde's own
 
 export const nodeOf = (m) => (m.attributes && m.attributes['host.name'] != null ? String(m.attributes['host.name']) : LOCAL);
 
 // Series of the system metric `name` on `node` (the local sonde's when `node` is its own name).
+// For the CPU, only the busy share of each CPU (derived from its modes: cpu.js).
 export function nodeMatch(app, node, name) {
   const local = node === app.localName || node === LOCAL;
   return (m) => m.name === name && (m.plugin === 'sysmetrics' || m.scope === 'sonde.cluster.remote' || !m.plugin)
+    && (name !== 'system.cpu.utilization' || isBusyShare(m))
     && (nodeOf(m) === node || (local && nodeOf(m) === LOCAL));
 }
 

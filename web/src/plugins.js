@@ -87,7 +87,8 @@ async function updatePanels(names) {
         p.custom.replaceChildren(el('p', { class: 'error' }, `panel failed: ${e}`));
       }
     }
-    const series = feedRef.series((m) => m.plugin === name);
+    // What the plugin emitted, not what the dashboard derived from it.
+    const series = feedRef.series((m) => m.plugin === name && !m.derived);
     const metrics = [...new Set(series.map((m) => m.name))];
     if (name === 'sysmetrics') {
       p.body.replaceChildren(el('p', { class: 'muted' },

@@ -34,6 +34,40 @@ test('live charts update', async ({ page }) => {
   await page.screenshot({ path: join(shots, 'system.png'), fullPage: true });
 });
 
+test('the CPU chart draws the busy share of each CPU, 1 − idle − iowait of its modes', async ({ page }) => {
+  const cpu = page.locator('.chart[data-title="CPU utilization per core"]');
+  await until('CPU chart data', async () => +(await cpu.getAttribute('data-points')) > 3);
+  // What the feed holds: the host's mode series and the busy shares derived from them.
+  const got = await page.evaluate(() => {
+    const feed = window.sondeFeed;
+    const modes = feed.series((m) => m.name === 'system.cpu.utilization' && m.attributes['cpu.mode'] !== undefined);
+    const busy = feed.series((m) => m.derived === 'busy');
+    const key = (m) => String(m.attributes['cpu.logical_number'] ?? 'all');
+    const checks = busy.map((b) => {
+      const of = (mode) => modes.find((m) => key(m) === key(b) && m.attributes['cpu.mode'] === mode);
+      const [d, idle, iowait] = [feed.data.get(b.id), feed.data.get(of('idle').id), feed.data.get(of('iowait').id)];
+      let worst = 0;
+      d.t.forEach((t, i) => {
+        const k = idle.t.indexOf(t);
+        const w = iowait.t.indexOf(t);
+        worst = Math.max(worst, Math.abs(d.mean[i] - Math.min(1, Math.max(0, 1 - idle.mean[k] - (w < 0 ? 0 : iowait.mean[w])))));
+      });
+      return { cpu: key(b), points: d.t.length, worst, inRange: d.mean.every((v) => v >= 0 && v <= 1) };
+    });
+    const cpus = new Set(modes.map(key));
+    return { modes: modes.length, cpus: [...cpus].sort(), checks };
+  });
+  if (got.modes !== 7 * got.cpus.length) throw new Error(`${got.modes} mode series for ${got.cpus.length} CPUs: ${JSON.stringify(got)}`);
+  if (got.checks.map((c) => c.cpu).sort().join() !== got.cpus.join()) throw new Error(`busy series ${JSON.stringify(got.checks)} for CPUs ${got.cpus}`);
+  for (const c of got.checks) {
+    if (!c.points || !c.inRange || c.worst > 1e-6) throw new Error(`CPU ${c.cpu}: ${JSON.stringify(c)}`);
+  }
+  // The chart draws those, one line per CPU, and none of the mode series.
+  const labels = await cpu.locator('.u-legend .u-series th').allTextContents();
+  const want = got.cpus.map((c) => (c === 'all' ? 'all' : `cpu ${c}`)).sort();
+  if (JSON.stringify(labels.slice(1).map((l) => l.trim()).sort()) !== JSON.stringify(want)) throw new Error(`legend ${JSON.stringify(labels)}, want ${want}`);
+});
+
 test('a config change in the editor takes effect', async ({ page, url }) => {
   await page.click('#tabs a[data-view=config]');
   await until('the config text', async () => (await page.inputValue('#config-text')).includes('period_ms'));

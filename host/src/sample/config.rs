@@ -14,7 +14,9 @@ pub struct SamplerConfig {
     pub interfaces: Vec<String>,
     /// Only these block devices, e.g. "sda", "nvme0n1" (empty: all whole disks).
     pub disks: Vec<String>,
-    /// One series per logical CPU as well as the total.
+    /// Per logical CPU as well as for all CPUs: `system.cpu.utilization`
+    /// has 7 series (one per `cpu.mode`) for each, so 7 × (1 + CPUs) series
+    /// with this on and 7 with it off (many-core machines: see docs/exports.md).
     pub per_core: bool,
     /// Try NVML for GPU metrics (a machine without a GPU is fine either way).
     pub gpu: bool,

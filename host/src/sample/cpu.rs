@@ -1,30 +1,52 @@
-//! `system.cpu.utilization` (gauge, "1"): all CPUs, and per logical CPU
-//! (`cpu.logical_number`) when `per_core` is on. The busy share of the time
-//! since the previous tick: 1 − Δ(idle + iowait) / Δ(user … steal).
+//! `system.cpu.utilization` (gauge, "1") per `cpu.mode`: for all CPUs
+//! together, and per logical CPU (`cpu.logical_number`) when `per_core` is
+//! on. Each value is the share of the time since the previous tick that the
+//! CPU spent in that mode, so one CPU's seven values at a tick add up to 1.
+//!
+//! ```text
+//!  /proc/stat  cpu  user nice system idle iowait irq softirq steal guest guest_nice
+//!                    │    │     │     │     │     └──┬──┘    │    (guest time is already
+//!                    ▼    ▼     ▼     ▼     ▼        ▼       ▼     inside user and nice)
+//!  cpu.mode        user nice system idle iowait interrupt steal
+//! ```
+//!
+//! The modes are the conventions' values (`kernel` is deprecated for
+//! `system`). Consumers that want one "busy" number derive it from the modes
+//! (the plugin SDK's `cpu` module; docs/exports.md says which modes count as
+//! busy and why): the host does not pick a definition for them.
+//! Cost: 7 series per CPU line, so 7 × (1 + logical CPUs) with `per_core`
+//! (docs/exports.md has the measured price per tick).
 //!
 //! Why /proc/stat directly and not sysinfo's `refresh_cpu_usage`: sysinfo
 //! 0.37 refuses to re-read CPU times more often than every 200 ms
 //! (`MINIMUM_CPU_UPDATE_INTERVAL`), so at our 100 ms period every other tick
-//! would repeat a stale value, and it opens the file and allocates a
-//! `BufReader` on every call. sysinfo is the fallback where /proc/stat is
-//! missing (other OSes).
+//! would repeat a stale value, it opens the file and allocates a `BufReader`
+//! on every call, and it gives one busy share, not the modes. sysinfo is the
+//! fallback where /proc/stat is missing (other OSes): there only
+//! `cpu.mode=idle` is emitted (1 − sysinfo's busy share), the one mode that
+//! share tells.
 
 use super::procfs::{self, ProcFile, Tracker};
 use super::{Out, Roots, attrs};
-use crate::model::{AttrValue, SeriesKind};
+use crate::model::{AttrValue, Attributes, SeriesKind};
 use crate::sample::config::SamplerConfig;
 
-/// Cumulative CPU time in USER_HZ ticks.
+const METRIC: &str = "system.cpu.utilization";
+
+/// The conventions' `cpu.mode` values, in the order of [`Times`] and of the
+/// series each CPU gets.
+const MODES: [&str; 7] = ["user", "nice", "system", "idle", "iowait", "interrupt", "steal"];
+const IDLE: usize = 3;
+
+/// Cumulative CPU time per mode ([`MODES`] order) in USER_HZ ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Times {
-    pub idle: u64,
-    pub total: u64,
-}
+pub(crate) struct Times(pub [u64; 7]);
 
 /// Parses the numbers of one `cpu…` line (after the name).
 pub(crate) fn parse_times<'a>(mut nums: impl Iterator<Item = &'a [u8]>) -> Option<Times> {
     // user nice system idle iowait irq softirq steal [guest guest_nice]:
-    // guest time is already counted in user/nice, so only the first 8 add up.
+    // guest time is already counted in user/nice, so only the first 8 count.
+    // Old kernels print only the first 4; the rest read 0.
     let mut v = [0u64; 8];
     let mut n = 0;
     for slot in v.iter_mut() {
@@ -39,43 +61,83 @@ pub(crate) fn parse_times<'a>(mut nums: impl Iterator<Item = &'a [u8]>) -> Optio
     if n < 4 {
         return None;
     }
-    Some(Times {
-        idle: v[3] + v[4],
-        total: v.iter().sum(),
-    })
+    Some(Times([v[0], v[1], v[2], v[3], v[4], v[5] + v[6], v[7]]))
 }
 
-/// The state of one utilization series.
+/// One CPU line's series (all CPUs, or one logical CPU) and its baseline.
 #[derive(Debug)]
 struct Slot {
-    id: u32,
+    /// Series ids by mode; the sysinfo fallback has only the idle one.
+    ids: [Option<u32>; 7],
     prev: Option<Times>,
-    last: f64,
+    last: [f64; 7],
 }
 
 impl Slot {
-    fn new(id: u32) -> Self {
+    /// Declares the seven series of one CPU line (`cpu` = None: all CPUs).
+    fn declare(out: &mut Out, cpu: Option<i64>) -> Self {
+        let mut ids = [None; 7];
+        for (id, mode) in ids.iter_mut().zip(MODES) {
+            *id = Some(out.add(METRIC, "1", SeriesKind::Gauge, mode_attrs(cpu, mode)));
+        }
+        Self::with_ids(ids)
+    }
+
+    fn with_ids(ids: [Option<u32>; 7]) -> Self {
         Self {
-            id,
+            ids,
             prev: None,
-            last: f64::NAN,
+            last: [f64::NAN; 7],
         }
     }
 
-    /// Utilization since the previous reading; when no time has passed (two
-    /// reads within one USER_HZ tick) the previous value is repeated and the
-    /// baseline kept, so the next delta covers the whole span.
-    fn update(&mut self, now: Times) -> f64 {
+    /// Shares since the previous reading. Each mode's delta saturates at 0
+    /// (iowait can step backwards on NO_HZ kernels) and the shares are taken
+    /// of the deltas' sum, so they stay in 0..=1 and add up to 1. When no
+    /// time has passed (two reads within one USER_HZ tick) the previous
+    /// shares are repeated and the baseline kept, so the next delta covers
+    /// the whole span.
+    fn update(&mut self, now: Times) -> &[f64; 7] {
         if let Some(p) = self.prev {
-            let dt = now.total.saturating_sub(p.total);
-            if dt == 0 {
-                return self.last;
+            let mut d = [0u64; 7];
+            for (d, (n, p)) in d.iter_mut().zip(now.0.iter().zip(p.0)) {
+                *d = n.saturating_sub(p);
             }
-            let didle = now.idle.saturating_sub(p.idle).min(dt);
-            self.last = 1.0 - didle as f64 / dt as f64;
+            let dt: u64 = d.iter().sum();
+            if dt == 0 {
+                return &self.last;
+            }
+            for (share, d) in self.last.iter_mut().zip(d) {
+                *share = d as f64 / dt as f64;
+            }
         }
         self.prev = Some(now);
-        self.last
+        &self.last
+    }
+
+    /// Takes a reading and sets this CPU's series to its shares.
+    fn record(&mut self, now: Times, out: &mut Out) {
+        let shares = *self.update(now);
+        self.write(out, &shares);
+    }
+
+    fn write(&self, out: &mut Out, shares: &[f64; 7]) {
+        for (id, &v) in self.ids.iter().zip(shares) {
+            if let Some(id) = *id {
+                out.set(id, v);
+            }
+        }
+    }
+}
+
+/// `cpu.logical_number` (per core) then `cpu.mode`.
+fn mode_attrs(cpu: Option<i64>, mode: &str) -> Attributes {
+    match cpu {
+        Some(n) => attrs([
+            ("cpu.logical_number", AttrValue::Int(n)),
+            ("cpu.mode", AttrValue::from(mode)),
+        ]),
+        None => attrs([("cpu.mode", AttrValue::from(mode))]),
     }
 }
 
@@ -95,7 +157,6 @@ pub(crate) struct CpuReader {
 
 impl CpuReader {
     pub(crate) fn new(cfg: &SamplerConfig, roots: &Roots, out: &mut Out) -> Self {
-        let total = Slot::new(out.add("system.cpu.utilization", "1", SeriesKind::Gauge, Vec::new()));
         // procfs directly: sysinfo re-reads CPU times at most every 200 ms (see the header).
         let mut file = ProcFile::open(roots.proc.join("stat"));
         let per_core = cfg.per_core;
@@ -103,21 +164,26 @@ impl CpuReader {
             let mut me = Self {
                 src: Source::Proc(file),
                 per_core,
-                total,
+                total: Slot::declare(out, None),
                 cores: Vec::new(),
                 tracker: Tracker::default(),
             };
             me.read(out); // discovers the CPUs and sets the baseline
             return me;
         }
-        tracing::info!(path = %file.path().display(), "sampler: no /proc/stat; CPU utilization from sysinfo (updates at most every 200 ms)");
+        tracing::info!(path = %file.path().display(), "sampler: no /proc/stat; CPU idle share from sysinfo (no other modes; updates at most every 200 ms)");
         let mut sys = sysinfo::System::new();
         sys.refresh_cpu_usage();
+        let idle_only = |out: &mut Out, cpu| {
+            let mut ids = [None; 7];
+            ids[IDLE] = Some(out.add(METRIC, "1", SeriesKind::Gauge, mode_attrs(cpu, MODES[IDLE])));
+            Slot::with_ids(ids)
+        };
+        let total = idle_only(out, None);
         let mut cores = Vec::new();
         if per_core {
             for n in 0..sys.cpus().len() {
-                let a = attrs([("cpu.logical_number", AttrValue::Int(n as i64))]);
-                cores.push(Slot::new(out.add("system.cpu.utilization", "1", SeriesKind::Gauge, a)));
+                cores.push(idle_only(out, Some(n as i64)));
             }
         }
         Self {
@@ -140,8 +206,7 @@ impl CpuReader {
                     let Some(num) = name.strip_prefix(b"cpu") else { break };
                     let Some(times) = parse_times(f) else { continue };
                     if num.is_empty() {
-                        let v = self.total.update(times);
-                        out.set(self.total.id, v);
+                        self.total.record(times, out);
                         continue;
                     }
                     if !self.per_core {
@@ -154,13 +219,7 @@ impl CpuReader {
                             let Some(n) = procfs::parse_u64(num) else { continue };
                             let cores = &mut self.cores;
                             let Some(i) = self.tracker.insert("logical CPU", num, true, || {
-                                let id = out.add(
-                                    "system.cpu.utilization",
-                                    "1",
-                                    SeriesKind::Gauge,
-                                    attrs([("cpu.logical_number", AttrValue::Int(n as i64))]),
-                                );
-                                cores.push(Slot::new(id));
+                                cores.push(Slot::declare(out, Some(n as i64)));
                                 (cores.len() - 1) as u32
                             }) else {
                                 continue;
@@ -169,16 +228,19 @@ impl CpuReader {
                         }
                     };
                     pos += 1;
-                    let slot = &mut self.cores[idx as usize];
-                    let v = slot.update(times);
-                    out.set(slot.id, v);
+                    self.cores[idx as usize].record(times, out);
                 }
             }
             Source::Sysinfo(sys) => {
                 sys.refresh_cpu_usage();
-                out.set(self.total.id, f64::from(sys.global_cpu_usage()) / 100.0);
+                let idle = |busy_percent: f32| {
+                    let mut shares = [f64::NAN; 7];
+                    shares[IDLE] = 1.0 - f64::from(busy_percent) / 100.0;
+                    shares
+                };
+                self.total.write(out, &idle(sys.global_cpu_usage()));
                 for (slot, c) in self.cores.iter().zip(sys.cpus()) {
-                    out.set(slot.id, f64::from(c.cpu_usage()) / 100.0);
+                    slot.write(out, &idle(c.cpu_usage()));
                 }
             }
         }
@@ -195,25 +257,33 @@ mod tests {
         let mut f = procfs::fields(line);
         f.next();
         let t = parse_times(f).unwrap();
-        assert_eq!(t.idle, 23911 + 153);
-        assert_eq!(t.total, 32488 + 5 + 2714 + 23911 + 153 + 1 + 15 + 137);
+        // user nice system idle iowait interrupt(irq+softirq) steal; guest left out
+        assert_eq!(t, Times([32488, 5, 2714, 23911, 153, 16, 137]));
         // old kernels print only 4 numbers
         let t = parse_times(procfs::fields(b"1 2 3 4")).unwrap();
-        assert_eq!(t, Times { idle: 4, total: 10 });
+        assert_eq!(t, Times([1, 2, 3, 4, 0, 0, 0]));
         assert!(parse_times(procfs::fields(b"1 2 x")).is_none());
     }
 
     #[test]
-    fn utilization_from_deltas() {
-        let mut s = Slot::new(0);
-        assert!(s.update(Times { idle: 100, total: 200 }).is_nan());
-        assert_eq!(s.update(Times { idle: 150, total: 300 }), 0.5);
+    fn shares_from_deltas() {
+        let mut s = Slot::with_ids([None; 7]);
+        assert!(s.update(Times([10, 0, 10, 100, 0, 0, 0])).iter().all(|v| v.is_nan()));
+        // +50 user, +10 system, +20 idle, +10 iowait, +5 interrupt, +5 steal of 100
+        let got = *s.update(Times([60, 0, 20, 120, 10, 5, 5]));
+        assert_eq!(got, [0.5, 0.0, 0.1, 0.2, 0.1, 0.05, 0.05]);
         // no time passed: repeat, keep baseline
-        assert_eq!(s.update(Times { idle: 150, total: 300 }), 0.5);
-        assert_eq!(s.update(Times { idle: 150, total: 400 }), 1.0);
-        // idle going backwards (iowait quirk) never gives > 1 or < 0
-        let v = s.update(Times { idle: 100, total: 500 });
-        assert!((0.0..=1.0).contains(&v));
+        assert_eq!(*s.update(Times([60, 0, 20, 120, 10, 5, 5])), got);
+        assert_eq!(
+            *s.update(Times([160, 0, 20, 120, 10, 5, 5])),
+            [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        );
+        // iowait going backwards (a NO_HZ quirk) never gives a share outside
+        // 0..=1 or a sum other than 1
+        let v = *s.update(Times([160, 0, 20, 220, 2, 5, 5]));
+        assert!(v.iter().all(|x| (0.0..=1.0).contains(x)), "{v:?}");
+        assert!((v.iter().sum::<f64>() - 1.0).abs() < 1e-12, "{v:?}");
+        assert_eq!(v[IDLE], 1.0);
     }
 
     fn series_for(cfg: &SamplerConfig, stat: &str) -> Vec<crate::model::SeriesInfo> {
@@ -233,14 +303,24 @@ mod tests {
     }
 
     #[test]
-    fn per_core_series_follow_config() {
+    fn seven_modes_per_cpu_line_and_per_core_follows_config() {
         let stat = "cpu  1 0 1 8\ncpu0 1 0 1 8\ncpu2 1 0 1 8\nintr 1\n";
         let on = series_for(&SamplerConfig::default(), stat);
-        assert_eq!(on.len(), 3);
-        assert_eq!(on[0].attributes, vec![]);
+        assert_eq!(on.len(), 3 * 7);
+        let modes: Vec<_> = on[..7].iter().map(|s| s.attributes.clone()).collect();
+        for (a, mode) in modes.iter().zip(MODES) {
+            assert_eq!(a, &vec![("cpu.mode".to_string(), AttrValue::from(mode))]);
+        }
         assert_eq!(
-            on[2].attributes,
-            vec![("cpu.logical_number".to_string(), AttrValue::Int(2))]
+            on[14 + 3].attributes,
+            vec![
+                ("cpu.logical_number".to_string(), AttrValue::Int(2)),
+                ("cpu.mode".to_string(), AttrValue::from("idle")),
+            ]
+        );
+        assert!(
+            on.iter()
+                .all(|s| s.metric == METRIC && s.unit == "1" && s.kind == SeriesKind::Gauge)
         );
         let off = series_for(
             &SamplerConfig {
@@ -249,6 +329,6 @@ mod tests {
             },
             stat,
         );
-        assert_eq!(off.len(), 1);
+        assert_eq!(off.len(), 7);
     }
 }

@@ -35,9 +35,10 @@
 //!     the shared atomic is seen within 100 ms), period(). Dropping it stops the thread.
 //!
 //! Values: gauges are instantaneous; counters are cumulative since boot (as
-//! f64), so consumers compute rates themselves. CPU utilization is the busy
-//! share since the previous reading (`new` takes the first one, so only a
-//! tick within one USER_HZ jiffy, 10 ms, of `new` reads NaN).
+//! f64), so consumers compute rates themselves. CPU utilization is the share
+//! of the time since the previous reading spent in each `cpu.mode` (`new`
+//! takes the first one, so only a tick within one USER_HZ jiffy, 10 ms, of
+//! `new` reads NaN); the modes of one CPU add up to 1.
 
 pub mod config;
 mod cpu;
@@ -339,13 +340,26 @@ mod tests {
                 format!("{} [{}] {:?} {{{}}}", x.metric, x.unit, x.kind, a.join(","))
             })
             .collect();
-        // 3 cpu + 7 memory + 2 interfaces × 8 + 3 disks × 5
-        assert_eq!(series.len(), 3 + 7 + 16 + 15, "{names:#?}");
+        // 3 cpu lines × 7 modes + 7 memory + 2 interfaces × 8 + 3 disks × 5
+        assert_eq!(series.len(), 3 * 7 + 7 + 16 + 15, "{names:#?}");
 
-        let total = find(series, "system.cpu.utilization", &[]);
-        assert_eq!((total.unit.as_str(), total.kind), ("1", SeriesKind::Gauge));
-        let c1 = find(series, "system.cpu.utilization", &[("cpu.logical_number", V::Int(1))]);
-        assert_eq!(c1.unit, "1");
+        for mode in ["user", "nice", "system", "idle", "iowait", "interrupt", "steal"] {
+            let total = find(series, "system.cpu.utilization", &[("cpu.mode", V::from(mode))]);
+            assert_eq!((total.unit.as_str(), total.kind), ("1", SeriesKind::Gauge));
+            let c1 = find(
+                series,
+                "system.cpu.utilization",
+                &[("cpu.logical_number", V::Int(1)), ("cpu.mode", V::from(mode))],
+            );
+            assert_eq!(c1.unit, "1");
+        }
+        assert!(
+            series
+                .iter()
+                .filter(|x| x.metric == "system.cpu.utilization")
+                .all(|x| attr(x, "cpu.mode").is_some()),
+            "no CPU series without a mode"
+        );
 
         for state in ["used", "free", "cached", "buffers"] {
             let m = find(
@@ -422,16 +436,22 @@ mod tests {
         assert_eq!(t.values.len(), s.series().len());
         let ser = s.series().to_vec();
         let id = |m: &str, a: &[(&str, V)]| find(&ser, m, a).id as usize;
-        let cpu_total = id("system.cpu.utilization", &[]);
-        assert!(t.values[cpu_total].is_nan(), "no previous reading yet");
+        let mode = |m: &str| ("cpu.mode", V::from(m));
+        let cpu_idle = id("system.cpu.utilization", &[mode("idle")]);
+        assert!(t.values[cpu_idle].is_nan(), "no previous reading yet");
         write_tree(dir.path(), &[("proc/stat", STAT2)]);
         let t0 = t.time_ns;
         s.sample_into(&mut t);
         assert!(t.time_ns >= t0);
-        // total: busy +100 of +200; cpu0: busy +50 of +100; cpu1: busy +50 of +100
-        assert!((t.values[cpu_total] - 0.5).abs() < 1e-9);
-        let c0 = id("system.cpu.utilization", &[("cpu.logical_number", V::Int(0))]);
-        assert!((t.values[c0] - 0.5).abs() < 1e-9);
+        // total: user +50, system +50, idle +100 of +200; cpu0: user +50, idle +50 of +100
+        let total = |m| t.values[id("system.cpu.utilization", &[mode(m)])];
+        assert_eq!([total("user"), total("system"), total("idle")], [0.25, 0.25, 0.5]);
+        assert_eq!(
+            [total("nice"), total("iowait"), total("interrupt"), total("steal")],
+            [0.0; 4]
+        );
+        let c0 = |m| t.values[id("system.cpu.utilization", &[("cpu.logical_number", V::Int(0)), mode(m)])];
+        assert_eq!([c0("user"), c0("system"), c0("idle")], [0.5, 0.0, 0.5]);
         let used = id("system.memory.usage", &[("system.memory.state", V::from("used"))]);
         // used = MemTotal - MemAvailable
         assert_eq!(t.values[used], (16_000_000.0 - 10_000_000.0) * 1024.0);
@@ -506,7 +526,17 @@ mod tests {
             sys: dir.path().join("sys"),
         };
         let mut s = Sampler::with_roots(&cfg(), &roots);
-        assert!(s.series().iter().any(|x| x.metric == "system.cpu.utilization"));
+        let cpu: Vec<_> = s
+            .series()
+            .iter()
+            .filter(|x| x.metric == "system.cpu.utilization")
+            .collect();
+        assert!(!cpu.is_empty());
+        // sysinfo gives one busy share per CPU: only the idle mode is told.
+        assert!(
+            cpu.iter().all(|x| attr(x, "cpu.mode") == Some(&V::from("idle"))),
+            "{cpu:?}"
+        );
         assert!(s.series().iter().any(|x| x.metric == "system.memory.limit"));
         assert!(!s.series().iter().any(|x| x.metric.starts_with("system.disk")));
         let mut t = s.new_tick();
@@ -522,8 +552,9 @@ mod tests {
         }
     }
 
-    /// The real machine: finite CPU in 0..=1 from the second sample on,
-    /// counters never decrease, ids dense, no hw.* series without a GPU.
+    /// The real machine: finite CPU mode shares in 0..=1 adding up to 1 per
+    /// CPU from the second sample on, counters never decrease, ids dense, no
+    /// hw.* series without a GPU.
     #[test]
     fn real_machine() {
         let mut s = Sampler::new(&SamplerConfig::default());
@@ -538,6 +569,8 @@ mod tests {
         s.sample_into(&mut b);
         assert!(b.time_ns > a.time_ns);
         assert_eq!(b.values.len(), s.series().len());
+        // cpu.logical_number (None: all CPUs) -> sum of its mode shares, modes seen
+        let mut per_cpu: std::collections::BTreeMap<Option<String>, (f64, usize)> = Default::default();
         for x in s.series() {
             let (va, vb) = (
                 a.values.get(x.id as usize).copied().unwrap_or(f64::NAN),
@@ -545,6 +578,11 @@ mod tests {
             );
             if x.metric == "system.cpu.utilization" {
                 assert!(vb.is_finite() && (0.0..=1.0).contains(&vb), "{x:?} = {vb}");
+                let e = per_cpu
+                    .entry(attr(x, "cpu.logical_number").map(|v| format!("{v:?}")))
+                    .or_default();
+                e.0 += vb;
+                e.1 += 1;
             }
             if x.metric.starts_with("system.memory") || x.metric == "system.memory.linux.available" {
                 assert!(vb.is_finite() && vb >= 0.0, "{x:?} = {vb}");
@@ -552,6 +590,11 @@ mod tests {
             if x.kind == SeriesKind::Counter && va.is_finite() {
                 assert!(vb >= va, "{x:?}: {va} -> {vb}");
             }
+        }
+        assert!(per_cpu.len() >= 2, "all CPUs and at least one core: {per_cpu:?}");
+        for (cpu, (sum, modes)) in &per_cpu {
+            assert_eq!(*modes, 7, "{cpu:?}");
+            assert!((sum - 1.0).abs() < 1e-9, "{cpu:?}: modes add up to {sum}");
         }
         if !s.gpu_status().contains("via NVML") {
             assert!(

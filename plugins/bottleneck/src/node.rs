@@ -3,7 +3,9 @@
 //! observed peaks, the GPUs.
 //!
 //! Each tick covers the interval since the previous one (the host computes
-//! utilizations and this module counter rates over it); a window is the
+//! utilizations and this module counter rates over it); the node's CPU is
+//! the all-CPU busy share, 1 − idle − iowait of its `system.cpu.utilization`
+//! modes by the SDK's rule (`CpuBusyColumns`); a window is the
 //! overlap-weighted mean of the ticks it touches. Peaks are the highest tick
 //! rate seen per interface and for disk reads, counted only from
 //! `min_peak_bytes_per_s` up.
@@ -11,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use sonde_plugin_sdk::types::{SampleBatch, SeriesInfo, Value};
-use sonde_plugin_sdk::{SampleView, SeriesTable};
+use sonde_plugin_sdk::{CpuBusyColumns, CpuSeries, SampleView, SeriesTable};
 
 /// Ticks older than this behind the newest are dropped: steps wait at most
 /// `lag_ms` for their judgement, far less than this.
@@ -19,8 +21,8 @@ const KEEP_NS: u64 = 120_000_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    CpuAll,
-    CpuCore,
+    /// One mode of all CPUs (`cpu` None) or of one core.
+    Cpu(CpuSeries),
     MemAvailable,
     MemLimit,
     Net(usize),
@@ -79,10 +81,6 @@ fn attr<'a>(info: &'a SeriesInfo, key: &str) -> Option<&'a str> {
         })
 }
 
-fn has_attr(info: &SeriesInfo, key: &str) -> bool {
-    info.attributes.iter().any(|a| a.key == key)
-}
-
 impl NodeSamples {
     pub fn new(min_peak_bytes_per_s: f64) -> NodeSamples {
         NodeSamples {
@@ -98,10 +96,10 @@ impl NodeSamples {
     }
 
     fn classify(&mut self, info: &SeriesInfo) -> Role {
+        if let Some(cpu) = CpuSeries::of(info) {
+            return Role::Cpu(cpu);
+        }
         match info.metric.as_str() {
-            "system.cpu.utilization" if has_attr(info, "cpu.logical_number") => Role::CpuCore,
-            // The all-CPU series carries no attribute; per-state series are not read.
-            "system.cpu.utilization" if info.attributes.is_empty() => Role::CpuAll,
             "system.memory.linux.available" => Role::MemAvailable,
             "system.memory.limit" => Role::MemLimit,
             "system.network.io" => {
@@ -147,12 +145,11 @@ impl NodeSamples {
         if n == 0 {
             return Ok(());
         }
-        let mut cpu = vec![f64::NAN; n];
+        let mut cpu = CpuBusyColumns::new(n);
         let mut avail = vec![f64::NAN; n];
         let mut disk = vec![f64::NAN; n];
         let mut gpu_sum = vec![(0.0, 0u32); n];
         let mut net: Vec<Vec<f64>> = Vec::new();
-        let mut cores = 0;
         for series in view.iter() {
             let role = match self.roles.get(&series.id) {
                 Some(&r) => r,
@@ -166,8 +163,7 @@ impl NodeSamples {
                 }
             };
             match role {
-                Role::CpuAll => cpu.copy_from_slice(series.values),
-                Role::CpuCore => cores += 1,
+                Role::Cpu(which) => cpu.add(which, series.values),
                 Role::MemAvailable => avail.copy_from_slice(series.values),
                 Role::MemLimit => {
                     if let Some((_, v)) = series.readings().last() {
@@ -202,9 +198,11 @@ impl NodeSamples {
                 Role::Ignore => {}
             }
         }
+        let cores = cpu.cores().count() as u32;
         if cores > 0 {
             self.cores = cores;
         }
+        let cpu = cpu.busy(None).unwrap_or_else(|| vec![f64::NAN; n]);
         net.resize(self.ifaces.len(), vec![f64::NAN; n]);
         for k in 0..n {
             let time = times[k];
@@ -358,18 +356,18 @@ mod tests {
         };
         let b = batch(
             vec![
-                series(1, "system.cpu.utilization", SeriesKind::Gauge, &[]),
+                series(1, "system.cpu.utilization", SeriesKind::Gauge, &[("cpu.mode", "idle")]),
                 series(
                     2,
                     "system.cpu.utilization",
                     SeriesKind::Gauge,
-                    &[("cpu.logical_number", "0")],
+                    &[("cpu.logical_number", "0"), ("cpu.mode", "idle")],
                 ),
                 series(
                     3,
                     "system.cpu.utilization",
                     SeriesKind::Gauge,
-                    &[("cpu.logical_number", "1")],
+                    &[("cpu.logical_number", "1"), ("cpu.mode", "idle")],
                 ),
                 lo(4, "transmit"),
                 lo(5, "receive"),
@@ -378,7 +376,8 @@ mod tests {
             ],
             10,
             &[
-                &[0.2, 0.4, 1.0, 1.0],
+                // idle: busy 0.2, 0.4, 1.0, 1.0
+                &[0.8, 0.6, 0.0, 0.0],
                 &[0.0; 4],
                 &[0.0; 4],
                 // 0, then 10 MB per 100 ms (100 MB/s) each way, then 5 MB.

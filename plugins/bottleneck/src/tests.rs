@@ -79,7 +79,8 @@ fn steps(first: u64, last: u64, slow: std::ops::Range<u64>) -> EventBatch {
     b
 }
 
-/// The node's CPU at `cpu` every 100 ms over `[from, to)` seconds from T0.
+/// The node's CPU busy at `cpu` every 100 ms over `[from, to)` seconds from
+/// T0: the all-CPU idle share, as the host samples it, is 1 − `cpu`.
 fn samples(from_ms: u64, to_ms: u64, cpu: f64, first: bool) -> SampleBatch {
     let ticks: Vec<u64> = (from_ms / 100..to_ms / 100).map(|k| T0 + k * 100 * MS).collect();
     SampleBatch {
@@ -89,13 +90,13 @@ fn samples(from_ms: u64, to_ms: u64, cpu: f64, first: bool) -> SampleBatch {
                 metric: "system.cpu.utilization".into(),
                 unit: "1".into(),
                 kind: SeriesKind::Gauge,
-                attributes: vec![],
+                attributes: vec![Attribute::new("cpu.mode", "idle")],
             }]
         } else {
             vec![]
         },
         series: vec![1],
-        values: vec![cpu; ticks.len()],
+        values: vec![1.0 - cpu; ticks.len()],
         timestamps: ticks,
     }
 }

@@ -40,8 +40,8 @@ pub fn is_agent(o: &Origin) -> bool {
 /// plugin reads: the metric must be one the plugin samples locally; a series
 /// labelled `determined.*` is a determined plugin's own output on that agent
 /// (not a sample) and is refused; attributes that name the sender rather
-/// than tell series apart are dropped, so the all-CPU series is again the one
-/// without attributes.
+/// than tell series apart are dropped, so the all-CPU series are again the
+/// ones with only `cpu.mode`.
 pub fn sampler_series(info: &SeriesInfo) -> Option<(String, Vec<Attribute>)> {
     if !SAMPLED_METRICS.contains(&info.metric.as_str()) {
         return None;
@@ -263,10 +263,18 @@ mod tests {
     #[test]
     fn the_mapping_keeps_sampled_metrics_and_refuses_outputs_and_job_metrics() {
         let table = [
-            (series(0, "system.cpu.utilization", SeriesKind::Gauge, &[]), true),
+            (
+                series(0, "system.cpu.utilization", SeriesKind::Gauge, &[("cpu.mode", "idle")]),
+                true,
+            ),
             // A sender label does not make the all-CPU series a per-core one.
             (
-                series(0, "system.cpu.utilization", SeriesKind::Gauge, &[("host.name", "a")]),
+                series(
+                    0,
+                    "system.cpu.utilization",
+                    SeriesKind::Gauge,
+                    &[("host.name", "a"), ("cpu.mode", "idle")],
+                ),
                 true,
             ),
             (
@@ -296,20 +304,21 @@ mod tests {
         let mut a = AgentSamples::default();
         let origins = vec![origin("", "node-a"), origin("", "node-b"), origin("job", "node-a")];
         let infos = vec![
-            series(0, "system.cpu.utilization", SeriesKind::Gauge, &[]),
+            series(0, "system.cpu.utilization", SeriesKind::Gauge, &[("cpu.mode", "idle")]),
             nic(1, "eth0", "transmit"),
         ];
+        // Idle shares: the busy share is 1 - idle.
         let b = points(
             origins.clone(),
             infos.clone(),
             &[
-                (0, 0, 1, 0.25),
-                (1, 0, 1, 0.75),
+                (0, 0, 1, 0.75),
+                (1, 0, 1, 0.25),
                 (0, 1, 1, 1000.0),
                 (0, 1, 2, 2000.0),
                 (0, 0, 2, 0.5),
                 // A job's own metric of the same name is not a sample.
-                (2, 0, 1, 0.9),
+                (2, 0, 1, 0.1),
             ],
         );
         let ms = a.read(&b);

@@ -116,12 +116,14 @@ impl SysMetric {
     pub fn spec(self) -> Spec {
         use MetricKind::{Gauge, UpdownCounter};
         match self {
+            // A sonde name: the conventions' `system.cpu.utilization` is per
+            // `cpu.mode`, and this is one share over the busy modes.
             SysMetric::Cpu => sys(
                 "cpu_util_simple",
-                "system.cpu.utilization",
+                "sonde.cpu.busy",
                 "1",
                 Gauge,
-                "Fraction of time the CPUs were busy, while profiling a job",
+                "Fraction of time the CPUs were busy (every mode but idle and iowait), while profiling a job",
                 None,
                 ("percent", (100.0, 1.0)),
             ),
@@ -331,7 +333,7 @@ mod tests {
             (
                 SysMetric::Cpu,
                 "cpu_util_simple",
-                "system.cpu.utilization",
+                "sonde.cpu.busy",
                 "1",
                 "percent",
                 100.0,

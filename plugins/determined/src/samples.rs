@@ -1,7 +1,9 @@
 //! Host sample batches -> Determined's system measurements, one value per
 //! metric (per GPU) per sampling tick, each with its own timestamp.
 //!
-//! Levels (CPU, memory, GPU) are read as they are; rates (network, disk)
+//! Levels (memory, GPU) are read as they are; the CPU's busy share comes
+//! from the all-CPU `system.cpu.utilization` modes by the SDK's one rule
+//! (`CpuBusyColumns`: every mode but idle and iowait); rates (network, disk)
 //! come from counter deltas between consecutive readings of each series,
 //! summed over interfaces or disks. Loopback interfaces are excluded, NaN
 //! readings are skipped, and a counter that goes backwards (a reset) gives
@@ -10,7 +12,7 @@
 use std::collections::HashMap;
 
 use sonde_plugin_sdk::types::{SampleBatch, SeriesInfo, Value};
-use sonde_plugin_sdk::{SampleView, SeriesTable};
+use sonde_plugin_sdk::{CpuBusyColumns, CpuSeries, SampleView, SeriesTable};
 
 use crate::outputs::SysMetric;
 
@@ -32,7 +34,8 @@ pub const NO_GPU: u16 = u16::MAX;
 /// What a host series contributes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    Cpu,
+    /// An all-CPU `system.cpu.utilization` series (one mode, or a busy share).
+    Cpu(CpuSeries),
     Memory,
     /// `system.network.io`; `transmit` tells the direction.
     Net {
@@ -114,9 +117,15 @@ impl SampleReader {
 
     fn classify(&mut self, info: &SeriesInfo) -> Role {
         let direction = |key| attr(info, key);
+        if let Some(cpu) = CpuSeries::of(info) {
+            // Per-core series are not read: Determined's figure is all CPUs'.
+            return if cpu.cpu.is_none() {
+                Role::Cpu(cpu)
+            } else {
+                Role::Ignore
+            };
+        }
         match info.metric.as_str() {
-            // The all-CPU series is the one without attributes; per-core ones carry `cpu.logical_number`.
-            "system.cpu.utilization" if info.attributes.is_empty() => Role::Cpu,
             "system.memory.linux.available" => Role::Memory,
             "system.network.io" => {
                 if attr(info, "network.interface.name").is_none_or(is_loopback) {
@@ -184,6 +193,7 @@ impl SampleReader {
         let mut rates = vec![(0.0f64, u64::MAX, 0u32); GROUPS.len() * n];
         // Per GPU and tick: (usage, limit).
         let mut gpu_mem: HashMap<u16, Vec<(f64, f64)>> = HashMap::new();
+        let mut cpu = CpuBusyColumns::new(n);
 
         for series in view.iter() {
             let Some(role) = self.role(series.id) else { continue };
@@ -200,8 +210,8 @@ impl SampleReader {
             };
             let group = match role {
                 Role::Ignore => continue,
-                Role::Cpu => {
-                    level(SysMetric::Cpu, NO_GPU, &mut out);
+                Role::Cpu(which) => {
+                    cpu.add(which, series.values);
                     continue;
                 }
                 Role::Memory => {
@@ -260,6 +270,17 @@ impl SampleReader {
             }
         }
 
+        for (&time, busy) in ticks.iter().zip(cpu.busy(None).unwrap_or_default()) {
+            if !busy.is_nan() {
+                out.push(SysMeasurement {
+                    time,
+                    since: time,
+                    metric: SysMetric::Cpu,
+                    gpu: NO_GPU,
+                    value: busy,
+                });
+            }
+        }
         for (group, metric) in GROUPS {
             for (k, &time) in ticks.iter().enumerate() {
                 let (sum, since, count) = rates[group * n + k];
@@ -355,29 +376,30 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn levels_use_only_the_all_cpu_series_and_skip_nan() {
+    fn levels_use_only_the_all_cpu_modes_and_skip_nan() {
         let mut r = SampleReader::default();
+        let cpu = |id, attrs: &[(&str, &str)]| series(id, "system.cpu.utilization", SeriesKind::Gauge, attrs);
         let b = batch(
             vec![
-                series(1, "system.cpu.utilization", SeriesKind::Gauge, &[]),
-                series(
-                    2,
-                    "system.cpu.utilization",
-                    SeriesKind::Gauge,
-                    &[("cpu.logical_number", "0")],
-                ),
+                cpu(1, &[("cpu.mode", "idle")]),
+                cpu(2, &[("cpu.logical_number", "0"), ("cpu.mode", "idle")]),
                 series(3, "system.memory.linux.available", SeriesKind::Gauge, &[]),
                 series(4, "system.memory.usage", SeriesKind::Gauge, &[]),
+                cpu(5, &[("cpu.mode", "iowait")]),
+                cpu(6, &[("cpu.mode", "user")]),
             ],
             &[1.0, 2.0, 3.0],
             &[
-                &[0.25, f64::NAN, 0.5],
-                &[0.9, 0.9, 0.9],
+                &[0.75, f64::NAN, 0.25],
+                &[0.1, 0.1, 0.1],
                 &[4e9, 5e9, f64::NAN],
                 &[1.0, 1.0, 1.0],
+                &[0.0, 0.5, 0.25],
+                &[0.25, 0.5, 0.5],
             ],
         );
         let ms = r.read(b).unwrap();
+        // busy = 1 - idle - iowait; no idle at t=2, so no share there
         assert_eq!(values(&ms, SysMetric::Cpu), [(1.0, 0.25), (3.0, 0.5)]);
         assert_eq!(values(&ms, SysMetric::FreeMemory), [(1.0, 4e9), (2.0, 5e9)]);
         assert_eq!(ms.len(), 4);
@@ -515,6 +537,8 @@ pub(crate) mod tests {
         let mut b = batch(vec![], &[1.0], &[&[0.5]]);
         b.series = vec![9];
         assert!(r.read(b).unwrap().is_empty());
+        // (A series without `cpu.mode`, as sondes before per-mode sampling
+        // sent it, is the busy share itself.)
         let b = batch(
             vec![series(9, "system.cpu.utilization", SeriesKind::Gauge, &[])],
             &[2.0],

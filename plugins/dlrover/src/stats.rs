@@ -2,14 +2,16 @@
 //! own samples or from another sonde's exported system metrics (gateway
 //! mode), and the training speed from global-step reports.
 //!
-//! Units: CPU is cores in use (the sum of per-core utilizations; DLRover's
-//! `cpu`), memory is MiB used (`system.memory.usage{state=used}`), GPU memory
+//! Units: CPU is cores in use (the sum of per-core busy shares, each
+//! 1 − idle − iowait of that core's `system.cpu.utilization` modes by the
+//! SDK's `BusyShare`; DLRover's `cpu`), memory is MiB used (`system.memory.usage{state=used}`), GPU memory
 //! MiB and GPU utilization a ratio 0..1.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use sonde_plugin_sdk::types::{Attribute, SeriesInfo, Value};
+use sonde_plugin_sdk::{BusyShare, CpuSeries};
 
 use crate::model::{NS, secs};
 
@@ -44,8 +46,8 @@ pub struct ResourceSample {
 /// What a series is, for the resource sample.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Role {
-    CpuTotal,
-    CpuCore,
+    /// One mode of all CPUs (`cpu` None) or of one core.
+    Cpu(CpuSeries),
     MemoryUsed,
     MemoryLimit,
     GpuUtil(String),
@@ -71,9 +73,10 @@ fn attr_text(attrs: &[Attribute], key: &str) -> Option<String> {
 pub fn role(info: &SeriesInfo) -> Option<Role> {
     let a = &info.attributes;
     let gpu = || attr_text(a, "hw.id").unwrap_or_default();
+    if let Some(cpu) = CpuSeries::of(info) {
+        return Some(Role::Cpu(cpu));
+    }
     match info.metric.as_str() {
-        "system.cpu.utilization" if attr(a, "cpu.logical_number").is_some() => Some(Role::CpuCore),
-        "system.cpu.utilization" if attr(a, "cpu.mode").is_none() => Some(Role::CpuTotal),
         "system.memory.usage" if attr_text(a, "system.memory.state").as_deref() == Some("used") => {
             Some(Role::MemoryUsed)
         }
@@ -90,9 +93,8 @@ pub fn role(info: &SeriesInfo) -> Option<Role> {
 
 #[derive(Default)]
 struct Tick {
-    total: Option<f64>,
-    core_sum: f64,
-    cores: u32,
+    /// By CPU (`None`: all of them), the busy share from its modes.
+    cpu: BTreeMap<Option<i64>, BusyShare>,
     mem_used: Option<f64>,
     mem_limit: Option<f64>,
     gpus: BTreeMap<String, [Option<f64>; 4]>,
@@ -112,11 +114,7 @@ impl SampleBuilder {
         }
         let t = self.ticks.entry(time).or_default();
         match role {
-            Role::CpuTotal => t.total = Some(value),
-            Role::CpuCore => {
-                t.core_sum += value;
-                t.cores += 1;
-            }
+            Role::Cpu(c) => t.cpu.entry(c.cpu).or_default().add(c.mode, value),
             Role::MemoryUsed => t.mem_used = Some(value),
             Role::MemoryLimit => t.mem_limit = Some(value),
             Role::GpuUtil(id) => t.gpus.entry(id.clone()).or_default()[0] = Some(value),
@@ -130,10 +128,21 @@ impl SampleBuilder {
         self.ticks
             .into_iter()
             .map(|(time, t)| {
-                let (cpu, count) = if t.cores > 0 {
-                    (Some(t.core_sum), Some(t.cores))
+                let (mut core_sum, mut cores, mut total) = (0.0, 0u32, None);
+                for (cpu, share) in &t.cpu {
+                    match (cpu, share.get()) {
+                        (Some(_), Some(busy)) => {
+                            core_sum += busy;
+                            cores += 1;
+                        }
+                        (None, busy) => total = busy,
+                        (Some(_), None) => {}
+                    }
+                }
+                let (cpu, count) = if cores > 0 {
+                    (Some(core_sum), Some(cores))
                 } else {
-                    (t.total.zip(cpu_count).map(|(u, n)| u * n as f64), cpu_count)
+                    (total.zip(cpu_count).map(|(u, n)| u * n as f64), cpu_count)
                 };
                 ResourceSample {
                     time_ns: time,
@@ -310,6 +319,7 @@ impl PerfMonitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sonde_plugin_sdk::CpuMode;
     use sonde_plugin_sdk::types::SeriesKind;
 
     fn info(metric: &str, attrs: &[(&str, Value)]) -> SeriesInfo {
@@ -328,14 +338,38 @@ mod tests {
         }
     }
 
+    fn cpu(core: Option<i64>, mode: CpuMode) -> Role {
+        Role::Cpu(CpuSeries {
+            cpu: core,
+            mode: Some(mode),
+        })
+    }
+
     #[test]
     fn roles() {
         let s = |v: &str| Value::Str(v.into());
         let table = [
-            (info("system.cpu.utilization", &[]), Some(Role::CpuTotal)),
             (
-                info("system.cpu.utilization", &[("cpu.logical_number", Value::Int(3))]),
-                Some(Role::CpuCore),
+                info("system.cpu.utilization", &[("cpu.mode", s("idle"))]),
+                Some(Role::Cpu(CpuSeries {
+                    cpu: None,
+                    mode: Some(CpuMode::Idle),
+                })),
+            ),
+            (
+                info(
+                    "system.cpu.utilization",
+                    &[("cpu.logical_number", Value::Int(3)), ("cpu.mode", s("iowait"))],
+                ),
+                Some(Role::Cpu(CpuSeries {
+                    cpu: Some(3),
+                    mode: Some(CpuMode::Iowait),
+                })),
+            ),
+            // A sonde agent from before per-mode sampling: the busy share itself.
+            (
+                info("system.cpu.utilization", &[]),
+                Some(Role::Cpu(CpuSeries { cpu: None, mode: None })),
             ),
             (
                 info("system.memory.usage", &[("system.memory.state", s("used"))]),
@@ -371,17 +405,20 @@ mod tests {
     #[test]
     fn r1_2_cpu_is_cores_in_use_and_memory_is_mib() {
         let mut b = SampleBuilder::default();
-        // 4 cores at 50%, 25%, 100%, 0%: 1.75 cores in use.
-        for u in [0.5, 0.25, 1.0, 0.0] {
-            b.add(&Role::CpuCore, 10, u);
+        // 4 cores busy 50%, 25%, 100%, 0% (1 - idle - iowait): 1.75 cores in use.
+        for (core, idle, iowait) in [(0, 0.25, 0.25), (1, 0.75, 0.0), (2, 0.0, 0.0), (3, 1.0, 0.0)] {
+            b.add(&cpu(Some(core), CpuMode::Idle), 10, idle);
+            b.add(&cpu(Some(core), CpuMode::Iowait), 10, iowait);
+            // The busy modes do not change the share.
+            b.add(&cpu(Some(core), CpuMode::User), 10, 1.0 - idle - iowait);
         }
-        b.add(&Role::CpuTotal, 10, 0.4375);
+        b.add(&cpu(None, CpuMode::Idle), 10, 0.5625);
         b.add(&Role::MemoryUsed, 10, 3.0 * MIB * 1024.0);
         b.add(&Role::MemoryLimit, 10, 16.0 * MIB * 1024.0);
         b.add(&Role::GpuUtil("g0".into()), 10, 0.8);
         b.add(&Role::GpuMemUsed("g0".into()), 10, 2048.0 * MIB);
         b.add(&Role::GpuMemLimit("g0".into()), 10, 81920.0 * MIB);
-        b.add(&Role::CpuTotal, 20, f64::NAN);
+        b.add(&cpu(None, CpuMode::Idle), 20, f64::NAN);
         let s = b.finish(None);
         assert_eq!(s.len(), 1, "NaN readings are skipped");
         let s = &s[0];
@@ -415,11 +452,17 @@ mod tests {
         assert_eq!((g.utilization, g.sm_active, g.used_mib), (0.8, Some(0.6), 2.0));
         // Without per-core series the total needs the core count.
         let mut b = SampleBuilder::default();
-        b.add(&Role::CpuTotal, 10, 0.25);
+        b.add(&cpu(None, CpuMode::Idle), 10, 0.75);
         assert_eq!(b.finish(Some(8))[0].cpu, Some(2.0));
         let mut b = SampleBuilder::default();
-        b.add(&Role::CpuTotal, 10, 0.25);
+        b.add(&cpu(None, CpuMode::Idle), 10, 0.75);
         assert_eq!(b.finish(None)[0].cpu, None);
+        // A core whose idle share was not read is not counted.
+        let mut b = SampleBuilder::default();
+        b.add(&cpu(Some(0), CpuMode::Idle), 10, 0.5);
+        b.add(&cpu(Some(1), CpuMode::User), 10, 0.5);
+        let s = &b.finish(None)[0];
+        assert_eq!((s.cpu, s.cpu_count), (Some(0.5), Some(1)));
     }
 
     #[test]

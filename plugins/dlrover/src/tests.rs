@@ -101,12 +101,22 @@ fn series(id: u32, metric: &str, attrs: &[(&str, V)]) -> SeriesInfo {
     }
 }
 
-/// Two cores, used memory and the memory limit, one tick.
+/// The idle share of all CPUs and of two cores, used memory and the memory
+/// limit, one tick.
 fn machine_series() -> Vec<SeriesInfo> {
+    let idle = || ("cpu.mode", V::Str("idle".into()));
     vec![
-        series(0, "system.cpu.utilization", &[]),
-        series(1, "system.cpu.utilization", &[("cpu.logical_number", V::Int(0))]),
-        series(2, "system.cpu.utilization", &[("cpu.logical_number", V::Int(1))]),
+        series(0, "system.cpu.utilization", &[idle()]),
+        series(
+            1,
+            "system.cpu.utilization",
+            &[("cpu.logical_number", V::Int(0)), idle()],
+        ),
+        series(
+            2,
+            "system.cpu.utilization",
+            &[("cpu.logical_number", V::Int(1)), idle()],
+        ),
         series(
             3,
             "system.memory.usage",
@@ -121,7 +131,8 @@ fn host_samples(time: u64) -> SampleBatch {
         new_series: machine_series(),
         timestamps: vec![time],
         series: vec![0, 1, 2, 3, 4],
-        values: vec![0.75, 1.0, 0.5, 2048.0 * 1048576.0, 8192.0 * 1048576.0],
+        // busy 0.75 in all, cores 1.0 and 0.5: 1.5 cores in use
+        values: vec![0.25, 0.0, 0.5, 2048.0 * 1048576.0, 8192.0 * 1048576.0],
     }
 }
 

@@ -16,6 +16,8 @@
 //! - `series`, `samples`, `points`, `metrics`: the sampled-series table, a
 //!   view over the series-major sample layout, a point buffer and a
 //!   metric-handle cache. `attrs`, `http`: conveniences on generated types.
+//! - `cpu`: `system.cpu.utilization` per `cpu.mode` read back as one busy
+//!   share ([`BusyShare`], [`CpuBusyColumns`]), the one rule every plugin uses.
 //! - `instance`: the cell that keeps a plugin's state between calls.
 //!
 //! A plugin crate (`crate-type = ["cdylib"]`, built for `wasm32-wasip2`)
@@ -68,6 +70,7 @@ wit_bindgen::generate!({
 });
 
 mod attrs;
+mod cpu;
 mod host_calls;
 mod http;
 mod instance;
@@ -93,6 +96,7 @@ pub use exports::sonde::plugin::hooks;
 /// The trait a plugin implements; `export!(MyPlugin)` wires it to the component's exports.
 pub use exports::sonde::plugin::hooks::Guest;
 
+pub use cpu::{BusyShare, CPU_UTILIZATION, CpuBusyColumns, CpuMode, CpuSeries};
 pub use host_calls::{Host, WasmHost};
 pub use http::query_param;
 pub use instance::InstanceCell;

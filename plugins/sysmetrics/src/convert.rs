@@ -133,7 +133,10 @@ mod tests {
                 "system.cpu.utilization",
                 "1",
                 SeriesKind::Gauge,
-                vec![Attribute::new("cpu.logical_number", 0i64)],
+                vec![
+                    Attribute::new("cpu.logical_number", 0i64),
+                    Attribute::new("cpu.mode", "user"),
+                ],
             ),
             info(
                 1,

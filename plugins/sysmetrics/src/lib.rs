@@ -74,7 +74,7 @@ sonde_plugin_sdk::export_plugin!(Sysmetrics);
 #[cfg(test)]
 mod tests {
     use sonde_plugin_sdk::testing::FakeHost;
-    use sonde_plugin_sdk::types::{SeriesInfo, SeriesKind};
+    use sonde_plugin_sdk::types::{Attribute, SeriesInfo, SeriesKind};
 
     use super::*;
 
@@ -96,7 +96,7 @@ mod tests {
             metric: "system.cpu.utilization".into(),
             unit: "1".into(),
             kind: SeriesKind::Gauge,
-            attributes: vec![],
+            attributes: vec![Attribute::new("cpu.mode", "idle")],
         };
         let batch = SampleBatch {
             new_series: vec![cpu],
@@ -105,7 +105,10 @@ mod tests {
             values: vec![0.25, f64::NAN],
         };
         p.on_samples(&mut host, batch).unwrap();
-        assert_eq!(host.series("system.cpu.utilization", &[]), vec![(10, 0.25)]);
+        assert_eq!(
+            host.series("system.cpu.utilization", &[("cpu.mode", "idle")]),
+            vec![(10, 0.25)]
+        );
 
         p.configure(&mut host, r#"{"period_ms":50}"#).unwrap();
         assert!(host.sample_requests.is_empty(), "same request: not asked again");

@@ -39,7 +39,7 @@ pub fn output_kind(metric: &str, kind: SeriesKind) -> MetricKind {
 /// A short description for the metrics the host samples today.
 pub fn description(metric: &str) -> &'static str {
     match metric {
-        "system.cpu.utilization" => "Fraction of time a logical CPU was busy",
+        "system.cpu.utilization" => "Fraction of time the CPUs (or one logical CPU) spent in the mode",
         "system.cpu.time" => "Seconds a logical CPU spent in each mode",
         "system.cpu.frequency" => "Current frequency of a logical CPU",
         "system.memory.usage" => "Memory in use, by state",

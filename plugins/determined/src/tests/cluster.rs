@@ -17,12 +17,14 @@ fn two_ranks() -> Vec<Origin> {
     vec![origin("t1", "node-a", 0, 0), origin("t1", "node-b", 1, 0)]
 }
 
-/// The all-CPU series of each agent in `nodes`, read `value(node, tick)` at `ticks` (ms).
+/// The all-CPU idle series of each agent in `nodes`, so that the busy share
+/// reads `value(node, tick)` at `ticks` (ms).
 fn agent_cpu(nodes: &[&str], ticks: &[u64], value: impl Fn(usize, u64) -> f64) -> EventBatch {
     let mut b = empty(nodes.iter().map(|n| agent(n)).collect(), &[]);
     b.point_series = vec![
-        series(0, "system.cpu.utilization", SeriesKind::Gauge, &[]),
-        // What a determined plugin on the agent emits is not a sample.
+        series(0, "system.cpu.utilization", SeriesKind::Gauge, &[("cpu.mode", "idle")]),
+        // What a determined plugin on the agent emits is not a sample (one
+        // from before the rename to `sonde.cpu.busy` had this name).
         series(
             1,
             "system.cpu.utilization",
@@ -42,7 +44,7 @@ fn agent_cpu(nodes: &[&str], ticks: &[u64], value: impl Fn(usize, u64) -> f64) -
                 c.origin.push(i as u32);
                 c.series.push(s);
                 c.time.push(ms(t));
-                c.value.push(value(i, t));
+                c.value.push(if s == 0 { 1.0 - value(i, t) } else { value(i, t) });
             }
         }
     }
@@ -51,10 +53,7 @@ fn agent_cpu(nodes: &[&str], ticks: &[u64], value: impl Fn(usize, u64) -> f64) -
 }
 
 fn cpu_by_node(host: &FakeHost, node: &str) -> Vec<(u64, f64)> {
-    host.series(
-        "system.cpu.utilization",
-        &[("host.name", node), ("determined.trial", "t1")],
-    )
+    host.series("sonde.cpu.busy", &[("host.name", node), ("determined.trial", "t1")])
 }
 
 #[test]
@@ -146,7 +145,7 @@ fn each_nodes_system_metrics_come_from_its_agent() {
     tick(&mut p, &mut host, 1200);
     assert_eq!(cpu_by_node(&host, "node-a"), [(ms(100), 0.25), (ms(200), 0.25)]);
     assert_eq!(cpu_by_node(&host, "node-b"), [(ms(100), 0.75), (ms(200), 0.75)]);
-    assert_eq!(host.series("system.cpu.utilization", &[]).len(), 4, "nothing else");
+    assert_eq!(host.series("sonde.cpu.busy", &[]).len(), 4, "nothing else");
     // Determined's records: one per node, the node as `agent`.
     p.flush(&mut host);
     let bodies = batches(&host);
@@ -162,10 +161,7 @@ fn each_nodes_system_metrics_come_from_its_agent() {
     // A node not in the job gives it nothing.
     p.on_events(&mut host, agent_cpu(&["node-c"], &[300], |_, _| 0.1));
     tick(&mut p, &mut host, 1500);
-    assert!(
-        host.points_of("system.cpu.utilization", &[("host.name", "node-c")])
-            .is_empty()
-    );
+    assert!(host.points_of("sonde.cpu.busy", &[("host.name", "node-c")]).is_empty());
 }
 
 #[test]
@@ -190,7 +186,7 @@ fn this_host_stands_in_for_nodes_without_an_agent_unless_told_otherwise() {
         host.now = ms(500);
         p.on_samples(&mut host, cpu_samples(&[100], &[0.5])).unwrap();
         let mut got: Vec<(String, f64)> = host
-            .points_of("system.cpu.utilization", &[])
+            .points_of("sonde.cpu.busy", &[])
             .iter()
             .map(|pt| (pt.attr("host.name").unwrap().to_string(), pt.value))
             .collect();

@@ -87,12 +87,16 @@ fn samples(infos: Vec<SeriesInfo>, ticks: &[u64], rows: &[&[f64]]) -> SampleBatc
     }
 }
 
-fn cpu() -> SeriesInfo {
-    series(1, "system.cpu.utilization", SeriesKind::Gauge, &[])
+/// The all-CPU idle and iowait series, as the host samples them.
+fn cpu() -> Vec<SeriesInfo> {
+    let mode = |id, m| series(id, "system.cpu.utilization", SeriesKind::Gauge, &[("cpu.mode", m)]);
+    vec![mode(1, "idle"), mode(2, "iowait")]
 }
 
-fn cpu_samples(ticks: &[u64], values: &[f64]) -> SampleBatch {
-    samples(vec![cpu()], ticks, &[values])
+/// Samples whose busy share is `busy` at `ticks` (idle 1 − busy, no iowait).
+fn cpu_samples(ticks: &[u64], busy: &[f64]) -> SampleBatch {
+    let idle: Vec<f64> = busy.iter().map(|b| 1.0 - b).collect();
+    samples(cpu(), ticks, &[&idle, &vec![0.0; busy.len()]])
 }
 
 fn start(host: &mut FakeHost, json: &str) -> Profiler {
@@ -260,7 +264,7 @@ fn begin_end_after_and_decisions() {
     host.now = ms(1000);
     let ticks: Vec<u64> = (0..10).map(|i| i * 50).collect();
     p.on_samples(&mut host, cpu_samples(&ticks, &[0.25; 10])).unwrap();
-    let got: Vec<u64> = host.series("system.cpu.utilization", &[]).iter().map(|p| p.0).collect();
+    let got: Vec<u64> = host.series("sonde.cpu.busy", &[]).iter().map(|p| p.0).collect();
     assert_eq!(got, [ms(200), ms(250), ms(300), ms(350)]);
     let idx = host.series("sonde.batch.index", &[("determined.trial", "t1")]);
     assert_eq!(idx, [(ms(200), 2.0), (ms(250), 2.0), (ms(300), 3.0), (ms(350), 3.0)]);
@@ -296,9 +300,9 @@ fn cap_ends_collection_by_timer_without_more_events() {
     );
     assert_eq!(j["active_used_s"], 1.0);
     // Samples up to the cap count, later ones do not.
-    p.on_samples(&mut host, cpu_samples(&[900, 1000, 1100], &[0.1, 0.2, 0.3]))
+    p.on_samples(&mut host, cpu_samples(&[900, 1000, 1100], &[0.125, 0.25, 0.375]))
         .unwrap();
-    assert_eq!(host.series("system.cpu.utilization", &[]), [(ms(900), 0.1)]);
+    assert_eq!(host.series("sonde.cpu.busy", &[]), [(ms(900), 0.125)]);
     // Persisted as ended.
     let stored: Value = serde_json::from_slice(&host.store.kv["job/t1"]).unwrap();
     assert_eq!(
@@ -313,20 +317,20 @@ fn measurements_are_tied_to_the_batch_current_at_their_time_with_late_reports() 
     let mut p = start(&mut host, r#"{"lag_ms":500}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 1000, 0)]));
     host.now = ms(1400);
-    p.on_samples(&mut host, cpu_samples(&[1100, 1200, 1300, 1400], &[0.1, 0.2, 0.3, 0.4]))
-        .unwrap();
-    assert!(
-        host.points_of("system.cpu.utilization", &[]).is_empty(),
-        "waiting for the lag"
-    );
+    p.on_samples(
+        &mut host,
+        cpu_samples(&[1100, 1200, 1300, 1400], &[0.125, 0.25, 0.375, 0.5]),
+    )
+    .unwrap();
+    assert!(host.points_of("sonde.cpu.busy", &[]).is_empty(), "waiting for the lag");
     // Batch 1 started at 1250 but its report arrives at 1500, within the lag.
     host.now = ms(1500);
     p.on_events(&mut host, progress(solo(), &[(0, 1250, 1)]));
     tick(&mut p, &mut host, 2000);
-    assert_eq!(host.series("system.cpu.utilization", &[]).len(), 4);
+    assert_eq!(host.series("sonde.cpu.busy", &[]).len(), 4);
     // A report arriving after the lag cannot move measurements already resolved.
     host.now = ms(2000);
-    p.on_samples(&mut host, cpu_samples(&[1600], &[0.6])).unwrap();
+    p.on_samples(&mut host, cpu_samples(&[1600], &[0.625])).unwrap();
     tick(&mut p, &mut host, 2200);
     assert_eq!(
         p.counters().late_batch_reports,
@@ -342,7 +346,7 @@ fn measurements_are_tied_to_the_batch_current_at_their_time_with_late_reports() 
     let cpu = batch_of(&bodies, "cpu_util_simple");
     assert_eq!(cpu.len(), 1);
     assert_eq!(cpu[0]["batch_indices"], serde_json::json!([0, 0, 1, 1, 1]));
-    assert_eq!(cpu[0]["values"], serde_json::json!([10.0, 20.0, 30.0, 40.0, 60.0]));
+    assert_eq!(cpu[0]["values"], serde_json::json!([12.5, 25.0, 37.5, 50.0, 62.5]));
     assert_eq!(cpu[0]["unit"], "percent");
     assert_eq!(cpu[0]["type"], "SYSTEM");
     assert_eq!(
@@ -665,14 +669,14 @@ fn at_shutdown_flush_resolves_everything_pending() {
     host.now = ms(500);
     p.on_samples(&mut host, cpu_samples(&[100, 200, 300], &[0.1, 0.2, 0.3]))
         .unwrap();
-    assert!(host.records.is_empty() && host.points_of("system.cpu.utilization", &[]).is_empty());
+    assert!(host.records.is_empty() && host.points_of("sonde.cpu.busy", &[]).is_empty());
     p.stop(&mut host);
     let bodies = batches(&host);
     assert_eq!(
         batch_of(&bodies, "cpu_util_simple")[0]["batch_indices"],
         serde_json::json!([3, 3, 3])
     );
-    assert_eq!(host.points_of("system.cpu.utilization", &[]).len(), 3);
+    assert_eq!(host.points_of("sonde.cpu.busy", &[]).len(), 3);
     assert_eq!(p.counters().flushed, 3);
 }
 
@@ -685,7 +689,7 @@ fn at_shutdown_drop_discards_the_partial_batch() {
     // 100 and 200 resolve (points emitted); 400 is still pending.
     p.on_samples(&mut host, cpu_samples(&[100, 200, 400], &[0.1, 0.2, 0.4]))
         .unwrap();
-    assert_eq!(host.points_of("system.cpu.utilization", &[]).len(), 2);
+    assert_eq!(host.points_of("sonde.cpu.busy", &[]).len(), 2);
     p.stop(&mut host);
     assert!(batches(&host).is_empty(), "no partial batch is written");
     assert_eq!(p.counters().discarded_at_shutdown, 3);
@@ -754,7 +758,7 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
     assert!(host.logged("profiling resumes at its next batch report"));
     p.on_samples(&mut host, cpu_samples(&[49_000], &[0.5])).unwrap();
     assert!(
-        host.points_of("system.cpu.utilization", &[]).is_empty(),
+        host.points_of("sonde.cpu.busy", &[]).is_empty(),
         "nothing counts before it resumes"
     );
     p.on_events(&mut host, progress(solo(), &[(0, 50_000, 500)]));
@@ -774,7 +778,7 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
     );
     host.now = ms(50_200);
     p.on_samples(&mut host, cpu_samples(&[50_100], &[0.5])).unwrap();
-    assert_eq!(host.series("system.cpu.utilization", &[]), [(ms(50_100), 0.5)]);
+    assert_eq!(host.series("sonde.cpu.busy", &[]), [(ms(50_100), 0.5)]);
 
     // resume_after_restart = false: stays off, explicitly.
     let mut host = FakeHost::at(ms(50_000));
@@ -793,7 +797,7 @@ fn restart_resumes_with_the_remaining_cap_or_stays_off() {
     p.on_events(&mut host, progress(solo(), &[(0, 50_000, 500)]));
     host.now = ms(51_000);
     p.on_samples(&mut host, cpu_samples(&[50_500], &[0.5])).unwrap();
-    assert!(host.points_of("system.cpu.utilization", &[]).is_empty());
+    assert!(host.points_of("sonde.cpu.busy", &[]).is_empty());
     assert_eq!(
         job_state(&mut p, &mut host, "t1")["end_reason"],
         "not_resumed_after_restart"
@@ -869,7 +873,7 @@ fn job_filter_keeps_other_jobs_out() {
     p.configure(&mut host, Settings::parse(r#"{"job":"t3","lag_ms":0}"#).unwrap());
     host.now = ms(1000);
     p.on_samples(&mut host, cpu_samples(&[500], &[0.5])).unwrap();
-    assert!(host.points_of("system.cpu.utilization", &[]).is_empty());
+    assert!(host.points_of("sonde.cpu.busy", &[]).is_empty());
 }
 
 #[test]
