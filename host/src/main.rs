@@ -168,12 +168,7 @@ fn main() -> ExitCode {
         println!("# configuration is valid");
         return ExitCode::SUCCESS;
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .thread_name("sonde-rt")
-        .build()
-    {
+    let rt = match sonde::run::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sonde: cannot start the runtime: {e}");

@@ -20,6 +20,23 @@ use crate::pipeline::{Pipeline, PipelineHandle};
 use crate::plugin::PluginManager;
 use crate::sample::{Sampler, driver};
 
+/// The host's tokio runtime: one worker thread ("sonde-worker") and the
+/// blocking pool ("sonde-blocking"), named apart so that a per-thread
+/// breakdown (`./dev bench`) reads by role. Tokio starts its workers while the
+/// runtime is built, before any blocking thread, so the first thread named is
+/// the worker.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let named = std::sync::atomic::AtomicUsize::new(0);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name_fn(move || match named.fetch_add(1, Ordering::Relaxed) {
+            0 => "sonde-worker".into(),
+            _ => "sonde-blocking".into(),
+        })
+        .build()
+}
+
 /// Runs until SIGINT/SIGTERM.
 pub async fn run(cfg: Config) -> Result<()> {
     let host = Host::start(cfg, HostOptions::default()).await?;
