@@ -135,7 +135,6 @@ impl Host {
             gpu_watch,
             hub.clone(),
             resource_attributes(&cfg),
-            Duration::from_millis(cfg.ingest.flush_ms),
             stop_rx.clone(),
         ));
         let hub_task = tokio::spawn(
@@ -677,12 +676,11 @@ async fn self_metrics_loop(
 
 /// Hands the GPU sampler's events (an XID error, a GPU lost) to the plugins as
 /// node events of this host (origin role "host", node = `host.name`, no job),
-/// through the same hub as what jobs report, every `every`.
+/// through the same hub as what jobs report, as they arrive (it sleeps until then).
 async fn forward_gpu_events(
     watch: crate::sample::gpu::GpuWatch,
     hub: Arc<IngestHub>,
     resource: Vec<(String, crate::model::AttrValue)>,
-    every: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     use crate::model::AttrValue;
@@ -691,10 +689,9 @@ async fn forward_gpu_events(
         .find(|(k, _)| k == "host.name")
         .map(|(_, v)| v.text())
         .unwrap_or_default();
-    let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = watch.arrived() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         let events = watch.take_events();

@@ -6,7 +6,8 @@
 //!     ▼
 //!  buffer   ≤ max_batch_points × queue_capacity points (and as many log records);
 //!     │     beyond it the NEW batch is dropped and counted (points_dropped)
-//!     ▼  batcher task: every interval_ms, or early once max_batch_points are waiting
+//!     ▼  batcher task: every interval_ms while it holds data, or early once
+//!     │  max_batch_points are waiting (it sleeps while the buffer is empty)
 //!  encode   requests of ≤ max_batch_points points / records, protobuf-encoded once
 //!     ▼
 //!  queue    ≤ queue_capacity encoded requests; when full the OLDEST is dropped
@@ -74,6 +75,8 @@ use spool::{AppendError, Spool};
 
 /// Batches kept for `subscribe()` receivers; a receiver further behind loses the oldest.
 const TAP_CAPACITY: usize = 1024;
+/// Batches waiting in the tap that wake [`PipelineHandle::tap_filling`].
+pub const TAP_FILLING: usize = TAP_CAPACITY / 4;
 
 /// Counters and gauges of the export pipeline, for the API, the dashboard and self-metrics.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -235,6 +238,8 @@ struct Shared {
     last_error: Mutex<Option<String>>,
     batcher_wake: Notify,
     sender_wake: Notify,
+    /// Notified when the tap holds `TAP_FILLING` batches for its slowest receiver.
+    tap_filling: Notify,
     tap: broadcast::Sender<Arc<MetricBatch>>,
     resource: Resource,
     rt: tokio::runtime::Handle,
@@ -258,9 +263,7 @@ impl PipelineHandle {
         let s = &*self.shared;
         s.c.points_in.fetch_add(n as u64, Ordering::Relaxed);
         let batch = Arc::new(batch);
-        if s.tap.receiver_count() > 0 {
-            let _ = s.tap.send(batch.clone());
-        }
+        s.send_tap(batch.clone());
         if !s.enabled.load(Ordering::Acquire) {
             return;
         }
@@ -279,7 +282,9 @@ impl PipelineHandle {
         b.points += n;
         b.metrics.push(batch);
         drop(b);
-        if before < max && before + n >= max {
+        // The batcher sleeps while the buffer is empty: wake it for the first
+        // batch (it flushes at its next interval), and when a request is full.
+        if before == 0 || (before < max && before + n >= max) {
             s.batcher_wake.notify_one();
         }
     }
@@ -311,7 +316,7 @@ impl PipelineHandle {
         b.records += n;
         b.logs.push(batch);
         drop(b);
-        if before < max && before + n >= max {
+        if before == 0 || (before < max && before + n >= max) {
             s.batcher_wake.notify_one();
         }
     }
@@ -353,12 +358,18 @@ impl PipelineHandle {
         self.shared.tap.subscribe()
     }
 
+    /// Returns once the tap holds a quarter of its capacity for its slowest
+    /// receiver: a receiver that drains with `try_recv` when it is read (the
+    /// live store) waits for this instead of waking for every batch.
+    pub async fn tap_filling(&self) {
+        self.shared.tap_filling.notified().await
+    }
+
     /// Hands a batch to the `subscribe()` tap only, never to export: what a
     /// master received from its agents, shown and kept here but owned by them.
     pub fn publish_live(&self, batch: MetricBatch) {
-        let s = &*self.shared;
-        if !batch.points.is_empty() && s.tap.receiver_count() > 0 {
-            let _ = s.tap.send(Arc::new(batch));
+        if !batch.points.is_empty() {
+            self.shared.send_tap(Arc::new(batch));
         }
     }
 
@@ -447,6 +458,7 @@ impl Pipeline {
             last_error: Mutex::new(None),
             batcher_wake: Notify::new(),
             sender_wake: Notify::new(),
+            tap_filling: Notify::new(),
             tap,
             resource: otlp::resource(&resource),
             rt: rt.clone(),
@@ -529,6 +541,15 @@ impl Drop for Pipeline {
 }
 
 impl Shared {
+    fn send_tap(&self, batch: Arc<MetricBatch>) {
+        if self.tap.receiver_count() > 0 {
+            let _ = self.tap.send(batch);
+            if self.tap.len() >= TAP_FILLING {
+                self.tap_filling.notify_one();
+            }
+        }
+    }
+
     fn stats(&self) -> ExportStats {
         let sp = self.spool.as_ref().map(|sp| {
             // Under the queue lock, like an append, so items are never seen twice.
@@ -798,18 +819,35 @@ impl Shared {
     }
 }
 
+/// Flushes every `interval` while the buffer holds something, early when a
+/// request is full; with the buffer empty it sleeps until the first batch
+/// arrives (an idle host, or export off, never wakes it). Flushes keep the
+/// interval's grid: the first batch after a quiet spell goes out at the next
+/// multiple of the interval since the last flush.
 async fn batcher_task(s: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last = Instant::now();
     loop {
         let interval = s.tuning.lock().interval;
+        let empty = {
+            let b = s.buf.lock();
+            b.metrics.is_empty() && b.logs.is_empty()
+        };
         tokio::select! {
-            _ = tokio::time::sleep_until(last + interval) => {
+            _ = tokio::time::sleep_until(last + interval), if !empty => {
                 last = Instant::now();
                 s.flush();
             }
             _ = s.batcher_wake.notified() => {
-                // Early: enough for a full request. Otherwise a reconfigure; loop
-                // round to pick up the new interval.
+                if empty {
+                    // The first batch after a quiet spell: back onto the grid.
+                    let now = Instant::now();
+                    if last + interval <= now {
+                        let into_window = (now - last).as_nanos() % interval.as_nanos().max(1);
+                        last = now - Duration::from_nanos(into_window as u64);
+                    }
+                }
+                // Early: enough for a full request. Otherwise new data or a
+                // reconfigure; loop round to pick up the new interval.
                 let max = s.max_batch.load(Ordering::Relaxed);
                 let full = {
                     let b = s.buf.lock();

@@ -1,31 +1,29 @@
-//! The wasmtime engine shared by all plugins, the epoch ticker that keeps the
-//! clock of call deadlines (the deadlines themselves: `limits.rs`), the on-disk cache of compiled components, and the check
-//! that a file really is a sonde plugin of a contract version we speak.
+//! The wasmtime engine shared by all plugins with the clock of its call
+//! deadlines (`deadline.rs`; the deadlines themselves: `limits.rs`), the
+//! on-disk cache of compiled components, and the check that a file really is
+//! a sonde plugin of a contract version we speak.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use parking_lot::{Condvar, Mutex};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
-use super::limits::EPOCH_TICK;
+use super::deadline::{CallTimer, Deadlines};
 
 /// The contract this host implements (the WIT package version).
 pub const CONTRACT_VERSION: &str = "0.1.0";
 const CONTRACT_MAJOR: u64 = 0;
 const CONTRACT_MINOR: u64 = 1;
 
-/// The engine plus the epoch ticker.
+/// The engine plus the clock of its call deadlines.
 #[derive(Clone)]
 pub struct PluginEngine {
     pub engine: Engine,
-    ticker: Arc<EpochTicker>,
+    deadlines: Arc<Deadlines>,
     cache_dir: PathBuf,
 }
 
@@ -33,7 +31,7 @@ impl PluginEngine {
     pub fn new(cache_dir: &Path) -> Result<Self> {
         let mut cfg = Config::new();
         cfg.wasm_component_model(true);
-        // Deadlines: the ticker advances the epoch; a call past its deadline traps.
+        // Deadlines: the epoch advances when a call is late (deadline.rs); a call past its deadline traps.
         cfg.epoch_interruption(true);
         // No component-model async here: synchronous calls cost ~3x less.
         cfg.concurrency_support(false);
@@ -41,21 +39,17 @@ impl PluginEngine {
         let engine = Engine::new(&cfg).map_err(|e| anyhow!("{e:#}"))?;
         std::fs::create_dir_all(cache_dir)
             .with_context(|| format!("creating the compile cache {}", cache_dir.display()))?;
-        let ticker = EpochTicker::start(engine.clone());
+        let deadlines = Arc::new(Deadlines::start(engine.clone())?);
         Ok(Self {
             engine,
-            ticker,
+            deadlines,
             cache_dir: cache_dir.to_path_buf(),
         })
     }
 
-    /// Marks a plugin call as running for the epoch ticker. Keep the guard
-    /// alive for the duration of the call.
-    pub fn enter_call(&self) -> CallGuard {
-        self.ticker.enter();
-        CallGuard {
-            ticker: self.ticker.clone(),
-        }
+    /// The deadline timer of one plugin's calls: arm it around every guest call.
+    pub fn call_timer(&self) -> Result<CallTimer> {
+        self.deadlines.timer()
     }
 
     /// Compiles `bytes` (or loads the cached compiled form) after checking that
@@ -174,68 +168,6 @@ pub fn accepts_contract(version: &str) -> bool {
             major == CONTRACT_MAJOR && (minor == CONTRACT_MINOR || minor + 1 == CONTRACT_MINOR)
         }
         _ => false,
-    }
-}
-
-/// Advances the engine's epoch every `EPOCH_TICK`, but only while at least one
-/// plugin call is running, so an idle host does not wake up hundreds of times
-/// a second just to keep time.
-struct EpochTicker {
-    in_flight: AtomicUsize,
-    lock: Mutex<()>,
-    wake: Condvar,
-}
-
-impl EpochTicker {
-    fn start(engine: Engine) -> Arc<Self> {
-        let t = Arc::new(Self {
-            in_flight: AtomicUsize::new(0),
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
-        });
-        // The ticker holds only a weak reference so it ends with the engine's users.
-        let weak = Arc::downgrade(&t);
-        std::thread::Builder::new()
-            .name("sonde-epoch".into())
-            .spawn(move || {
-                loop {
-                    let Some(t) = weak.upgrade() else { return };
-                    {
-                        let mut g = t.lock.lock();
-                        while t.in_flight.load(Ordering::Acquire) == 0 {
-                            // Wake up now and then to notice that the host is gone.
-                            if t.wake.wait_for(&mut g, Duration::from_secs(1)).timed_out() && Arc::strong_count(&t) == 1
-                            {
-                                return;
-                            }
-                        }
-                    }
-                    drop(t);
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })
-            .expect("spawning the epoch ticker thread");
-        t
-    }
-
-    fn enter(&self) {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            // Notify under the lock so the ticker cannot miss it between its check and its wait.
-            let _g = self.lock.lock();
-            self.wake.notify_one();
-        }
-    }
-}
-
-/// Ends a call's membership in the ticker's in-flight count when dropped.
-pub struct CallGuard {
-    ticker: Arc<EpochTicker>,
-}
-
-impl Drop for CallGuard {
-    fn drop(&mut self) {
-        self.ticker.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -1,7 +1,8 @@
 //! plugin/: the Wasm plugin runtime.
 //!
 //! - `config`:   `[plugins]` and `[plugin.<name>]` settings, grants, plugin names
-//! - `engine`:   the wasmtime engine, the epoch clock, compile cache, contract check
+//! - `engine`:   the wasmtime engine, compile cache, contract check
+//! - `deadline`: the clock of call deadlines (advances the epoch only when a call is late)
 //! - `bindings`: host-side types generated from `wit/sonde-plugin.wit`
 //! - `host_api`: store data and the `host` functions plugins call
 //! - `limits`:   what the host enforces (the WIT manual's section): memory cap, call deadlines, trap and queue limits
@@ -15,6 +16,7 @@
 
 pub mod bindings;
 pub mod config;
+pub mod deadline;
 pub mod engine;
 pub mod host_api;
 pub mod instance;
