@@ -596,3 +596,51 @@ fn event_batches_and_live_settings_cross_the_boundary() {
             .contains("no running plugin")
     );
 }
+
+#[test]
+fn compiling_in_a_child_process_fills_the_cache_and_reports_what_went_wrong() {
+    use sonde::plugin::engine::PluginEngine;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let sonde = std::path::PathBuf::from(env!("CARGO_BIN_EXE_sonde"));
+    let engine = PluginEngine::new(&cache).unwrap().compiling_with(sonde.clone());
+    let loaded = engine.load_component(&component("testing/testbed.wasm")).unwrap();
+    assert!(!loaded.from_cache);
+    assert_eq!(loaded.contract, "0.1.0");
+    let files: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(files.len(), 1, "one compiled file, no leftovers: {files:?}");
+    // What the child wrote loads in an engine of this process (same settings).
+    let again = PluginEngine::new(&cache).unwrap();
+    assert!(
+        again
+            .load_component(&component("testing/testbed.wasm"))
+            .unwrap()
+            .from_cache
+    );
+    // A component the compiler refuses: its reason comes back.
+    let mut broken = component("testing/testbed.wasm");
+    broken.truncate(broken.len() / 2);
+    let err = format!(
+        "{:#}",
+        engine.load_component(&broken).err().expect("a cut component fails")
+    );
+    assert!(
+        !err.is_empty() && !err.contains("ended with"),
+        "the compiler's own reason, not only its exit status: {err}"
+    );
+    // A compiler that cannot be started is an error too, not a hang.
+    let missing = PluginEngine::new(&tmp.path().join("cache2"))
+        .unwrap()
+        .compiling_with(tmp.path().join("no-such-sonde"));
+    let err = format!(
+        "{:#}",
+        missing
+            .load_component(&component("testing/testbed.wasm"))
+            .err()
+            .unwrap()
+    );
+    assert!(err.contains("no-such-sonde"), "{err}");
+}

@@ -2,10 +2,19 @@
 //! deadlines (`deadline.rs`; the deadlines themselves: `limits.rs`), the
 //! on-disk cache of compiled components, and the check that a file really is
 //! a sonde plugin of a contract version we speak.
+//!
+//! Compiling a component takes tens of MB for a moment (Cranelift, its
+//! worker threads, their malloc arenas), and glibc keeps much of it after it
+//! is freed. The sonde binary therefore compiles in a child process: itself,
+//! re-run as the hidden `sonde compile-plugin - OUT` with the component on
+//! stdin, writing into the compile cache; the host only maps the result. A
+//! host embedded in another program (the in-process agent, the tests) has no
+//! such binary and compiles in its own process ([`compile_in_child`] unset).
 
 use std::hash::{Hash, Hasher};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result, anyhow, bail};
 use sha2::{Digest, Sha256};
@@ -25,18 +34,58 @@ pub struct PluginEngine {
     pub engine: Engine,
     deadlines: Arc<Deadlines>,
     cache_dir: PathBuf,
+    /// Compiles in a child process with this executable (see the module doc).
+    compiler: Option<PathBuf>,
+}
+
+/// The sonde executable that compiles components in a child process (see the module doc).
+static COMPILER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes every engine of this process compile components by running `exe
+/// compile-plugin` (the sonde binary itself) instead of in this process.
+pub fn compile_in_child(exe: PathBuf) {
+    let _ = COMPILER.set(exe);
+}
+
+/// The engine settings; a compiled component only loads into an engine with
+/// the same ones (the compile child uses this too).
+fn engine_config() -> Config {
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true);
+    // Deadlines: the epoch advances when a call is late (deadline.rs); a call past its deadline traps.
+    cfg.epoch_interruption(true);
+    // No component-model async here: synchronous calls cost ~3x less.
+    cfg.concurrency_support(false);
+    cfg.max_wasm_stack(1 << 20);
+    cfg
+}
+
+/// `sonde compile-plugin IN OUT` (hidden): compiles the component in `IN`
+/// (`-`: stdin) for this build's engine into `OUT`, written whole or not at all.
+pub fn compile_file(input: &Path, out: &Path) -> Result<()> {
+    let bytes = if input == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("reading the component from stdin")?;
+        b
+    } else {
+        std::fs::read(input).with_context(|| format!("reading {}", input.display()))?
+    };
+    check_wasm_header(&bytes)?;
+    let engine = Engine::new(&engine_config()).map_err(|e| anyhow!("{e:#}"))?;
+    let compiled = engine.precompile_component(&bytes).map_err(|e| anyhow!("{e:#}"))?;
+    write_whole(out, &compiled)
+}
+
+/// Writes `path` through a temporary file and a rename, so a reader never sees it half written.
+fn write_whole(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))
 }
 
 impl PluginEngine {
     pub fn new(cache_dir: &Path) -> Result<Self> {
-        let mut cfg = Config::new();
-        cfg.wasm_component_model(true);
-        // Deadlines: the epoch advances when a call is late (deadline.rs); a call past its deadline traps.
-        cfg.epoch_interruption(true);
-        // No component-model async here: synchronous calls cost ~3x less.
-        cfg.concurrency_support(false);
-        cfg.max_wasm_stack(1 << 20);
-        let engine = Engine::new(&cfg).map_err(|e| anyhow!("{e:#}"))?;
+        let engine = Engine::new(&engine_config()).map_err(|e| anyhow!("{e:#}"))?;
         std::fs::create_dir_all(cache_dir)
             .with_context(|| format!("creating the compile cache {}", cache_dir.display()))?;
         let deadlines = Arc::new(Deadlines::start(engine.clone())?);
@@ -44,7 +93,14 @@ impl PluginEngine {
             engine,
             deadlines,
             cache_dir: cache_dir.to_path_buf(),
+            compiler: COMPILER.get().cloned(),
         })
+    }
+
+    /// This engine, compiling in a child process with `exe` (the sonde binary).
+    pub fn compiling_with(mut self, exe: PathBuf) -> Self {
+        self.compiler = Some(exe);
+        self
     }
 
     /// The deadline timer of one plugin's calls: arm it around every guest call.
@@ -96,13 +152,51 @@ impl PluginEngine {
     }
 
     fn compile_to_cache(&self, bytes: &[u8], path: &Path) -> Result<Component> {
-        let compiled = self.engine.precompile_component(bytes).map_err(|e| anyhow!("{e:#}"))?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, &compiled).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-        // SAFETY: we just wrote this file from `precompile_component` of this engine.
+        match &self.compiler {
+            Some(exe) => run_compiler(exe, bytes, path)?,
+            None => {
+                let compiled = self.engine.precompile_component(bytes).map_err(|e| anyhow!("{e:#}"))?;
+                write_whole(path, &compiled)?;
+            }
+        }
+        // SAFETY: the file was just written by `precompile_component` of an
+        // engine with this engine's settings (this process, or this same
+        // executable in a child), into a directory only sonde writes.
         unsafe { Component::deserialize_file(&self.engine, path) }.map_err(|e| anyhow!("{e:#}"))
     }
+}
+
+/// Runs `exe compile-plugin - path` with `bytes` on its stdin; its error
+/// output becomes the error.
+fn run_compiler(exe: &Path, bytes: &[u8], path: &Path) -> Result<()> {
+    let mut child = std::process::Command::new(exe)
+        .arg("compile-plugin")
+        .arg("-")
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} to compile the plugin", exe.display()))?;
+    // A child that died early closes its stdin: its stderr says why.
+    let fed = child.stdin.take().map(|mut i| i.write_all(bytes));
+    let out = child.wait_with_output().context("waiting for the plugin compiler")?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let said = said.trim().trim_start_matches("sonde compile-plugin: ");
+        bail!(
+            "{}",
+            if said.is_empty() {
+                format!("the plugin compiler ended with {}", out.status)
+            } else {
+                said.to_string()
+            }
+        );
+    }
+    if let Some(Err(e)) = fed {
+        bail!("handing the component to the plugin compiler: {e}");
+    }
+    Ok(())
 }
 
 /// A component ready to link.
