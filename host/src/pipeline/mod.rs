@@ -12,17 +12,18 @@
 //!     ▼
 //!  queue    ≤ queue_capacity encoded requests; when full the OLDEST is dropped
 //!     │     and counted (fresh data is worth more to a profiler)
-//!     ▼  sender task: one request at a time
+//!     ▼  sender: up to max_in_flight requests at once, started in queue order
 //!  send     per-request timeout; retryable errors retried with exponential
 //!           backoff (retry_initial_ms doubling to retry_max_ms, jittered) until
 //!           retry_max_elapsed_ms, then given up (points_failed); non-retryable
-//!           errors and partial-success rejections are failed at once.
+//!           errors and partial-success rejections are failed at once. While a
+//!           request waits to be retried, no new one starts.
 //! ```
 //!
 //! Memory is bounded whatever the collector does: at most
 //! `max_batch_points × queue_capacity` points waiting in the buffer (including
-//! the flush being encoded), `queue_capacity` encoded requests, and one request
-//! in flight. Every point submitted while export is on ends up in exactly one of
+//! the flush being encoded), `queue_capacity` encoded requests, and
+//! `max_in_flight` requests in flight. Every point submitted while export is on ends up in exactly one of
 //! `points_exported`, `points_dropped`, `points_failed`, `buffered_points` or
 //! `queued_points` (likewise for log records, which have no pending gauges).
 //! Points submitted while export is off (`endpoint == None`) only reach
@@ -39,7 +40,9 @@
 //! counts it in `*_in` again and sends it first. When appending would pass
 //! `spool_max_bytes`, the NEW request is dropped and counted: what is spooled
 //! was promised to survive. `queue_len` / `queued_points` then count the
-//! spool, the request in flight included.
+//! spool, the requests in flight included; its cursor moves only past
+//! requests answered in order, so whatever was in flight at a crash is sent
+//! again.
 //!
 //! The sender never dies: every error is counted and kept in `last_error`. It
 //! logs one warning when the collector starts failing and one info line when it
@@ -108,14 +111,16 @@ pub struct ExportStats {
     pub requests_failed: u64,
     /// Attempts beyond the first, over all requests.
     pub retries: u64,
-    /// Encoded requests waiting to be sent (not counting the one in flight;
+    /// Encoded requests waiting to be sent (not counting those in flight;
     /// with the spool on, the spooled requests, in flight included).
     pub queue_len: usize,
     /// Points accepted but not yet encoded into a request.
     pub buffered_points: usize,
-    /// Points in encoded requests: queued plus the one in flight. (Addition to
+    /// Points in encoded requests: queued plus those in flight. (Addition to
     /// the original contract: with it the conservation law above can be checked.)
     pub queued_points: usize,
+    /// Requests being sent now (at most `export.max_in_flight`).
+    pub in_flight: usize,
     pub last_error: Option<String>,
     /// Wall clock of the last accepted request, ns since the Unix epoch (0: never).
     pub last_success_ns: u64,
@@ -189,8 +194,38 @@ struct Queue {
     records: usize,
     /// Spans in forwarded trace requests (gateway mode).
     spans: usize,
-    /// The request being sent: (signal, items).
-    inflight: Option<(Signal, usize)>,
+    /// Items in the requests being sent, by signal (metrics, logs, traces), and how many requests.
+    inflight: [usize; 3],
+    inflight_requests: usize,
+}
+
+fn sig_index(s: Signal) -> usize {
+    match s {
+        Signal::Metrics => 0,
+        Signal::Logs => 1,
+        Signal::Traces => 2,
+    }
+}
+
+impl Queue {
+    /// Takes the oldest request; its items count as in flight until [`landed`](Self::landed).
+    fn take_next(&mut self) -> Option<Encoded> {
+        let it = self.items.pop_front()?;
+        match it.signal {
+            Signal::Metrics => self.points -= it.items,
+            Signal::Logs => self.records -= it.items,
+            Signal::Traces => self.spans -= it.items,
+        }
+        self.inflight[sig_index(it.signal)] += it.items;
+        self.inflight_requests += 1;
+        Some(it)
+    }
+
+    /// A request taken by `take_next` was answered (its items are counted elsewhere now).
+    fn landed(&mut self, signal: Signal, items: usize) {
+        self.inflight[sig_index(signal)] -= items;
+        self.inflight_requests -= 1;
+    }
 }
 
 /// Settings the tasks read at each use, so `reconfigure` takes effect live.
@@ -199,6 +234,7 @@ struct Tuning {
     interval: Duration,
     max_batch: usize,
     queue_capacity: usize,
+    max_in_flight: usize,
     retry_initial: Duration,
     retry_max: Duration,
     retry_max_elapsed: Duration,
@@ -210,6 +246,7 @@ impl Tuning {
             interval: Duration::from_millis(cfg.interval_ms.max(1)),
             max_batch: cfg.max_batch_points.max(1),
             queue_capacity: cfg.queue_capacity.max(1),
+            max_in_flight: cfg.max_in_flight.max(1),
             retry_initial: Duration::from_millis(cfg.retry_initial_ms.max(1)),
             retry_max: Duration::from_millis(cfg.retry_max_ms.max(cfg.retry_initial_ms).max(1)),
             retry_max_elapsed: Duration::from_millis(cfg.retry_max_elapsed_ms),
@@ -240,6 +277,12 @@ struct Shared {
     sender_wake: Notify,
     /// Notified when the tap holds `TAP_FILLING` batches for its slowest receiver.
     tap_filling: Notify,
+    /// Requests in flight waiting to be retried: while any is, no new one starts.
+    retrying: AtomicUsize,
+    /// The last attempt succeeded (one log line when that changes).
+    healthy: AtomicBool,
+    /// When a partial rejection was last logged as a warning.
+    last_reject_warn: Mutex<Option<Instant>>,
     tap: broadcast::Sender<Arc<MetricBatch>>,
     resource: Resource,
     rt: tokio::runtime::Handle,
@@ -459,6 +502,9 @@ impl Pipeline {
             batcher_wake: Notify::new(),
             sender_wake: Notify::new(),
             tap_filling: Notify::new(),
+            retrying: AtomicUsize::new(0),
+            healthy: AtomicBool::new(true),
+            last_reject_warn: Mutex::new(None),
             tap,
             resource: otlp::resource(&resource),
             rt: rt.clone(),
@@ -556,15 +602,11 @@ impl Shared {
             let _q = self.queue.lock();
             sp.stats()
         });
-        let (queue_len, queued_points) = match &sp {
-            Some(sp) => (sp.requests, sp.items[0]),
-            None => {
-                let q = self.queue.lock();
-                let inflight = match q.inflight {
-                    Some((Signal::Metrics, n)) => n,
-                    _ => 0,
-                };
-                (q.items.len(), q.points + inflight)
+        let (queue_len, queued_points, in_flight) = {
+            let q = self.queue.lock();
+            match &sp {
+                Some(sp) => (sp.requests, sp.items[0], q.inflight_requests),
+                None => (q.items.len(), q.points + q.inflight[0], q.inflight_requests),
             }
         };
         let sp = sp.unwrap_or_default();
@@ -590,6 +632,7 @@ impl Shared {
             queue_len,
             buffered_points,
             queued_points,
+            in_flight,
             last_error: self.last_error.lock().clone(),
             last_success_ns: ld(&c.last_success_ns),
             enabled: self.enabled.load(Ordering::Acquire),
@@ -798,7 +841,7 @@ impl Shared {
         };
         let (qp, qr, inflight) = {
             let mut q = self.queue.lock();
-            let r = (q.points, q.records, q.inflight.take());
+            let r = (q.points, q.records, q.inflight);
             if q.spans > 0 {
                 self.failed(Signal::Traces, q.spans);
             }
@@ -813,8 +856,13 @@ impl Shared {
             self.dropped(Signal::Metrics, metrics + qp);
             self.dropped(Signal::Logs, logs + qr);
         }
-        if let Some((sig, n)) = inflight {
-            self.failed(sig, n);
+        for (sig, n) in [Signal::Metrics, Signal::Logs, Signal::Traces]
+            .into_iter()
+            .zip(inflight)
+        {
+            if n > 0 {
+                self.failed(sig, n);
+            }
         }
     }
 }
