@@ -162,10 +162,14 @@ e2e: setup plugins mpi-probe fake-nvml web
     cargo test -p sonde-e2e
     for t in web/tests/*.mjs; do [ "$t" = web/tests/harness.mjs ] || node "$t"; done
 
-# benchmarks: criterion micro-benchmarks, then whole-process CPU/RSS/period error and cold start
-bench: build fake-nvml
-    cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent
-    bash scripts/bench-process.sh
+# the floor sampler (tools/floor-sampler/floor.c): the least a 100 ms sampler of this machine costs, run beside sonde by ./dev bench
+floor-sampler:
+    mkdir -p target && cc -O2 -Wall -Wextra -o target/floor-sampler tools/floor-sampler/floor.c
+
+# benchmarks: criterion micro-benchmarks, then the whole process beside the floor sampler (CPU per sample and ratio, per-thread breakdown, RSS, period error, cold start); `./dev bench --check` runs only the whole-process part and compares it with README.md's figures
+bench *ARGS: build fake-nvml floor-sampler
+    if [[ " {{ARGS}} " != *" --check "* ]]; then cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent; fi
+    bash scripts/bench-process.sh {{ARGS}}
 
 # the MPI probe's overhead: one stack walk each way and the tick itself, cost per wrapped call, NetPIPE and HPCC at 100 Hz and 1 kHz (stacks, and the call site alone) vs without the probe
 bench-mpi: mpi-probe

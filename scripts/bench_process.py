@@ -1,19 +1,37 @@
 #!/usr/bin/env python3
-"""Whole-process benchmark of sonde, side by side with a peer in one run.
+"""Whole-process benchmark: sonde beside the floor sampler, in the same window.
 
-Runs the release `sonde` with its bundled plugins and OTLP export on (to a
-rotel collector with a blackhole exporter), and at the same time a psutil
-sampler doing the equivalent reads at the same 100 ms period. Reports, for
-each, CPU per sample (user+sys of the whole process divided by samples taken)
-and RSS, the ratio sonde/peer, sonde's sample-period error (idle and with both
-cores busy), and cold start to the first sample, without and with the compile
-cache. Medians of ROUNDS rounds; the machine is shared and noisy.
+Each round starts, side by side on the same machine:
+- the floor sampler (tools/floor-sampler, C): every 100 ms it preads and parses the very files
+  sonde's sampler keeps open (read from sonde's own descriptors), sleeping to absolute
+  deadlines: what sampling this machine costs at the least;
+- sonde (release build) with every bundled plugin and export off;
+- sonde with every bundled plugin exporting over OTLP/gRPC to rotel (blackhole exporter);
+and measures them over the same SECONDS window: CPU per sample (the process's CPU-time clock
+divided by the samples taken), its ratio to the floor, RSS at the end, and for each sonde a
+per-thread breakdown (µs of CPU per tick and wake-ups per tick, by thread name). Nothing posts
+to sonde and no dashboard is open: this is the idle host.
 
-Usage: scripts/bench_process.py [--seconds 20] [--rounds 3]
+Then the sample period's error with both cores busy (one spinning process per core beside
+sonde, export off), and cold start to the first sample (compiling the plugins, then from the
+compile cache) with the RSS after the first run.
+
+Medians of ROUNDS rounds; the machine is shared and noisy, so read the ratios, and note the
+load average printed with them.
+
+--check compares the fresh run with the ratios in README.md's headline table (the rows named
+in CHECKED below) and prints each one that moved by more than the noise band the row states
+(`±N`); it exits 1 when one did. It is a benchmark, not a test: CI does not run it.
+
+Usage: scripts/bench_process.py [--seconds 20] [--rounds 3] [--check] [--no-cold] [--json FILE]
+Needs: target/release/sonde, the bundled plugins, target/floor-sampler (`./dev bench` builds
+them) and rotel (`./dev setup`).
 """
 
 import argparse
+import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -21,80 +39,273 @@ import sys
 import tempfile
 import time
 
-from harness import (PSUTIL_PEER, cold_start, cpu_seconds, free_port, get, need_release_build, rss_mb, start_rotel,
-                     start_sonde_timed, stop)
+from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, need_release_build, plugin_dirs, rss_mb,
+                     start_rotel, start_sonde, stop, threads, wait_until)
+
+PERIOD_S = 0.1
+WARM_UP_S = 6  # plugins started, the first export (every 5 s) done
+
+# README headline rows checked by --check: (result key, a phrase of the row's first cell).
+CHECKED = [
+    ("cpu_off_ratio", "export off, × the floor sampler"),
+    ("cpu_on_ratio", "export to rotel, × the floor sampler"),
+    ("rss_off_mb", "RSS, steady state"),
+    ("busy_p99_us", "sample period error p99, both cores busy"),
+]
 
 
-def one_round(seconds, endpoint, busy, cache):
-    data = tempfile.mkdtemp(prefix="sonde-bench-")
-    # Steady state: a restart with the plugins already compiled (the cold case is measured apart).
-    shutil.copytree(cache, os.path.join(data, "cache"))
-    api = f"127.0.0.1:{free_port()}"
-    hogs = []
-    if busy:
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+def sampled_files(pid):
+    """The procfs and sysfs files sonde's sampler keeps open, from its descriptors (its
+    /proc/PID/net/dev is the floor's /proc/self/net/dev). Where the disks are read from their
+    sysfs stat files, /proc/diskstats is left out: sonde reads it only every 50th tick, to
+    notice new disks."""
+    files = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(f"/proc/{pid}/"):
+            target = "/proc/self/" + target[len(f"/proc/{pid}/"):]
+        if target.startswith(("/proc/", "/sys/")):
+            files.append(target)
+    if any(f.startswith("/sys/") and f.endswith("/stat") for f in files):
+        files = [f for f in files if f != "/proc/diskstats"]
+    return sorted(set(files))
+
+
+def memory_parts(pid):
+    """Resident memory of a process by where it lives (MB), from /proc/PID/smaps: the sonde
+    binary's own pages, other shared libraries, the compiled plugins (mapped .cwasm files),
+    the glibc heap, and anonymous mappings by size (thread stacks, malloc arenas, wasm linear
+    memories and everything else mmap'd)."""
+    parts = {}
+    name, size_kb = None, 0
+    exe = os.readlink(f"/proc/{pid}/exe")
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and not line.startswith(("Rss", "Size")) and ":" not in head[0]:
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                size_kb = (hi - lo) // 1024
+                path = head[5] if len(head) > 5 else ""
+                if path == exe:
+                    name = "sonde binary"
+                elif path.endswith(".cwasm"):
+                    name = "compiled plugins (.cwasm)"
+                elif path == "[heap]":
+                    name = "heap (brk)"
+                elif path.startswith("[stack"):
+                    name = "main stack"
+                elif path.startswith("/"):
+                    name = "shared libraries"
+                elif path:
+                    name = path
+                elif size_kb >= 1 << 20:
+                    name = "anon ≥ 1 GiB (wasm memories)"
+                elif size_kb >= 60 << 10:
+                    name = "anon 60 MiB–1 GiB (malloc arenas)"
+                elif size_kb in (2052, 4100, 8196, 8192, 4096, 2048):
+                    name = "thread stacks"
+                else:
+                    name = "anon, other"
+            elif head[0] == "Rss:":
+                parts[name] = parts.get(name, 0) + int(head[1]) / 1024
+    return {k: v for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+
+
+def ticks(api):
+    return get(api, "/api/status")["sampler"]["period"]["ticks"]
+
+
+def snapshot(api, pid):
+    return {"cpu": cpu_seconds(pid), "ticks": ticks(api), "threads": threads(pid)}
+
+
+def breakdown(before, after, n_ticks):
+    """Per thread name: [threads, µs of CPU per tick, wake-ups per tick, involuntary switches
+    per tick], over the threads alive at both ends; what threads that came or went used is
+    the difference to the process total."""
+    rows = {}
+    for tid, (name, cpu1, vol1, inv1) in after["threads"].items():
+        b = before["threads"].get(tid)
+        if b is None or b[0] != name:
+            continue
+        r = rows.setdefault(name, [0, 0.0, 0.0, 0.0])
+        r[0] += 1
+        r[1] += (cpu1 - b[1]) / 1e3 / n_ticks
+        r[2] += (vol1 - b[2]) / n_ticks
+        r[3] += (inv1 - b[3]) / n_ticks
+    return rows
+
+
+def start_ready(work, api, endpoint, cache):
+    plugin_dirs(work)
+    shutil.copytree(cache, os.path.join(work, "cache"))
+    p = start_sonde(work, api, endpoint)
+    wait_until(lambda: ticks(api) >= 1, p, "sonde did not take its first sample")
+    return p
+
+
+def one_round(seconds, endpoint, cache):
+    """sonde with export off and on, and the floor sampler, over one window."""
+    tmp = tempfile.mkdtemp(prefix="sonde-bench-")
+    procs = {}
     try:
-        p, _ = start_sonde_timed(data, api, endpoint)
-        time.sleep(2)  # warm-up: plugin loaded, first export done
-        peer = None if busy else subprocess.Popen([sys.executable, "-c", PSUTIL_PEER, str(seconds)], stdout=subprocess.PIPE, text=True)
-        c0, t0 = cpu_seconds(p.pid), get(api, "/api/status")["sampler"]["period"]["ticks"]
-        pc0 = cpu_seconds(peer.pid) if peer else 0
+        apis = {"off": f"127.0.0.1:{free_port()}", "on": f"127.0.0.1:{free_port()}"}
+        for k, ep in (("off", None), ("on", endpoint)):
+            procs[k] = start_ready(os.path.join(tmp, k), apis[k], ep, cache)
+        time.sleep(WARM_UP_S)
+        files = sampled_files(procs["off"].pid)
+        floor = subprocess.Popen([FLOOR, str(seconds + 3), str(int(PERIOD_S * 1000)), *files],
+                                 stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        f0, t0 = cpu_seconds(floor.pid), time.monotonic()
+        s0 = {k: snapshot(apis[k], p.pid) for k, p in procs.items()}
         time.sleep(seconds)
-        st = get(api, "/api/status")
-        c1, t1 = cpu_seconds(p.pid), st["sampler"]["period"]["ticks"]
-        res = {
-            "sonde_cpu_ms_per_sample": (c1 - c0) * 1000 / max(1, t1 - t0),
-            "sonde_rss_mb": rss_mb(p.pid),
-            "period_p50_us": st["sampler"]["period"]["error_p50_us"],
-            "period_p99_us": st["sampler"]["period"]["error_p99_us"],
-            "points_exported": st["export"]["stats"]["points_exported"],
-        }
-        if peer:
-            pc1, prss = cpu_seconds(peer.pid), rss_mb(peer.pid)
-            n = int(peer.communicate()[0].strip() or 1)
-            res["peer_cpu_ms_per_sample"] = (pc1 - pc0) * 1000 / max(1, n)
-            res["peer_rss_mb"] = prss
-        stop(p)
+        s1 = {k: snapshot(apis[k], p.pid) for k, p in procs.items()}
+        f1, t1 = cpu_seconds(floor.pid), time.monotonic()
+        floor_rss = rss_mb(floor.pid)
+        stop(floor)
+        floor.communicate()
+        floor_cpu_ms = (f1 - f0) * 1000 / ((t1 - t0) / PERIOD_S)
+        res = {"floor_cpu_ms": floor_cpu_ms, "floor_rss_mb": floor_rss, "files": files}
+        for k, p in procs.items():
+            n = max(1, s1[k]["ticks"] - s0[k]["ticks"])
+            cpu_ms = (s1[k]["cpu"] - s0[k]["cpu"]) * 1000 / n
+            res[f"cpu_{k}_ms"] = cpu_ms
+            res[f"cpu_{k}_ratio"] = cpu_ms / floor_cpu_ms
+            res[f"rss_{k}_mb"] = rss_mb(p.pid)
+            res[f"memory_{k}"] = memory_parts(p.pid)
+            res[f"threads_{k}"] = breakdown(s0[k], s1[k], n)
+            st = get(apis[k], "/api/status")
+            res[f"p99_{k}_us"] = st["sampler"]["period"]["error_p99_us"]
+            res[f"exported_{k}"] = st["export"]["stats"]["points_exported"]
         return res
+    finally:
+        for p in procs.values():
+            stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def busy_round(seconds, cache):
+    """The period error of sonde (export off) with one spinning process per core beside it."""
+    tmp = tempfile.mkdtemp(prefix="sonde-busy-")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        api = f"127.0.0.1:{free_port()}"
+        p = start_ready(tmp, api, None, cache)
+        try:
+            time.sleep(seconds)
+            per = get(api, "/api/status")["sampler"]["period"]
+            return {"busy_p50_us": per["error_p50_us"], "busy_p99_us": per["error_p99_us"]}
+        finally:
+            stop(p)
     finally:
         for h in hogs:
             h.kill()
-        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_breakdown(rounds):
+    names = sorted({n for r in rounds for k in ("off", "on") for n in r[f"threads_{k}"]})
+    med = lambda k, n, i: statistics.median(r[f"threads_{k}"].get(n, [0, 0, 0, 0])[i] for r in rounds)
+    rows = sorted(names, key=lambda n: -med("on", n, 1))
+    print("\nper thread, medians (µs of CPU per tick; wake-ups per tick; involuntary switches per tick)")
+    print(f"{'thread':18}{'n':>3} | {'export off: µs':>15}{'wakes':>7}{'invol':>7} | {'export on: µs':>14}{'wakes':>7}{'invol':>7}")
+    for n in rows:
+        count = max(r[f"threads_{k}"].get(n, [0])[0] for r in rounds for k in ("off", "on"))
+        print(f"{n:18}{count:>3} | {med('off', n, 1):>15.1f}{med('off', n, 2):>7.2f}{med('off', n, 3):>7.2f}"
+              f" | {med('on', n, 1):>14.1f}{med('on', n, 2):>7.2f}{med('on', n, 3):>7.2f}")
+    for k in ("off", "on"):
+        listed = statistics.median(sum(v[1] for v in r[f"threads_{k}"].values()) for r in rounds)
+        total = statistics.median(r[f"cpu_{k}_ms"] * 1000 for r in rounds)
+        print(f"export {k}: threads listed {listed:.1f} µs per tick of {total:.1f} µs "
+              f"(the rest: threads that started or ended within the window)")
+
+
+def check(results):
+    """Compares results with README.md's headline rows; returns the rows that drifted."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        lines = f.read().splitlines()
+    drifted = []
+    for key, phrase in CHECKED:
+        row = next((line for line in lines if line.startswith("|") and phrase in line.split("|")[1]), None)
+        if row is None:
+            print(f"check: no README row with {phrase!r}")
+            drifted.append(key)
+            continue
+        cell = row.split("|")[2]
+        value = re.search(r"[-+]?\d[\d ]*\.?\d*", cell)
+        band = re.search(r"±\s*([\d.]+)", cell)
+        if not value or not band:
+            print(f"check: README row {phrase!r} states no value and ±band: {cell.strip()!r}")
+            drifted.append(key)
+            continue
+        was, noise, now = float(value.group().replace(" ", "")), float(band.group(1)), results[key]
+        moved = abs(now - was) > noise
+        print(f"check: {phrase}: README {was:g} ±{noise:g}, now {now:.3g}{'   DRIFTED' if moved else ''}")
+        if moved:
+            drifted.append(key)
+    return drifted
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--check", action="store_true", help="compare with README.md's figures (see the module doc)")
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-start rounds")
+    ap.add_argument("--json", help="also write every round's results to this file")
     a = ap.parse_args()
-    need_release_build(recipe="./dev bench")
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "psutil"])
-    col, grpc = start_rotel(settle=0)
+    need_release_build(FLOOR, recipe="./dev bench")
+    load = os.getloadavg()
+    col, grpc = start_rotel(settle=1.0)
     endpoint = f"http://127.0.0.1:{grpc}"
+    cache_root = tempfile.mkdtemp(prefix="sonde-cache-")
+    cache = os.path.join(cache_root, "cache")
     try:
-        time.sleep(1)
-        cache = os.path.join(tempfile.mkdtemp(prefix="sonde-cache-"), "cache")
-        colds = [cold_start(endpoint, keep_cache=cache if i == 0 else None) for i in range(a.rounds)]
-        idle = [one_round(a.seconds, endpoint, False, cache) for _ in range(a.rounds)]
-        busy = [one_round(a.seconds, endpoint, True, cache) for _ in range(a.rounds)]
+        colds = [cold_start(endpoint, keep_cache=cache if i == 0 else None)
+                 for i in range(1 if a.no_cold else a.rounds)]
+        rounds = []
+        for i in range(a.rounds):
+            r = one_round(a.seconds, endpoint, cache)
+            rounds.append(r)
+            print(f"round {i + 1}/{a.rounds}: floor {r['floor_cpu_ms']:.3f} ms, sonde export off "
+                  f"{r['cpu_off_ms']:.3f} ms ({r['cpu_off_ratio']:.2f}x), export on {r['cpu_on_ms']:.3f} ms "
+                  f"({r['cpu_on_ratio']:.2f}x); RSS {r['rss_off_mb']:.1f} / {r['rss_on_mb']:.1f} MB", flush=True)
+        busy = [busy_round(a.seconds, cache) for _ in range(a.rounds)]
     finally:
-        col.kill()
+        stop(col)
+        shutil.rmtree(cache_root, ignore_errors=True)
+    load_end = os.getloadavg()
     med = lambda rs, k: statistics.median(r[k] for r in rs)
-    s_cpu, p_cpu = med(idle, "sonde_cpu_ms_per_sample"), med(idle, "peer_cpu_ms_per_sample")
-    s_rss, p_rss = med(idle, "sonde_rss_mb"), med(idle, "peer_rss_mb")
-    print(f"\nwhole process, {a.rounds} rounds of {a.seconds:.0f} s, medians ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)")
-    print(f"{'':34}{'sonde':>10}{'psutil peer':>14}{'sonde/peer':>12}")
-    print(f"{'CPU per 100 ms sample (ms)':34}{s_cpu:>10.3f}{p_cpu:>14.3f}{s_cpu / p_cpu:>12.2f}")
-    print(f"{'RSS (MB)':34}{s_rss:>10.1f}{p_rss:>14.1f}{s_rss / p_rss:>12.2f}")
-    print(f"sample period error, idle:        p50 {med(idle, 'period_p50_us'):.0f} us, p99 {med(idle, 'period_p99_us'):.0f} us")
-    print(f"sample period error, cores busy:  p50 {med(busy, 'period_p50_us'):.0f} us, p99 {med(busy, 'period_p99_us'):.0f} us")
+    res = {k: med(rounds, k) for k in rounds[0] if isinstance(rounds[0][k], float)}
+    res.update({k: med(busy, k) for k in busy[0]})
+    print(f"\nwhole process, {a.rounds} rounds of {a.seconds:.0f} s, medians ({time.strftime('%Y-%m-%d %H:%M')}, "
+          f"{os.cpu_count()} cores, load average {load[0]:.2f} at the start, {load_end[0]:.2f} at the end)")
+    print(f"floor sampler reads: {' '.join(rounds[0]['files'])}")
+    print(f"{'':40}{'floor':>10}{'export off':>12}{'export on':>12}")
+    print(f"{'CPU per 100 ms sample (ms)':40}{res['floor_cpu_ms']:>10.3f}{res['cpu_off_ms']:>12.3f}{res['cpu_on_ms']:>12.3f}")
+    print(f"{'  × the floor sampler':40}{1:>10.2f}{res['cpu_off_ratio']:>12.2f}{res['cpu_on_ratio']:>12.2f}")
+    print(f"{'RSS at the end (MB)':40}{res['floor_rss_mb']:>10.1f}{res['rss_off_mb']:>12.1f}{res['rss_on_mb']:>12.1f}")
+    print(f"sample period error, idle:        p99 {res['p99_off_us']:.0f} µs (export off), {res['p99_on_us']:.0f} µs (on)")
+    print(f"sample period error, cores busy:  p50 {res['busy_p50_us']:.0f} µs, p99 {res['busy_p99_us']:.0f} µs")
     print(f"cold start to first sample:       first run {statistics.median(c[0] for c in colds):.0f} ms, "
           f"with compile cache {statistics.median(c[2] for c in colds):.0f} ms")
-    print(f"RSS after a first run that compiled the plugins: {statistics.median(c[1] for c in colds):.1f} MB")
-    print(f"points exported per round (median): {med(idle, 'points_exported'):.0f}")
+    print(f"RSS 2 s after a first run that compiled the plugins: {statistics.median(c[1] for c in colds):.1f} MB")
+    print(f"points exported per round, export on (median): {med(rounds, 'exported_on'):.0f}")
+    print("RSS of sonde (export off) by where it lives, medians (MB): " + ", ".join(
+        f"{k} {statistics.median(r['memory_off'].get(k, 0) for r in rounds):.1f}" for k in rounds[0]["memory_off"]))
+    print_breakdown(rounds)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"rounds": rounds, "busy": busy, "cold": colds, "medians": res}, f, indent=1)
+    if a.check:
+        print()
+        drifted = check(res)
+        print(f"check: {len(drifted)} of {len(CHECKED)} figures drifted beyond their noise band")
+        sys.exit(1 if drifted else 0)
 
 
 if __name__ == "__main__":

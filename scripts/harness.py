@@ -5,7 +5,9 @@
   its binary and starting it with a blackhole or an OTLP exporter;
 - starting sonde in a scratch directory and waiting until it is ready, or until its first sample
   (the cold-start figure), and a compile cache made once so later rounds start warm;
-- a process's CPU time, RSS, open files and threads, read from /proc;
+- a process's CPU time (its kernel CPU-time clock, in ns), RSS, open files and threads, and a
+  per-thread reading (name, CPU, wake-ups) for the breakdowns, read from /proc;
+- the floor sampler (tools/floor-sampler) the whole-process benchmark puts beside sonde;
 - the psutil sampler the whole-process benchmarks put beside sonde.
 
 Only the standard library is imported here.
@@ -23,10 +25,12 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SONDE = os.path.join(ROOT, "target/release/sonde")
+# SONDE_BIN runs another build (e.g. a copy of an earlier one, for a before/after).
+SONDE = os.environ.get("SONDE_BIN") or os.path.join(ROOT, "target/release/sonde")
 BUNDLED = os.path.join(ROOT, "target/plugins/bundled")
 TESTBED = os.path.join(ROOT, "target/plugins/testing/testbed.wasm")
 LOADGEN = os.path.join(ROOT, "target/release/otlp-loadgen")
+FLOOR = os.path.join(ROOT, "target/floor-sampler")
 TICK = os.sysconf("SC_CLK_TCK")
 
 # A Python sampler doing the reads sonde does (CPU per core and total, memory, network per
@@ -61,10 +65,38 @@ def free_port():
 
 
 def cpu_seconds(pid):
-    """User + system CPU time of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+    """User + system CPU time of a process so far, threads that ended included. Read from the
+    process's CPU-time clock (the kernel's nanosecond sum, as clock_getcpuclockid gives it);
+    /proc/PID/stat (10 ms ticks, too coarse for a 20 s window of an idle sampler) only where
+    that clock cannot be read."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2) / 1e9  # CPUCLOCK_SCHED of the process
+    except OSError:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+
+
+def threads(pid):
+    """{tid: (name, cpu_ns, voluntary switches, involuntary switches)} of a process's threads
+    now. A voluntary switch is the thread going to sleep, so each one is a later wake-up."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/comm") as f:
+                name = f.read().strip()
+            with open(f"{base}/status") as f:
+                st = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+            try:
+                cpu = time.clock_gettime_ns(((~int(tid)) << 3) | 6)  # the thread's CPUCLOCK_SCHED
+            except OSError:
+                with open(f"{base}/schedstat") as f:
+                    cpu = int(f.read().split()[0])
+        except (OSError, ValueError):
+            continue  # ended while read
+        out[int(tid)] = (name, cpu, int(st["voluntary_ctxt_switches"]), int(st["nonvoluntary_ctxt_switches"]))
+    return out
 
 
 def rss_mb(pid):

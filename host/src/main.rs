@@ -60,6 +60,15 @@ enum Command {
     /// Tools for plugin authors.
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Compiles a plugin component into the compile cache (the host runs
+    /// this itself, so that compiling leaves nothing in its memory).
+    #[command(hide = true)]
+    CompilePlugin {
+        /// The component (`-`: stdin).
+        input: PathBuf,
+        /// Where the compiled form goes.
+        output: PathBuf,
+    },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -82,7 +91,18 @@ enum PluginCommand {
 
 /// Runs a subcommand: nothing of the host starts.
 fn run_command(command: Command) -> ExitCode {
-    let Command::Plugin(PluginCommand::New { name, lang, dir, sdk }) = command;
+    let (name, lang, dir, sdk) = match command {
+        Command::Plugin(PluginCommand::New { name, lang, dir, sdk }) => (name, lang, dir, sdk),
+        Command::CompilePlugin { input, output } => {
+            return match sonde::plugin::engine::compile_file(&input, &output) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sonde compile-plugin: {e:#}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+    };
     let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
     let new = sonde::plugin_kit::NewPlugin { name, lang, dir, sdk };
     match sonde::plugin_kit::write(&new) {
@@ -168,12 +188,18 @@ fn main() -> ExitCode {
         println!("# configuration is valid");
         return ExitCode::SUCCESS;
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .thread_name("sonde-rt")
-        .build()
-    {
+    // Plugins are compiled by this same binary in a child process (see
+    // plugin::engine). On Linux through /proc/self/exe: the running file
+    // even if a rebuild replaced it on disk since.
+    let exe = if cfg!(target_os = "linux") {
+        Ok(PathBuf::from("/proc/self/exe"))
+    } else {
+        std::env::current_exe()
+    };
+    if let Ok(exe) = exe {
+        sonde::plugin::engine::compile_in_child(exe);
+    }
+    let rt = match sonde::run::runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("sonde: cannot start the runtime: {e}");

@@ -20,6 +20,23 @@ use crate::pipeline::{Pipeline, PipelineHandle};
 use crate::plugin::PluginManager;
 use crate::sample::{Sampler, driver};
 
+/// The host's tokio runtime: one worker thread ("sonde-worker") and the
+/// blocking pool ("sonde-blocking"), named apart so that a per-thread
+/// breakdown (`./dev bench`) reads by role. Tokio starts its workers while the
+/// runtime is built, before any blocking thread, so the first thread named is
+/// the worker.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let named = std::sync::atomic::AtomicUsize::new(0);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name_fn(move || match named.fetch_add(1, Ordering::Relaxed) {
+            0 => "sonde-worker".into(),
+            _ => "sonde-blocking".into(),
+        })
+        .build()
+}
+
 /// Runs until SIGINT/SIGTERM.
 pub async fn run(cfg: Config) -> Result<()> {
     let host = Host::start(cfg, HostOptions::default()).await?;
@@ -121,7 +138,6 @@ impl Host {
             gpu_watch,
             hub.clone(),
             resource_attributes(&cfg),
-            Duration::from_millis(cfg.ingest.flush_ms),
             stop_rx.clone(),
         ));
         let hub_task = tokio::spawn(
@@ -671,12 +687,11 @@ async fn self_metrics_loop(
 
 /// Hands the GPU sampler's events (an XID error, a GPU lost) to the plugins as
 /// node events of this host (origin role "host", node = `host.name`, no job),
-/// through the same hub as what jobs report, every `every`.
+/// through the same hub as what jobs report, as they arrive (it sleeps until then).
 async fn forward_gpu_events(
     watch: crate::sample::gpu::GpuWatch,
     hub: Arc<IngestHub>,
     resource: Vec<(String, crate::model::AttrValue)>,
-    every: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     use crate::model::AttrValue;
@@ -685,10 +700,9 @@ async fn forward_gpu_events(
         .find(|(k, _)| k == "host.name")
         .map(|(_, v)| v.text())
         .unwrap_or_default();
-    let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = watch.arrived() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         let events = watch.take_events();

@@ -266,6 +266,8 @@ fn sysmetrics_turns_samples_into_otel_metrics() {
 #[test]
 fn spinning_plugin_is_interrupted_and_sampling_goes_on() {
     // A long deadline: if the plugin could hold up the sampler, gaps would show it.
+    // (It counts the plugin thread's CPU time: on a loaded machine each trap
+    // takes longer on the wall, hence the generous wait below.)
     let e = env(|c| {
         c.plugins.call_timeout_ms = 1500;
         c.plugins.max_traps = 2;
@@ -285,7 +287,7 @@ fn spinning_plugin_is_interrupted_and_sampling_goes_on() {
             m.on_tick(tick, s);
         },
     );
-    let quarantined = wait_until(Duration::from_secs(8), || {
+    let quarantined = wait_until(Duration::from_secs(30), || {
         e.status("spin").state == RunState::Quarantined
     });
     let st = e.status("spin");
@@ -737,4 +739,52 @@ fn a_plugin_of_contract_0_1_still_loads_and_gets_its_rows_from_the_tables() {
     assert_eq!(s["progress"], 1);
     assert_eq!(s["sink"], "ok", "0.1's open-sink writes in sinks.dir");
     assert!(e.sinks_dir.join("legacy01.tsv").exists());
+}
+
+#[test]
+fn compiling_in_a_child_process_fills_the_cache_and_reports_what_went_wrong() {
+    use sonde::plugin::engine::PluginEngine;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let sonde = std::path::PathBuf::from(env!("CARGO_BIN_EXE_sonde"));
+    let engine = PluginEngine::new(&cache).unwrap().compiling_with(sonde.clone());
+    let loaded = engine.load_component(&component("testing/testbed.wasm")).unwrap();
+    assert!(!loaded.from_cache);
+    assert_eq!(loaded.contract, "0.2.0");
+    let files: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(files.len(), 1, "one compiled file, no leftovers: {files:?}");
+    // What the child wrote loads in an engine of this process (same settings).
+    let again = PluginEngine::new(&cache).unwrap();
+    assert!(
+        again
+            .load_component(&component("testing/testbed.wasm"))
+            .unwrap()
+            .from_cache
+    );
+    // A component the compiler refuses: its reason comes back.
+    let mut broken = component("testing/testbed.wasm");
+    broken.truncate(broken.len() / 2);
+    let err = format!(
+        "{:#}",
+        engine.load_component(&broken).err().expect("a cut component fails")
+    );
+    assert!(
+        !err.is_empty() && !err.contains("ended with"),
+        "the compiler's own reason, not only its exit status: {err}"
+    );
+    // A compiler that cannot be started is an error too, not a hang.
+    let missing = PluginEngine::new(&tmp.path().join("cache2"))
+        .unwrap()
+        .compiling_with(tmp.path().join("no-such-sonde"));
+    let err = format!(
+        "{:#}",
+        missing
+            .load_component(&component("testing/testbed.wasm"))
+            .err()
+            .unwrap()
+    );
+    assert!(err.contains("no-such-sonde"), "{err}");
 }

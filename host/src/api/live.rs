@@ -20,6 +20,10 @@
 //!   so its past is still read from the history (a job that ended an hour
 //!   ago), and it takes the same id back when points come again. At most
 //!   `max_dormant` are kept; past that the longest dormant is forgotten.
+//! - Fed lazily: the store takes in what the pipeline's tap holds when it is
+//!   read (every read catches up first, so a reader sees everything emitted so
+//!   far) and when the tap fills up ([`PipelineHandle::tap_filling`]), not
+//!   batch by batch: an idle host with no dashboard open does not wake for it.
 //! - Downsampling puts points into fixed buckets aligned to multiples of the
 //!   bucket width (so a bucket's identity never changes as data arrives) and
 //!   keeps min, max and mean per bucket. The live stream sends a snapshot in
@@ -136,6 +140,8 @@ pub struct LiveStore {
     inner: RwLock<Store>,
     /// When this store started (ms since the epoch): it holds nothing older.
     started_ms: u64,
+    /// The pipeline's tap, drained by `catch_up` (None: fed by `ingest` only).
+    tap: parking_lot::Mutex<Option<tokio::sync::broadcast::Receiver<Arc<MetricBatch>>>>,
 }
 
 impl Default for LiveStore {
@@ -186,25 +192,39 @@ impl LiveStore {
         Self {
             inner: RwLock::new(Store::new(limits)),
             started_ms: now_ns() / 1_000_000,
+            tap: parking_lot::Mutex::new(None),
         }
     }
 
-    /// A store fed from the pipeline's tap on a task of its own.
+    /// A store fed from the pipeline's tap: on every read, and by a task that
+    /// wakes only when the tap fills up (see the module comment).
     pub fn spawn(pipeline: &PipelineHandle, limits: LiveLimits) -> Arc<Self> {
         let store = Arc::new(Self::with_limits(limits));
-        let mut rx = pipeline.subscribe();
-        let s = store.clone();
+        *store.tap.lock() = Some(pipeline.subscribe());
+        let weak = Arc::downgrade(&store);
+        let pipeline = pipeline.clone();
         tokio::spawn(async move {
-            use tokio::sync::broadcast::error::RecvError;
             loop {
-                match rx.recv().await {
-                    Ok(batch) => s.ingest(&batch),
-                    Err(RecvError::Lagged(n)) => tracing::debug!("live store fell {n} batches behind"),
-                    Err(RecvError::Closed) => return,
-                }
+                pipeline.tap_filling().await;
+                let Some(s) = weak.upgrade() else { return };
+                s.catch_up();
             }
         });
         store
+    }
+
+    /// Takes in every batch the tap holds now.
+    pub fn catch_up(&self) {
+        use tokio::sync::broadcast::error::TryRecvError;
+        let mut tap = self.tap.lock();
+        let Some(rx) = tap.as_mut() else { return };
+        loop {
+            match rx.try_recv() {
+                Ok(batch) => self.ingest(&batch),
+                Err(TryRecvError::Lagged(n)) => tracing::debug!("live store fell {n} batches behind"),
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return,
+            }
+        }
     }
 
     /// Adds a batch's points.
@@ -236,11 +256,13 @@ impl LiveStore {
     /// Makes a series known before it has points here (one the history kept
     /// from before a restart), so that it is listed and keeps one id.
     pub fn declare(&self, scope: &str, s: &MetricSeries) -> Option<u32> {
+        self.catch_up();
         self.inner.write().id_for(scope, s)
     }
 
     /// Every series kept, in id order.
     pub fn list(&self) -> Vec<SeriesMeta> {
+        self.catch_up();
         let st = self.inner.read();
         let mut out: Vec<SeriesMeta> = st.series.values().map(|s| s.meta.clone()).collect();
         if !st.dormant.is_empty() {
@@ -251,6 +273,7 @@ impl LiveStore {
     }
 
     pub fn stats(&self) -> StoreStats {
+        self.catch_up();
         let st = self.inner.read();
         let points: usize = st.series.values().map(|s| s.points.len()).sum();
         let bytes = st.series.values().map(|s| s.points.capacity() * 8).sum();
@@ -269,6 +292,7 @@ impl LiveStore {
 
     /// The newest point's time of a series (ms since the Unix epoch).
     pub fn last_ms(&self, id: u32) -> Option<u64> {
+        self.catch_up();
         let st = self.inner.read();
         let s = st.series.get(&id)?;
         s.points.back().map(|p| st.base_ms + p.0 as u64)
@@ -277,6 +301,7 @@ impl LiveStore {
     /// Points of `ids` in `[from_ms, to_ms]`, in buckets of `bucket_ms`
     /// aligned to multiples of it. Unknown ids are left out.
     pub fn query(&self, ids: &[u32], from_ms: u64, to_ms: u64, bucket_ms: u64) -> Vec<Buckets> {
+        self.catch_up();
         let st = self.inner.read();
         ids.iter()
             .filter_map(|&id| {
@@ -619,6 +644,30 @@ mod tests {
         assert_eq!(q[0].mean, vec![0.5, 0.75]);
     }
 
+    #[tokio::test]
+    async fn a_store_fed_from_the_tap_takes_it_in_when_read_and_when_it_fills() {
+        let (h, p) = crate::pipeline::Pipeline::start(&Default::default(), vec![]).unwrap();
+        let st = LiveStore::spawn(&h, LiveLimits::default());
+        let now = now_ns();
+        let a = series("a", MetricKind::Gauge, &[]);
+        h.submit_metrics(batch("s", vec![(a.clone(), now, 1.0)]));
+        // Nothing awaited since: the store's task has not run, the read catches up.
+        assert_eq!(st.inner.read().series.len(), 0, "not taken in batch by batch");
+        assert_eq!(st.list().len(), 1);
+        // A quarter of the tap's capacity wakes the task, with nobody reading.
+        for i in 0..crate::pipeline::TAP_FILLING {
+            h.submit_metrics(batch("s", vec![(a.clone(), now + (i as u64 + 1) * 1_000_000, 2.0)]));
+        }
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            st.inner.read().series[&0].points.len() > 1,
+            "the filling tap woke the task"
+        );
+        p.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+
     #[test]
     fn counters_become_rates() {
         let st = LiveStore::new();
@@ -775,6 +824,7 @@ mod tests {
         let store = LiveStore {
             inner: RwLock::new(st),
             started_ms: 0,
+            tap: Default::default(),
         };
         assert_eq!(store.list().iter().map(|m| m.id).collect::<Vec<_>>(), listed);
         assert_eq!(store.stats().dormant_series, 2);

@@ -63,6 +63,11 @@ pub struct ExportConfig {
     pub max_batch_points: usize,
     /// Encoded requests waiting to be sent; when full, the oldest is dropped and counted.
     pub queue_capacity: usize,
+    /// Requests sent at once (1 to 64). They start in queue order and may be
+    /// answered out of order; while one waits to be retried no new one starts.
+    /// Several let a busy host keep up with a collector's round trips at
+    /// hundreds of thousands of points a second.
+    pub max_in_flight: usize,
     /// Retry backoff: first delay, cap, and total time before giving up on a request.
     pub retry_initial_ms: u64,
     pub retry_max_ms: u64,
@@ -107,6 +112,7 @@ impl Default for ExportConfig {
             interval_ms: 5_000,
             max_batch_points: 8_192,
             queue_capacity: 64,
+            max_in_flight: 4,
             retry_initial_ms: 200,
             retry_max_ms: 5_000,
             retry_max_elapsed_ms: 30_000,

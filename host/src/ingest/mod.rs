@@ -11,7 +11,7 @@
 //!     ▼                                        ▼
 //!  IngestHub (this file): interns origins, names and point series, builds one
 //!     │  columnar `event-batch`, bounded by `ingest.queue_capacity` rows
-//!     ▼  every `ingest.flush_ms`, or early when 8192 rows wait
+//!     ▼  every `ingest.flush_ms` while rows wait, or early when 8192 do (asleep when none do)
 //!  PluginManager::publish_events: each plugin gets the column groups and tables it asked for
 //! ```
 //! `tables.rs` maps rows of event tables onto the tables plugins declared
@@ -376,10 +376,12 @@ impl IngestHub {
         for r in reports.iter().filter(|r| r.rows() > 0) {
             p.add(r);
         }
-        let early = p.rows >= EARLY_FLUSH_ROWS;
+        // The flush loop sleeps while nothing waits: wake it for the first
+        // rows (it flushes them at its next tick), and when a full batch waits.
+        let wake = p.rows == n || p.rows >= EARLY_FLUSH_ROWS;
         drop(p);
         self.tap(reports);
-        if early {
+        if wake {
             self.wake.notify_one();
         }
         Ok(n)
@@ -444,14 +446,23 @@ impl IngestHub {
         rows
     }
 
-    /// Flushes every `every` (and early when many rows wait) until `stop` fires; flushes once more at the end.
+    /// Flushes every `every` while rows wait (and early when many do) until
+    /// `stop` fires; flushes once more at the end. With nothing waiting and no
+    /// in-process agent attached it sleeps until rows arrive: an idle host
+    /// does not wake for it.
     pub async fn run(self: Arc<Self>, every: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
         let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // After a sleep the ticks keep their grid: the first rows wait at most `every`.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
+            let idle = self.idle();
             tokio::select! {
-                _ = tick.tick() => {}
-                _ = self.wake.notified() => {}
+                _ = tick.tick(), if !idle => {}
+                _ = self.wake.notified() => {
+                    if idle {
+                        continue; // rows arrived: flush them at the next tick
+                    }
+                }
                 r = stop.changed() => {
                     if r.is_err() || *stop.borrow() {
                         break;

@@ -6,22 +6,24 @@
 //!     ▼
 //!  buffer   ≤ max_batch_points × queue_capacity points (and as many log records);
 //!     │     beyond it the NEW batch is dropped and counted (points_dropped)
-//!     ▼  batcher task: every interval_ms, or early once max_batch_points are waiting
+//!     ▼  batcher task: every interval_ms while it holds data, or early once
+//!     │  max_batch_points are waiting (it sleeps while the buffer is empty)
 //!  encode   requests of ≤ max_batch_points points / records, protobuf-encoded once
 //!     ▼
 //!  queue    ≤ queue_capacity encoded requests; when full the OLDEST is dropped
 //!     │     and counted (fresh data is worth more to a profiler)
-//!     ▼  sender task: one request at a time
+//!     ▼  sender: up to max_in_flight requests at once, started in queue order
 //!  send     per-request timeout; retryable errors retried with exponential
 //!           backoff (retry_initial_ms doubling to retry_max_ms, jittered) until
 //!           retry_max_elapsed_ms, then given up (points_failed); non-retryable
-//!           errors and partial-success rejections are failed at once.
+//!           errors and partial-success rejections are failed at once. While a
+//!           request waits to be retried, no new one starts.
 //! ```
 //!
 //! Memory is bounded whatever the collector does: at most
 //! `max_batch_points × queue_capacity` points waiting in the buffer (including
-//! the flush being encoded), `queue_capacity` encoded requests, and one request
-//! in flight. Every point submitted while export is on ends up in exactly one of
+//! the flush being encoded), `queue_capacity` encoded requests, and
+//! `max_in_flight` requests in flight. Every point submitted while export is on ends up in exactly one of
 //! `points_exported`, `points_dropped`, `points_failed`, `buffered_points` or
 //! `queued_points` (likewise for log records, which have no pending gauges).
 //! Points submitted while export is off (`endpoint == None`) only reach
@@ -38,7 +40,9 @@
 //! counts it in `*_in` again and sends it first. When appending would pass
 //! `spool_max_bytes`, the NEW request is dropped and counted: what is spooled
 //! was promised to survive. `queue_len` / `queued_points` then count the
-//! spool, the request in flight included.
+//! spool, the requests in flight included; its cursor moves only past
+//! requests answered in order, so whatever was in flight at a crash is sent
+//! again.
 //!
 //! The sender never dies: every error is counted and kept in `last_error`. It
 //! logs one warning when the collector starts failing and one info line when it
@@ -74,6 +78,8 @@ use spool::{AppendError, Spool};
 
 /// Batches kept for `subscribe()` receivers; a receiver further behind loses the oldest.
 const TAP_CAPACITY: usize = 1024;
+/// Batches waiting in the tap that wake [`PipelineHandle::tap_filling`].
+pub const TAP_FILLING: usize = TAP_CAPACITY / 4;
 
 /// Counters and gauges of the export pipeline, for the API, the dashboard and self-metrics.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -105,14 +111,16 @@ pub struct ExportStats {
     pub requests_failed: u64,
     /// Attempts beyond the first, over all requests.
     pub retries: u64,
-    /// Encoded requests waiting to be sent (not counting the one in flight;
+    /// Encoded requests waiting to be sent (not counting those in flight;
     /// with the spool on, the spooled requests, in flight included).
     pub queue_len: usize,
     /// Points accepted but not yet encoded into a request.
     pub buffered_points: usize,
-    /// Points in encoded requests: queued plus the one in flight. (Addition to
+    /// Points in encoded requests: queued plus those in flight. (Addition to
     /// the original contract: with it the conservation law above can be checked.)
     pub queued_points: usize,
+    /// Requests being sent now (at most `export.max_in_flight`).
+    pub in_flight: usize,
     pub last_error: Option<String>,
     /// Wall clock of the last accepted request, ns since the Unix epoch (0: never).
     pub last_success_ns: u64,
@@ -186,8 +194,38 @@ struct Queue {
     records: usize,
     /// Spans in forwarded trace requests (gateway mode).
     spans: usize,
-    /// The request being sent: (signal, items).
-    inflight: Option<(Signal, usize)>,
+    /// Items in the requests being sent, by signal (metrics, logs, traces), and how many requests.
+    inflight: [usize; 3],
+    inflight_requests: usize,
+}
+
+fn sig_index(s: Signal) -> usize {
+    match s {
+        Signal::Metrics => 0,
+        Signal::Logs => 1,
+        Signal::Traces => 2,
+    }
+}
+
+impl Queue {
+    /// Takes the oldest request; its items count as in flight until [`landed`](Self::landed).
+    fn take_next(&mut self) -> Option<Encoded> {
+        let it = self.items.pop_front()?;
+        match it.signal {
+            Signal::Metrics => self.points -= it.items,
+            Signal::Logs => self.records -= it.items,
+            Signal::Traces => self.spans -= it.items,
+        }
+        self.inflight[sig_index(it.signal)] += it.items;
+        self.inflight_requests += 1;
+        Some(it)
+    }
+
+    /// A request taken by `take_next` was answered (its items are counted elsewhere now).
+    fn landed(&mut self, signal: Signal, items: usize) {
+        self.inflight[sig_index(signal)] -= items;
+        self.inflight_requests -= 1;
+    }
 }
 
 /// Settings the tasks read at each use, so `reconfigure` takes effect live.
@@ -196,6 +234,7 @@ struct Tuning {
     interval: Duration,
     max_batch: usize,
     queue_capacity: usize,
+    max_in_flight: usize,
     retry_initial: Duration,
     retry_max: Duration,
     retry_max_elapsed: Duration,
@@ -207,6 +246,7 @@ impl Tuning {
             interval: Duration::from_millis(cfg.interval_ms.max(1)),
             max_batch: cfg.max_batch_points.max(1),
             queue_capacity: cfg.queue_capacity.max(1),
+            max_in_flight: cfg.max_in_flight.max(1),
             retry_initial: Duration::from_millis(cfg.retry_initial_ms.max(1)),
             retry_max: Duration::from_millis(cfg.retry_max_ms.max(cfg.retry_initial_ms).max(1)),
             retry_max_elapsed: Duration::from_millis(cfg.retry_max_elapsed_ms),
@@ -235,6 +275,14 @@ struct Shared {
     last_error: Mutex<Option<String>>,
     batcher_wake: Notify,
     sender_wake: Notify,
+    /// Notified when the tap holds `TAP_FILLING` batches for its slowest receiver.
+    tap_filling: Notify,
+    /// Requests in flight waiting to be retried: while any is, no new one starts.
+    retrying: AtomicUsize,
+    /// The last attempt succeeded (one log line when that changes).
+    healthy: AtomicBool,
+    /// When a partial rejection was last logged as a warning.
+    last_reject_warn: Mutex<Option<Instant>>,
     tap: broadcast::Sender<Arc<MetricBatch>>,
     resource: Resource,
     rt: tokio::runtime::Handle,
@@ -258,9 +306,7 @@ impl PipelineHandle {
         let s = &*self.shared;
         s.c.points_in.fetch_add(n as u64, Ordering::Relaxed);
         let batch = Arc::new(batch);
-        if s.tap.receiver_count() > 0 {
-            let _ = s.tap.send(batch.clone());
-        }
+        s.send_tap(batch.clone());
         if !s.enabled.load(Ordering::Acquire) {
             return;
         }
@@ -279,7 +325,9 @@ impl PipelineHandle {
         b.points += n;
         b.metrics.push(batch);
         drop(b);
-        if before < max && before + n >= max {
+        // The batcher sleeps while the buffer is empty: wake it for the first
+        // batch (it flushes at its next interval), and when a request is full.
+        if before == 0 || (before < max && before + n >= max) {
             s.batcher_wake.notify_one();
         }
     }
@@ -311,7 +359,7 @@ impl PipelineHandle {
         b.records += n;
         b.logs.push(batch);
         drop(b);
-        if before < max && before + n >= max {
+        if before == 0 || (before < max && before + n >= max) {
             s.batcher_wake.notify_one();
         }
     }
@@ -353,12 +401,18 @@ impl PipelineHandle {
         self.shared.tap.subscribe()
     }
 
+    /// Returns once the tap holds a quarter of its capacity for its slowest
+    /// receiver: a receiver that drains with `try_recv` when it is read (the
+    /// live store) waits for this instead of waking for every batch.
+    pub async fn tap_filling(&self) {
+        self.shared.tap_filling.notified().await
+    }
+
     /// Hands a batch to the `subscribe()` tap only, never to export: what a
     /// master received from its agents, shown and kept here but owned by them.
     pub fn publish_live(&self, batch: MetricBatch) {
-        let s = &*self.shared;
-        if !batch.points.is_empty() && s.tap.receiver_count() > 0 {
-            let _ = s.tap.send(Arc::new(batch));
+        if !batch.points.is_empty() {
+            self.shared.send_tap(Arc::new(batch));
         }
     }
 
@@ -447,6 +501,10 @@ impl Pipeline {
             last_error: Mutex::new(None),
             batcher_wake: Notify::new(),
             sender_wake: Notify::new(),
+            tap_filling: Notify::new(),
+            retrying: AtomicUsize::new(0),
+            healthy: AtomicBool::new(true),
+            last_reject_warn: Mutex::new(None),
             tap,
             resource: otlp::resource(&resource),
             rt: rt.clone(),
@@ -529,21 +587,26 @@ impl Drop for Pipeline {
 }
 
 impl Shared {
+    fn send_tap(&self, batch: Arc<MetricBatch>) {
+        if self.tap.receiver_count() > 0 {
+            let _ = self.tap.send(batch);
+            if self.tap.len() >= TAP_FILLING {
+                self.tap_filling.notify_one();
+            }
+        }
+    }
+
     fn stats(&self) -> ExportStats {
         let sp = self.spool.as_ref().map(|sp| {
             // Under the queue lock, like an append, so items are never seen twice.
             let _q = self.queue.lock();
             sp.stats()
         });
-        let (queue_len, queued_points) = match &sp {
-            Some(sp) => (sp.requests, sp.items[0]),
-            None => {
-                let q = self.queue.lock();
-                let inflight = match q.inflight {
-                    Some((Signal::Metrics, n)) => n,
-                    _ => 0,
-                };
-                (q.items.len(), q.points + inflight)
+        let (queue_len, queued_points, in_flight) = {
+            let q = self.queue.lock();
+            match &sp {
+                Some(sp) => (sp.requests, sp.items[0], q.inflight_requests),
+                None => (q.items.len(), q.points + q.inflight[0], q.inflight_requests),
             }
         };
         let sp = sp.unwrap_or_default();
@@ -569,6 +632,7 @@ impl Shared {
             queue_len,
             buffered_points,
             queued_points,
+            in_flight,
             last_error: self.last_error.lock().clone(),
             last_success_ns: ld(&c.last_success_ns),
             enabled: self.enabled.load(Ordering::Acquire),
@@ -777,7 +841,7 @@ impl Shared {
         };
         let (qp, qr, inflight) = {
             let mut q = self.queue.lock();
-            let r = (q.points, q.records, q.inflight.take());
+            let r = (q.points, q.records, q.inflight);
             if q.spans > 0 {
                 self.failed(Signal::Traces, q.spans);
             }
@@ -792,24 +856,46 @@ impl Shared {
             self.dropped(Signal::Metrics, metrics + qp);
             self.dropped(Signal::Logs, logs + qr);
         }
-        if let Some((sig, n)) = inflight {
-            self.failed(sig, n);
+        for (sig, n) in [Signal::Metrics, Signal::Logs, Signal::Traces]
+            .into_iter()
+            .zip(inflight)
+        {
+            if n > 0 {
+                self.failed(sig, n);
+            }
         }
     }
 }
 
+/// Flushes every `interval` while the buffer holds something, early when a
+/// request is full; with the buffer empty it sleeps until the first batch
+/// arrives (an idle host, or export off, never wakes it). Flushes keep the
+/// interval's grid: the first batch after a quiet spell goes out at the next
+/// multiple of the interval since the last flush.
 async fn batcher_task(s: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last = Instant::now();
     loop {
         let interval = s.tuning.lock().interval;
+        let empty = {
+            let b = s.buf.lock();
+            b.metrics.is_empty() && b.logs.is_empty()
+        };
         tokio::select! {
-            _ = tokio::time::sleep_until(last + interval) => {
+            _ = tokio::time::sleep_until(last + interval), if !empty => {
                 last = Instant::now();
                 s.flush();
             }
             _ = s.batcher_wake.notified() => {
-                // Early: enough for a full request. Otherwise a reconfigure; loop
-                // round to pick up the new interval.
+                if empty {
+                    // The first batch after a quiet spell: back onto the grid.
+                    let now = Instant::now();
+                    if last + interval <= now {
+                        let into_window = (now - last).as_nanos() % interval.as_nanos().max(1);
+                        last = now - Duration::from_nanos(into_window as u64);
+                    }
+                }
+                // Early: enough for a full request. Otherwise new data or a
+                // reconfigure; loop round to pick up the new interval.
                 let max = s.max_batch.load(Ordering::Relaxed);
                 let full = {
                     let b = s.buf.lock();

@@ -11,18 +11,24 @@
 //!
 //! The pipeline appends a request and makes it durable (`fdatasync`, one per
 //! flush or forwarded request, shared by concurrent callers) before it counts
-//! as queued. The sender reads the oldest record from disk, and only after
-//! the collector's answer advances the cursor; a segment is deleted once all
-//! of it is answered. Only per-segment tallies live in memory.
+//! as queued. The sender reads records back from disk in order, several ahead
+//! of the oldest unanswered one when it sends several at once
+//! (`export.max_in_flight`); answers may come back in any order, and the
+//! cursor only ever moves past records answered in order (those answered
+//! ahead of an older one wait in a small map until it is answered). A segment
+//! is deleted once all of it is answered. Only per-segment tallies, the
+//! reading position and the answers ahead of the cursor live in memory.
 //!
 //! A record that is cut short or fails its checksum (a crash mid-write, a
 //! damaged disk) ends its segment: the rest of that segment is skipped with a
-//! warning and counted in `corrupt_records` / `corrupt_bytes`. The cursor is
-//! rewritten in place after every answer without a sync: a SIGKILL loses
-//! nothing (the page cache survives it), and a power cut can at worst send
-//! the last few answered requests again.
+//! warning and counted in `corrupt_records` / `corrupt_bytes` (the reader
+//! stops in front of it until everything before it is answered, then skips).
+//! The cursor is rewritten in place after every answer that moves it, without
+//! a sync: a SIGKILL loses nothing (the page cache survives it); after any
+//! crash, records that were in flight or answered ahead of the cursor are sent
+//! again, and a power cut can also send the last few answered requests again.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
@@ -64,6 +70,8 @@ pub(super) struct Record {
     pub items: usize,
     pub body: Bytes,
     seg: u64,
+    /// Offset of this record in its segment.
+    at: u64,
     /// Offset just past this record in its segment.
     next: u64,
 }
@@ -101,6 +109,11 @@ struct State {
     writer: Option<Arc<File>>,
     /// Offset of the oldest unanswered record in `segs.front()`.
     head: u64,
+    /// Where the sender reads next: (segment id, offset); None = at `head`.
+    send: Option<(u64, u64)>,
+    /// Records answered while an older one was not: (segment id, offset) →
+    /// offset past it. The cursor moves over them once it reaches them.
+    answered: BTreeMap<(u64, u64), u64>,
     reader: Option<(u64, Arc<File>)>,
     cursor: File,
     next_id: u64,
@@ -173,6 +186,8 @@ impl Spool {
                 segs: VecDeque::new(),
                 writer: None,
                 head: 0,
+                send: None,
+                answered: BTreeMap::new(),
                 reader: None,
                 cursor,
                 // Never reuse an id at or below the cursor's: a restart would take it as answered.
@@ -368,21 +383,46 @@ impl Spool {
         Ok(())
     }
 
-    /// The oldest unanswered record, read from disk, and the items (per signal)
-    /// lost to a damaged record found on the way (to be counted as failed).
-    pub fn peek(&self) -> (Option<Record>, [usize; 3]) {
+    /// The next record to send, read from disk in order (the oldest
+    /// unanswered one first, then the ones after it, skipping those already
+    /// answered), and the items (per signal) lost to a damaged record found
+    /// at the oldest unanswered place (to be counted as failed). None: nothing
+    /// more to send now, or a damaged record lies ahead of records still in
+    /// flight (it is dealt with once they are answered).
+    pub fn next_unsent(&self) -> (Option<Record>, [usize; 3]) {
         let mut lost = [0usize; 3];
         loop {
-            let (id, head, end, file) = {
-                let mut st = self.st.lock();
+            let (id, at, end, file) = {
+                let mut guard = self.st.lock();
+                let st = &mut *guard;
                 st.collect();
                 let Some(front) = st.segs.front() else {
                     return (None, lost);
                 };
-                let (id, end) = (front.id, front.end);
-                if st.head >= end {
-                    return (None, lost); // the writer's segment, all answered
+                let (mut id, mut at) = match st.send {
+                    Some((id, at)) if st.segs.iter().any(|s| s.id == id) && (id, at) >= (front.id, st.head) => (id, at),
+                    _ => (front.id, st.head),
+                };
+                // Past the end of a segment: on to the next one; answered records: over them.
+                loop {
+                    let Some(pos) = st.segs.iter().position(|s| s.id == id) else {
+                        return (None, lost);
+                    };
+                    if at >= st.segs[pos].end {
+                        match st.segs.get(pos + 1) {
+                            Some(next) => (id, at) = (next.id, 0),
+                            None => {
+                                st.send = Some((id, at));
+                                return (None, lost); // the writer's segment, all handed out
+                            }
+                        }
+                    } else if let Some(&next) = st.answered.get(&(id, at)) {
+                        at = next;
+                    } else {
+                        break;
+                    }
                 }
+                let end = st.segs.iter().find(|s| s.id == id).map_or(0, |s| s.end);
                 let file = match &st.reader {
                     Some((rid, f)) if *rid == id => f.clone(),
                     _ => match File::open(seg_path(&st.dir, id)) {
@@ -391,40 +431,54 @@ impl Spool {
                             st.reader = Some((id, f.clone()));
                             f
                         }
-                        Err(e) => {
+                        Err(e) if id == st.segs[0].id => {
                             tracing::warn!("spool segment {id:016x} cannot be opened: {e}");
-                            Self::drop_front(&mut st, &mut lost);
+                            Self::drop_front(st, &mut lost);
                             continue;
                         }
+                        Err(_) => return (None, lost), // dealt with once it is the oldest
                     },
                 };
-                (id, st.head, end, file)
+                (id, at, end, file)
             };
             let mut h = [0u8; HEADER as usize];
             let rec = file
-                .read_exact_at(&mut h, head)
+                .read_exact_at(&mut h, at)
                 .ok()
-                .and_then(|_| parse_len(&h, end - head))
+                .and_then(|_| parse_len(&h, end - at))
                 .and_then(|(len, crc)| {
                     let mut payload = vec![0u8; len];
-                    file.read_exact_at(&mut payload, head + HEADER).ok()?;
+                    file.read_exact_at(&mut payload, at + HEADER).ok()?;
                     let (signal, items) = parse_payload(&payload, crc)?;
                     Some(Record {
                         signal,
                         items,
                         body: Bytes::from(payload).slice(META..),
                         seg: id,
-                        next: head + HEADER + len as u64,
+                        at,
+                        next: at + HEADER + len as u64,
                     })
                 });
+            let mut st = self.st.lock();
             if let Some(rec) = rec {
+                st.send = Some((id, rec.next));
                 return (Some(rec), lost);
             }
-            let mut st = self.st.lock();
+            if st.segs.front().is_none_or(|f| f.id != id) || st.head != at {
+                // Records before it are still in flight: wait for their answers.
+                st.send = Some((id, at));
+                return (None, lost);
+            }
             let path = seg_path(&st.dir, id);
-            self.corrupt(&path, head, end - head);
+            self.corrupt(&path, at, end - at);
             Self::drop_front(&mut st, &mut lost);
         }
+    }
+
+    /// Reads again from the oldest unanswered record (skipping those answered):
+    /// the sender's flights came back unsent (export switched off).
+    pub fn rewind(&self) {
+        self.st.lock().send = None;
     }
 
     /// Gives up the front segment (damaged or gone): its unanswered items go to `lost`.
@@ -443,32 +497,55 @@ impl Spool {
         st.bytes -= seg.end;
         st.head = 0;
         st.reader = None;
+        st.send = None;
+        st.answered.retain(|&(id, _), _| id != seg.id);
         let _ = std::fs::remove_file(seg_path(&st.dir, seg.id));
     }
 
     /// The collector answered `rec` (accepted, or failed for good): forget it.
+    /// The cursor moves only when `rec` is the oldest unanswered record (then
+    /// over every record answered before it, too).
     pub fn ack(&self, rec: &Record) {
-        let mut st = self.st.lock();
-        let Some(front) = st.segs.front_mut() else {
-            return;
-        };
-        if front.id != rec.seg {
+        let mut guard = self.st.lock();
+        let st = &mut *guard;
+        let Some(seg) = st.segs.iter_mut().find(|s| s.id == rec.seg) else {
             return; // dropped meanwhile
-        }
-        front.requests -= 1;
-        front.items[sig_index(rec.signal)] -= rec.items;
+        };
+        seg.requests -= 1;
+        seg.items[sig_index(rec.signal)] -= rec.items;
         st.requests -= 1;
         st.items[sig_index(rec.signal)] -= rec.items;
+        if st.segs.front().is_none_or(|f| f.id != rec.seg) || st.head != rec.at {
+            st.answered.insert((rec.seg, rec.at), rec.next);
+            return;
+        }
         st.head = rec.next;
+        loop {
+            let front = st.segs[0].id;
+            if let Some(next) = st.answered.remove(&(front, st.head)) {
+                st.head = next;
+                continue;
+            }
+            // Past a segment's end the next one starts at 0 (once collected).
+            let was = front;
+            st.collect();
+            match st.segs.front() {
+                Some(f) if f.id != was => continue,
+                _ => break,
+            }
+        }
+        let cursor = match st.segs.front() {
+            Some(f) => (f.id, st.head),
+            None => (rec.seg, rec.next),
+        };
         let mut buf = [0u8; 20];
-        buf[..8].copy_from_slice(&rec.seg.to_le_bytes());
-        buf[8..16].copy_from_slice(&rec.next.to_le_bytes());
+        buf[..8].copy_from_slice(&cursor.0.to_le_bytes());
+        buf[8..16].copy_from_slice(&cursor.1.to_le_bytes());
         let crc = crc32fast::hash(&buf[..16]);
         buf[16..].copy_from_slice(&crc.to_le_bytes());
         if let Err(e) = st.cursor.write_all_at(&buf, 0) {
             tracing::warn!("spool cursor not written ({e}): answered requests may be sent again after a restart");
         }
-        st.collect();
     }
 
     /// At shutdown: the cursor on disk as well.
@@ -489,6 +566,7 @@ impl State {
             self.bytes -= front.end;
             self.segs.pop_front();
             self.head = 0;
+            self.answered.retain(|&(seg, _), _| seg != id);
             if self.reader.as_ref().is_some_and(|(rid, _)| *rid == id) {
                 self.reader = None;
             }
@@ -539,7 +617,7 @@ mod tests {
             let t = sp.append(Signal::Metrics, 10 + i as usize, &[i; 100]).unwrap();
             sp.sync(t).unwrap();
         }
-        let (first, lost) = sp.peek();
+        let (first, lost) = sp.next_unsent();
         let first = first.unwrap();
         assert_eq!((first.items, &first.body[..], lost), (10, &[0u8; 100][..], [0; 3]));
         sp.ack(&first);
@@ -547,7 +625,7 @@ mod tests {
         let seg = seg_path(tmp.path(), 1);
         let f = OpenOptions::new().write(true).open(&seg).unwrap();
         f.write_all_at(&[0xff], first.next + HEADER + 50).unwrap();
-        let (rec, lost) = sp.peek();
+        let (rec, lost) = sp.next_unsent();
         assert!(rec.is_none());
         assert_eq!(lost, [11 + 12, 0, 0], "the rest of the segment, counted");
         let st = sp.stats();
@@ -555,8 +633,72 @@ mod tests {
         // Appending goes on in a new segment.
         let t = sp.append(Signal::Logs, 4, b"x").unwrap();
         sp.sync(t).unwrap();
-        let (rec, _) = sp.peek();
+        let (rec, _) = sp.next_unsent();
         assert_eq!(rec.map(|r| (r.signal, r.items)), Some((Signal::Logs, 4)));
+    }
+
+    #[test]
+    fn answers_out_of_order_move_the_cursor_only_past_the_oldest_unanswered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let items = |recs: &[Record]| recs.iter().map(|r| r.items).collect::<Vec<_>>();
+        {
+            let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
+            for i in 1..=4u8 {
+                sp.sync(sp.append(Signal::Metrics, i as usize, &[i; 10]).unwrap())
+                    .unwrap();
+            }
+            let recs: Vec<Record> = (0..3).map(|_| sp.next_unsent().0.unwrap()).collect();
+            assert_eq!(items(&recs), [1, 2, 3], "read ahead in order");
+            sp.ack(&recs[2]);
+            sp.ack(&recs[1]);
+            assert_eq!((sp.stats().requests, sp.stats().items[0]), (2, 1 + 4));
+            // Export paused: reading again starts at the oldest unanswered and skips the answered.
+            sp.rewind();
+            assert_eq!(sp.next_unsent().0.map(|r| r.items), Some(1));
+            assert_eq!(sp.next_unsent().0.map(|r| r.items), Some(4));
+            assert!(sp.next_unsent().0.is_none());
+            sp.close();
+        }
+        {
+            // A crash: the cursor is still at the first, so all four come back (at least once).
+            let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
+            assert_eq!(sp.stats().items, [1 + 2 + 3 + 4, 0, 0]);
+            let recs: Vec<Record> = (0..4).map(|_| sp.next_unsent().0.unwrap()).collect();
+            sp.ack(&recs[1]);
+            sp.ack(&recs[2]);
+            sp.ack(&recs[0]); // the oldest: the cursor moves past 1, 2 and 3
+            assert_eq!(sp.stats().items, [4, 0, 0]);
+            sp.close();
+        }
+        let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
+        assert_eq!(sp.stats().items, [4, 0, 0], "only the unanswered fourth is left");
+        let last = sp.next_unsent().0.unwrap();
+        sp.ack(&last);
+        assert_eq!(sp.stats().requests, 0);
+    }
+
+    #[test]
+    fn reading_ahead_stops_at_a_damaged_record_until_the_ones_before_it_are_answered() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
+        for i in 1..=3u8 {
+            sp.sync(sp.append(Signal::Metrics, i as usize, &[i; 100]).unwrap())
+                .unwrap();
+        }
+        let first = sp.next_unsent().0.unwrap();
+        // Damage the second record's body on disk.
+        let f = OpenOptions::new().write(true).open(seg_path(tmp.path(), 1)).unwrap();
+        f.write_all_at(&[0xff], first.next + HEADER + 50).unwrap();
+        assert!(sp.next_unsent().0.is_none(), "the first is still in flight: wait");
+        assert_eq!(sp.stats().corrupt_records, 0);
+        sp.ack(&first);
+        let (rec, lost) = sp.next_unsent();
+        assert!(rec.is_none());
+        assert_eq!(
+            (lost, sp.stats().corrupt_records),
+            ([2 + 3, 0, 0], 1),
+            "the rest of the segment, counted"
+        );
     }
 
     #[test]
@@ -567,7 +709,7 @@ mod tests {
             for i in 0..2 {
                 sp.sync(sp.append(Signal::Traces, i + 1, b"span").unwrap()).unwrap();
             }
-            let (rec, _) = sp.peek();
+            let (rec, _) = sp.next_unsent();
             sp.ack(&rec.unwrap());
             sp.close();
         }

@@ -210,7 +210,9 @@ async fn pipeline_splits_requests_at_max_batch_points() {
     let (h, p) = Pipeline::start(&c, resource()).unwrap();
     h.submit_metrics(batch(250, 7));
     assert!(fc.state.wait_for(WAIT, |s| s.points() == 250).await, "{:?}", h.stats());
-    let sizes: Vec<_> = fc.state.metrics.lock().iter().map(metric_point_count).collect();
+    let mut sizes: Vec<_> = fc.state.metrics.lock().iter().map(metric_point_count).collect();
+    // Sent at once (max_in_flight): they may arrive in any order.
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
     assert_eq!(sizes, [100, 100, 50]);
     p.shutdown(Duration::from_secs(1)).await;
 }
@@ -303,9 +305,10 @@ async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
         assert!(took < Duration::from_secs(5), "{proto:?}: 10 000 submits took {took:?}");
         assert!(max_buffered <= bound, "{max_buffered} > {bound}");
         assert!(max_queue_len <= c.queue_capacity);
+        let in_flight = c.max_in_flight * c.max_batch_points;
         assert!(
-            max_queued <= bound + c.max_batch_points,
-            "queued {max_queued}: queue plus one in flight"
+            max_queued <= bound + in_flight,
+            "queued {max_queued}: queue plus at most max_in_flight requests in flight"
         );
         // settle: the buffer drains into the queue, which stays full
         let st = wait_stats(&h, |s| s.buffered_points == 0 && conserved(s)).await;
@@ -313,7 +316,7 @@ async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
         assert!(conserved(&st), "{proto:?}: {st:?}");
         assert!(st.points_dropped > 90_000, "{st:?}");
         assert_eq!(st.points_exported, 0);
-        assert!(st.queued_points <= bound + c.max_batch_points);
+        assert!(st.queued_points <= bound + in_flight);
         assert!(st.retries > 0 && st.last_error.is_some(), "{st:?}");
         let t1 = Instant::now();
         let st = p.shutdown(Duration::from_millis(300)).await;
@@ -333,6 +336,7 @@ async fn pipeline_queue_full_drops_oldest() {
     c.max_batch_points = 10;
     c.queue_capacity = 2;
     c.retry_max_elapsed_ms = 60_000;
+    c.max_in_flight = 1;
     let (h, p) = Pipeline::start(&c, resource()).unwrap();
     // t=1 goes in flight (retrying against nothing); t=2..6 pass through a 2-deep queue.
     for t in 1..=6u64 {
@@ -357,6 +361,83 @@ async fn pipeline_queue_full_drops_oldest() {
     assert_eq!(times(&fc.state), BTreeSet::from([1, 5, 6]));
     let st = p.shutdown(Duration::from_secs(1)).await;
     assert_eq!((st.points_exported, st.points_dropped), (30, 30));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_sends_up_to_max_in_flight_requests_at_once() {
+    for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
+        let fc = collector(proto).await;
+        // Slow answers: requests pile up in flight if they may.
+        fc.state.delay_ms.store(1_500, Ordering::SeqCst);
+        let mut c = cfg(Some(fc.url()), proto);
+        c.max_batch_points = 10;
+        c.queue_capacity = 16;
+        c.max_in_flight = 3;
+        let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        for t in 1..=7u64 {
+            h.submit_metrics(batch(10, t)); // a full request each
+        }
+        let st = wait_stats(&h, |s| s.in_flight == 3).await;
+        assert_eq!(st.in_flight, 3, "{proto:?}: three at once: {st:?}");
+        assert!(conserved(&st), "{proto:?}: {st:?}");
+        let mut most = 0;
+        let end = Instant::now() + WAIT;
+        while fc.state.points() < 70 && Instant::now() < end {
+            most = most.max(h.stats().in_flight);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(fc.state.points(), 70, "{proto:?}: {:?}", h.stats());
+        assert!(most <= 3, "{proto:?}: never more than max_in_flight ({most})");
+        assert_eq!(times(&fc.state), (1..=7).collect::<BTreeSet<u64>>());
+        let st = wait_stats(&h, |s| s.in_flight == 0).await;
+        assert_eq!(
+            (st.points_exported, st.requests_ok, st.queued_points),
+            (70, 7, 0),
+            "{st:?}"
+        );
+        p.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_a_request_waiting_for_a_retry_holds_new_ones_back() {
+    let fc = FakeCollector::grpc().await;
+    let mut c = cfg(Some(fc.url()), Protocol::Grpc);
+    c.max_batch_points = 10;
+    c.max_in_flight = 4;
+    c.retry_initial_ms = 300;
+    c.retry_max_ms = 300;
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    fc.state.fail_next(1, Code::Unavailable, 503);
+    h.submit_metrics(batch(10, 1));
+    // t=1 failed once and waits 150-300 ms for its retry; meanwhile t=2..4 wait in the queue.
+    wait_stats(&h, |s| s.retries == 1).await;
+    for t in 2..=4u64 {
+        h.submit_metrics(batch(10, t));
+    }
+    let st = wait_stats(&h, |s| s.buffered_points == 0).await;
+    if st.points_exported == 0 {
+        assert_eq!(
+            (st.in_flight, st.queue_len),
+            (1, 3),
+            "held back behind the retry: {st:?}"
+        );
+    }
+    let st = wait_stats(&h, |s| s.points_exported == 40).await;
+    assert_eq!((st.points_exported, st.retries), (40, 1), "{st:?}");
+    // The retried request went out first, the held-back ones after it.
+    let first: Vec<u64> = fc.state.metrics.lock()[0]
+        .resource_metrics
+        .iter()
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter_map(|m| match &m.data {
+            Some(metric::Data::Gauge(g)) => g.data_points.first().map(|d| d.time_unix_nano),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(first.first(), Some(&1), "t=1 answered first");
+    p.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

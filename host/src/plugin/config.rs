@@ -16,7 +16,8 @@ pub struct PluginsConfig {
     pub watch: bool,
     /// Linear-memory cap per plugin.
     pub memory_limit_mb: u32,
-    /// Deadline for one hook call.
+    /// Deadline for one hook call: CPU time of the plugin's thread in the
+    /// call (a call kept waiting for a core is not stopped for the wait).
     pub call_timeout_ms: u32,
     /// Traps within `trap_window_s` that put a plugin in quarantine.
     pub max_traps: u32,

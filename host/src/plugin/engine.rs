@@ -1,20 +1,27 @@
-//! The wasmtime engine shared by all plugins, the epoch ticker that keeps the
-//! clock of call deadlines (the deadlines themselves: `limits.rs`), the on-disk cache of compiled components, and the check
-//! that a file really is a sonde plugin of a contract version we speak.
+//! The wasmtime engine shared by all plugins with the clock of its call
+//! deadlines (`deadline.rs`; the deadlines themselves: `limits.rs`), the
+//! on-disk cache of compiled components, and the check that a file really is
+//! a sonde plugin of a contract version we speak.
+//!
+//! Compiling a component takes tens of MB for a moment (Cranelift, its
+//! worker threads, their malloc arenas), and glibc keeps much of it after it
+//! is freed. The sonde binary therefore compiles in a child process: itself,
+//! re-run as the hidden `sonde compile-plugin - OUT` with the component on
+//! stdin, writing into the compile cache; the host only maps the result. A
+//! host embedded in another program (the in-process agent, the tests) has no
+//! such binary and compiles in its own process ([`compile_in_child`] unset).
 
 use std::hash::{Hash, Hasher};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result, anyhow, bail};
-use parking_lot::{Condvar, Mutex};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
-use super::limits::EPOCH_TICK;
+use super::deadline::{CallTimer, Deadlines};
 
 /// The contract this host implements: the package version of
 /// `wit/sonde-plugin.wit`, read from its `package` line by `build.rs`, so
@@ -45,41 +52,84 @@ const fn version_part(v: &str, n: usize) -> u64 {
     value
 }
 
-/// The engine plus the epoch ticker.
+/// The engine plus the clock of its call deadlines.
 #[derive(Clone)]
 pub struct PluginEngine {
     pub engine: Engine,
-    ticker: Arc<EpochTicker>,
+    deadlines: Arc<Deadlines>,
     cache_dir: PathBuf,
+    /// Compiles in a child process with this executable (see the module doc).
+    compiler: Option<PathBuf>,
+}
+
+/// The sonde executable that compiles components in a child process (see the module doc).
+static COMPILER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes every engine of this process compile components by running `exe
+/// compile-plugin` (the sonde binary itself) instead of in this process.
+pub fn compile_in_child(exe: PathBuf) {
+    let _ = COMPILER.set(exe);
+}
+
+/// The engine settings; a compiled component only loads into an engine with
+/// the same ones (the compile child uses this too).
+fn engine_config() -> Config {
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true);
+    // Deadlines: the epoch advances when a call is late (deadline.rs); a call past its deadline traps.
+    cfg.epoch_interruption(true);
+    // No component-model async here: synchronous calls cost ~3x less.
+    cfg.concurrency_support(false);
+    cfg.max_wasm_stack(1 << 20);
+    cfg
+}
+
+/// `sonde compile-plugin IN OUT` (hidden): compiles the component in `IN`
+/// (`-`: stdin) for this build's engine into `OUT`, written whole or not at all.
+pub fn compile_file(input: &Path, out: &Path) -> Result<()> {
+    let bytes = if input == Path::new("-") {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("reading the component from stdin")?;
+        b
+    } else {
+        std::fs::read(input).with_context(|| format!("reading {}", input.display()))?
+    };
+    check_wasm_header(&bytes)?;
+    let engine = Engine::new(&engine_config()).map_err(|e| anyhow!("{e:#}"))?;
+    let compiled = engine.precompile_component(&bytes).map_err(|e| anyhow!("{e:#}"))?;
+    write_whole(out, &compiled)
+}
+
+/// Writes `path` through a temporary file and a rename, so a reader never sees it half written.
+fn write_whole(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))
 }
 
 impl PluginEngine {
     pub fn new(cache_dir: &Path) -> Result<Self> {
-        let mut cfg = Config::new();
-        cfg.wasm_component_model(true);
-        // Deadlines: the ticker advances the epoch; a call past its deadline traps.
-        cfg.epoch_interruption(true);
-        // No component-model async here: synchronous calls cost ~3x less.
-        cfg.concurrency_support(false);
-        cfg.max_wasm_stack(1 << 20);
-        let engine = Engine::new(&cfg).map_err(|e| anyhow!("{e:#}"))?;
+        let engine = Engine::new(&engine_config()).map_err(|e| anyhow!("{e:#}"))?;
         std::fs::create_dir_all(cache_dir)
             .with_context(|| format!("creating the compile cache {}", cache_dir.display()))?;
-        let ticker = EpochTicker::start(engine.clone());
+        let deadlines = Arc::new(Deadlines::start(engine.clone())?);
         Ok(Self {
             engine,
-            ticker,
+            deadlines,
             cache_dir: cache_dir.to_path_buf(),
+            compiler: COMPILER.get().cloned(),
         })
     }
 
-    /// Marks a plugin call as running for the epoch ticker. Keep the guard
-    /// alive for the duration of the call.
-    pub fn enter_call(&self) -> CallGuard {
-        self.ticker.enter();
-        CallGuard {
-            ticker: self.ticker.clone(),
-        }
+    /// This engine, compiling in a child process with `exe` (the sonde binary).
+    pub fn compiling_with(mut self, exe: PathBuf) -> Self {
+        self.compiler = Some(exe);
+        self
+    }
+
+    /// The deadline timer of one plugin's calls: arm it around every guest call.
+    pub fn call_timer(&self) -> Result<CallTimer> {
+        self.deadlines.timer()
     }
 
     /// Compiles `bytes` (or loads the cached compiled form) after checking that
@@ -126,13 +176,51 @@ impl PluginEngine {
     }
 
     fn compile_to_cache(&self, bytes: &[u8], path: &Path) -> Result<Component> {
-        let compiled = self.engine.precompile_component(bytes).map_err(|e| anyhow!("{e:#}"))?;
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, &compiled).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-        // SAFETY: we just wrote this file from `precompile_component` of this engine.
+        match &self.compiler {
+            Some(exe) => run_compiler(exe, bytes, path)?,
+            None => {
+                let compiled = self.engine.precompile_component(bytes).map_err(|e| anyhow!("{e:#}"))?;
+                write_whole(path, &compiled)?;
+            }
+        }
+        // SAFETY: the file was just written by `precompile_component` of an
+        // engine with this engine's settings (this process, or this same
+        // executable in a child), into a directory only sonde writes.
         unsafe { Component::deserialize_file(&self.engine, path) }.map_err(|e| anyhow!("{e:#}"))
     }
+}
+
+/// Runs `exe compile-plugin - path` with `bytes` on its stdin; its error
+/// output becomes the error.
+fn run_compiler(exe: &Path, bytes: &[u8], path: &Path) -> Result<()> {
+    let mut child = std::process::Command::new(exe)
+        .arg("compile-plugin")
+        .arg("-")
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} to compile the plugin", exe.display()))?;
+    // A child that died early closes its stdin: its stderr says why.
+    let fed = child.stdin.take().map(|mut i| i.write_all(bytes));
+    let out = child.wait_with_output().context("waiting for the plugin compiler")?;
+    if !out.status.success() {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let said = said.trim().trim_start_matches("sonde compile-plugin: ");
+        bail!(
+            "{}",
+            if said.is_empty() {
+                format!("the plugin compiler ended with {}", out.status)
+            } else {
+                said.to_string()
+            }
+        );
+    }
+    if let Some(Err(e)) = fed {
+        bail!("handing the component to the plugin compiler: {e}");
+    }
+    Ok(())
 }
 
 /// A component ready to link.
@@ -199,68 +287,6 @@ pub fn accepts_contract(version: &str) -> bool {
             major == CONTRACT_MAJOR && (minor == CONTRACT_MINOR || minor + 1 == CONTRACT_MINOR)
         }
         _ => false,
-    }
-}
-
-/// Advances the engine's epoch every `EPOCH_TICK`, but only while at least one
-/// plugin call is running, so an idle host does not wake up hundreds of times
-/// a second just to keep time.
-struct EpochTicker {
-    in_flight: AtomicUsize,
-    lock: Mutex<()>,
-    wake: Condvar,
-}
-
-impl EpochTicker {
-    fn start(engine: Engine) -> Arc<Self> {
-        let t = Arc::new(Self {
-            in_flight: AtomicUsize::new(0),
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
-        });
-        // The ticker holds only a weak reference so it ends with the engine's users.
-        let weak = Arc::downgrade(&t);
-        std::thread::Builder::new()
-            .name("sonde-epoch".into())
-            .spawn(move || {
-                loop {
-                    let Some(t) = weak.upgrade() else { return };
-                    {
-                        let mut g = t.lock.lock();
-                        while t.in_flight.load(Ordering::Acquire) == 0 {
-                            // Wake up now and then to notice that the host is gone.
-                            if t.wake.wait_for(&mut g, Duration::from_secs(1)).timed_out() && Arc::strong_count(&t) == 1
-                            {
-                                return;
-                            }
-                        }
-                    }
-                    drop(t);
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })
-            .expect("spawning the epoch ticker thread");
-        t
-    }
-
-    fn enter(&self) {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            // Notify under the lock so the ticker cannot miss it between its check and its wait.
-            let _g = self.lock.lock();
-            self.wake.notify_one();
-        }
-    }
-}
-
-/// Ends a call's membership in the ticker's in-flight count when dropped.
-pub struct CallGuard {
-    ticker: Arc<EpochTicker>,
-}
-
-impl Drop for CallGuard {
-    fn drop(&mut self) {
-        self.ticker.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -183,7 +183,11 @@ impl MetricRegistry {
     }
 }
 
-/// The plugin's timers, fired by its thread.
+/// The plugin's timers, fired by its thread. A repeating timer fires on
+/// multiples of its period on the monotonic clock, the grid the sampler's
+/// deadlines lie on: a 1 s timer wakes the plugin's thread together with a
+/// sampler tick instead of at a moment of its own (the first time at least
+/// its period after it was set, then every period).
 #[derive(Default)]
 pub struct Timers {
     next_id: u64,
@@ -203,7 +207,9 @@ impl Timers {
             after
         };
         self.live.insert(id, repeat.then_some(after));
-        self.heap.push(Reverse((Instant::now() + after, id)));
+        let now = Instant::now();
+        let at = if repeat { on_grid(now, after) } else { now + after };
+        self.heap.push(Reverse((at, id)));
         id
     }
 
@@ -251,6 +257,25 @@ impl Timers {
 
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
+    }
+}
+
+/// The first multiple of `every` on CLOCK_MONOTONIC (what `Instant` counts
+/// in on Linux) that is at least `every` after `now`.
+fn on_grid(now: Instant, every: Duration) -> Instant {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid timespec for CLOCK_MONOTONIC, which always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let mono = ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128;
+        let step = every.as_nanos().max(1);
+        let due = (mono + step).div_ceil(step) * step;
+        now + Duration::from_nanos((due - mono) as u64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        now + every
     }
 }
 
@@ -502,6 +527,31 @@ mod tests {
         );
         assert!(r.declare(desc(" ", types::MetricKind::Gauge, None)).is_err());
         assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn repeating_timers_fire_on_the_grid_of_their_period() {
+        let mut t = Timers::default();
+        let a = t.set(Duration::from_millis(100), true);
+        std::thread::sleep(Duration::from_millis(7));
+        let set_b = Instant::now();
+        t.set(Duration::from_millis(100), true);
+        let first = t.next_deadline().unwrap();
+        let due: Vec<Instant> = t.heap.iter().map(|r| r.0.0).collect();
+        // Both on the same 100 ms grid, whenever they were set (unless the
+        // 7 ms straddled a grid line), and never sooner than asked. (Within
+        // 1 ms: an Instant is placed from the raw clock read a moment apart.)
+        let apart = (due[0].max(due[1]) - due[0].min(due[1])).as_micros();
+        assert!(apart < 1_000 || (99_000..101_000).contains(&apart), "{apart} µs apart");
+        assert!(
+            due.iter()
+                .all(|d| *d >= set_b + Duration::from_millis(100) - Duration::from_millis(7))
+        );
+        assert!(first <= set_b + Duration::from_millis(200));
+        // Then every period, on the same grid.
+        let id = t.pop_due(first).unwrap();
+        assert!(id == a || id == a + 1);
+        assert!(t.heap.iter().any(|r| r.0.0 == first + Duration::from_millis(100)));
     }
 
     #[test]

@@ -21,6 +21,7 @@ use wasmtime::component::Linker;
 
 use super::bindings::types;
 use super::config::{PluginConfig, PluginsConfig};
+use super::deadline::CallTimer;
 use super::engine::PluginEngine;
 use super::host_api::{MetricRegistry, PluginState};
 use super::limits::{self, Limits};
@@ -157,6 +158,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     )));
     status.lock().compiled_from_cache = prep.from_cache;
     let limits = Limits::from(pcfg, &cfg);
+    let timer = shared.engine.call_timer().map_err(|e| format!("{e:#}"))?;
     let mut actor = Actor {
         owner: Owner {
             plugin: prep.name.clone(),
@@ -167,6 +169,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         cfg,
         limits,
         shared,
+        timer,
         metrics: metrics.clone(),
         status: status.clone(),
         wants_samples: Arc::new(std::sync::atomic::AtomicBool::new(false)),
@@ -228,6 +231,8 @@ struct Actor {
     cfg: PluginConfig,
     limits: Limits,
     shared: Shared,
+    /// Armed around every guest call: what stops a call past its deadline.
+    timer: CallTimer,
     metrics: Arc<PluginMetrics>,
     status: Arc<Mutex<PluginStatus>>,
     wants_samples: Arc<std::sync::atomic::AtomicBool>,
@@ -269,7 +274,7 @@ impl Actor {
         let mut store = Store::new(&self.shared.engine.engine, data);
         limits::enforce(&mut store, self.limits.call_timeout);
         let plugin = {
-            let _g = self.shared.engine.enter_call();
+            let _armed = self.timer.arm(self.limits.call_timeout);
             match self.pre.instantiate(&mut store) {
                 Ok(p) => p,
                 Err(e) => {
@@ -363,10 +368,10 @@ impl Actor {
         let Some(live) = self.live.as_mut() else {
             return Err(CallFailure::NotRunning);
         };
-        limits::start_call(&mut live.store, self.limits.call_timeout);
+        limits::start_call(&mut live.store);
         let t0 = Instant::now();
         let result = {
-            let _g = self.shared.engine.enter_call();
+            let _armed = self.timer.arm(self.limits.call_timeout);
             f(&live.plugin, &mut live.store)
         };
         self.metrics.record_call(t0.elapsed().as_nanos() as u64);

@@ -2,8 +2,9 @@
 //! section of `wit/sonde-plugin.wit`), in one place: the linear-memory cap,
 //! the call deadline with its credit for durable host work, and the limits
 //! on traps, backoff and queued work that the instance's thread applies.
-//! The epoch clock the deadlines count in is ticked by `engine.rs`; WASI
-//! capabilities (denied unless granted) are built in `sandbox.rs`.
+//! The epoch that makes a running call check its deadline is advanced by
+//! `deadline.rs` (only once some call is late); WASI capabilities (denied
+//! unless granted) are built in `sandbox.rs`.
 
 use std::time::Duration;
 
@@ -11,8 +12,8 @@ use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
 
 use super::config::{PluginConfig, PluginsConfig};
 
-/// How often the epoch advances while a plugin call is running: the
-/// resolution of call deadlines.
+/// The resolution of call deadlines: once a call is past its deadline, how
+/// often it is checked again (host-work credit can move the deadline).
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// One plugin's limits: its settings with the per-plugin overrides applied.
@@ -41,36 +42,58 @@ impl Limits {
     }
 }
 
-/// Number of epoch ticks that make up `timeout`, rounded up, plus one so a
-/// call never gets less than its full budget.
-pub fn deadline_ticks(timeout: Duration) -> u64 {
-    let tick = EPOCH_TICK.as_nanos();
-    (timeout.as_nanos().div_ceil(tick) as u64).max(1) + 1
-}
-
 /// Store data that carries a memory cap and the host-work credit of a call.
 pub trait Limited: 'static {
     fn memory(&mut self) -> &mut MemoryCap;
     fn io(&mut self) -> &mut HostIo;
 }
 
-/// Puts a new store under the memory cap and the call deadline.
+/// Puts a new store under the memory cap and the call deadline, and starts
+/// the deadline of its first call (instantiation runs guest code). Arm the
+/// thread's `deadline::CallTimer` for `call_timeout` around every call.
+///
+/// A call's deadline counts the CPU time of the plugin's thread during the
+/// call (the guest's work and the host functions it calls), not the time on
+/// the wall: a plugin that a busy machine keeps waiting for a core is not
+/// stopped for that, one that loops is stopped after `call_timeout` of work.
 pub fn enforce<T: Limited>(store: &mut Store<T>, call_timeout: Duration) {
     store.limiter(|s| s.memory());
-    // At the deadline: extend by host time spent in durable writes, else trap.
-    store.epoch_deadline_callback(|mut cx| {
-        Ok(match cx.data_mut().io().extension() {
-            Some(more) => UpdateDeadline::Continue(deadline_ticks(more)),
-            None => UpdateDeadline::Interrupt,
+    // The epoch moved (some call is late, maybe this one): go on until this
+    // call's own deadline, extended by host time spent in durable writes; then trap.
+    store.epoch_deadline_callback(move |mut cx| {
+        Ok(match cx.data_mut().io().may_continue(thread_cpu(), call_timeout) {
+            true => UpdateDeadline::Continue(1),
+            false => UpdateDeadline::Interrupt,
         })
     });
-    store.set_epoch_deadline(deadline_ticks(call_timeout));
+    start_call(store);
 }
 
-/// Gives the next guest call its full deadline and no host-work credit yet.
-pub fn start_call<T: Limited>(store: &mut Store<T>, call_timeout: Duration) {
-    store.set_epoch_deadline(deadline_ticks(call_timeout));
-    *store.data_mut().io() = HostIo::default();
+/// Starts the next guest call's deadline, with no host-work credit yet.
+/// Call it on the thread that makes the call.
+pub fn start_call<T: Limited>(store: &mut Store<T>) {
+    store.set_epoch_deadline(1);
+    *store.data_mut().io() = HostIo {
+        began: Some(thread_cpu()),
+        ..HostIo::default()
+    };
+}
+
+/// CPU time of the calling thread so far.
+pub fn thread_cpu() -> Duration {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid timespec for a clock every unix has.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+    #[cfg(not(unix))]
+    {
+        // No thread CPU clock: the time on the wall since the first call.
+        static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        T0.get_or_init(std::time::Instant::now).elapsed()
+    }
 }
 
 /// Whether a trap is the call deadline striking (not a guest fault).
@@ -115,9 +138,22 @@ pub const HOST_IO_GRACE: Duration = Duration::from_secs(2);
 pub struct HostIo {
     pub spent: Duration,
     pub credited: Duration,
+    /// The thread's CPU time when the call began ([`thread_cpu`]): the call
+    /// may run until the thread's CPU time reaches `began + call_timeout + credited`.
+    pub began: Option<Duration>,
 }
 
 impl HostIo {
+    /// Whether the call may go on with the thread's CPU time at `cpu`: its
+    /// deadline is not reached, or host time not yet credited moves it.
+    /// False interrupts the call.
+    pub fn may_continue(&mut self, cpu: Duration, call_timeout: Duration) -> bool {
+        let Some(began) = self.began else {
+            return true; // not in a call
+        };
+        cpu < began + call_timeout + self.credited || self.extension().is_some()
+    }
+
     /// How much longer the call may run when its deadline strikes; `None`
     /// interrupts it.
     pub fn extension(&mut self) -> Option<Duration> {
@@ -153,9 +189,22 @@ mod tests {
     }
 
     #[test]
-    fn deadline_ticks_round_up() {
-        assert_eq!(deadline_ticks(Duration::from_millis(100)), 21);
-        assert_eq!(deadline_ticks(Duration::from_millis(1)), 2);
-        assert_eq!(deadline_ticks(Duration::from_millis(7)), 3);
+    fn a_call_goes_on_until_its_deadline_then_only_with_host_work_credit() {
+        let ms = Duration::from_millis;
+        let t0 = Duration::from_secs(7);
+        let mut io = HostIo {
+            began: Some(t0),
+            ..HostIo::default()
+        };
+        assert!(io.may_continue(t0 + ms(99), ms(100)), "before the deadline");
+        assert!(!io.may_continue(t0 + ms(100), ms(100)), "at the deadline, no host work");
+        io.spent = ms(30);
+        assert!(io.may_continue(t0 + ms(101), ms(100)), "30 ms of host work credited");
+        assert!(io.may_continue(t0 + ms(125), ms(100)), "inside the moved deadline");
+        assert!(
+            !io.may_continue(t0 + ms(131), ms(100)),
+            "past it, nothing more to credit"
+        );
+        assert!(HostIo::default().may_continue(t0 + ms(10_000), ms(1)), "not in a call");
     }
 }

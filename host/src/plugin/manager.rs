@@ -485,23 +485,21 @@ impl PluginManager {
             .with_context(|| format!("watching {}", self.dir.display()))?;
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let me = self.clone();
-        let thread = std::thread::Builder::new()
-            .name("sonde-plugin-watch".into())
-            .spawn(move || {
-                // Events are noisy (one write makes several); debounce them. A slow
-                // periodic rescan catches anything the watcher missed.
-                const RESCAN: Duration = Duration::from_secs(5);
-                let mut next = Instant::now() + RESCAN;
-                loop {
-                    crossbeam_channel::select! {
-                        recv(rx) -> _ => { next = next.min(Instant::now() + Duration::from_millis(100)); }
-                        recv(stop_rx) -> _ => return,
-                        default(next.saturating_duration_since(Instant::now())) => {
-                            next = me.scan(true).unwrap_or(Instant::now() + RESCAN);
-                        }
+        let thread = std::thread::Builder::new().name("sonde-watch".into()).spawn(move || {
+            // Events are noisy (one write makes several); debounce them. A slow
+            // periodic rescan catches anything the watcher missed.
+            const RESCAN: Duration = Duration::from_secs(5);
+            let mut next = Instant::now() + RESCAN;
+            loop {
+                crossbeam_channel::select! {
+                    recv(rx) -> _ => { next = next.min(Instant::now() + Duration::from_millis(100)); }
+                    recv(stop_rx) -> _ => return,
+                    default(next.saturating_duration_since(Instant::now())) => {
+                        next = me.scan(true).unwrap_or(Instant::now() + RESCAN);
                     }
                 }
-            })?;
+            }
+        })?;
         Ok(Watcher {
             _watcher: watcher,
             _stop: stop_tx,

@@ -1,7 +1,8 @@
 //! plugin/: the Wasm plugin runtime.
 //!
 //! - `config`:   `[plugins]` and `[plugin.<name>]` settings, grants, plugin names
-//! - `engine`:   the wasmtime engine, the epoch clock, compile cache, contract check
+//! - `engine`:   the wasmtime engine, compile cache, contract check
+//! - `deadline`: the clock of call deadlines (advances the epoch only when a call is late)
 //! - `bindings`: host-side types generated from `wit/sonde-plugin.wit` (contract 0.2)
 //! - `v0_1`:     contract 0.1 (the frozen `wit/0.1/`): its bindings and the adapter
 //! - `world`:    a plugin of either version behind one set of calls
@@ -18,6 +19,7 @@
 
 pub mod bindings;
 pub mod config;
+pub mod deadline;
 pub mod engine;
 pub mod host_api;
 pub mod instance;

@@ -6,6 +6,10 @@
 //!   (`FUTEX_WAIT_BITSET`: the same absolute-deadline sleep as
 //!   `clock_nanosleep(TIMER_ABSTIME)`, but `stop()` and `set_period_ms()` can
 //!   wake it at once); elsewhere `park_timeout` to the deadline.
+//! - Deadlines lie on multiples of the period in CLOCK_MONOTONIC (the first
+//!   tick is taken at once, the next on the grid), the grid plugin timers
+//!   fire on too (`plugin::host_api::Timers`): a plugin's 1 s timer wakes its
+//!   thread when the sampler wakes anyway, not at a moment of its own.
 //! - The period (ms) is read from a shared `AtomicU32` before each deadline is
 //!   computed: a change applies from the next deadline. A store made without
 //!   `set_period_ms` is noticed within `MAX_SLICE_NS` (the wait is cut into
@@ -311,7 +315,7 @@ where
             let now = clock::mono_ns();
             let period = period_ns(&period_ms);
             let Some(prev) = last else { break (now, now, period) };
-            let deadline = prev + period;
+            let deadline = (prev / period + 1) * period;
             if now >= deadline {
                 if period != last_period {
                     // Shortened while waiting: the new cadence starts now.

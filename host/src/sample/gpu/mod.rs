@@ -53,9 +53,15 @@ struct Shared {
 
 /// A handle on the GPU reader's status and events, usable from any thread.
 #[derive(Clone, Default)]
-pub struct GpuWatch(Arc<Mutex<Shared>>);
+pub struct GpuWatch(Arc<Mutex<Shared>>, Arc<tokio::sync::Notify>);
 
 impl GpuWatch {
+    /// Returns once events arrived since the last wait (at once if they
+    /// arrived before it): whoever forwards them sleeps until there are some.
+    pub async fn arrived(&self) {
+        self.1.notified().await
+    }
+
     /// How GPU sampling goes, in words, e.g. "2 GPUs via NVML (driver 550.54)",
     /// with every GPU lost and every call failing named after it.
     pub fn status(&self) -> String {
@@ -188,6 +194,8 @@ impl GpuReader {
             shared.events.extend(new_events);
             let excess = shared.events.len().saturating_sub(MAX_PENDING_EVENTS);
             shared.events.drain(..excess);
+            drop(shared);
+            self.watch.1.notify_one();
         }
     }
 
