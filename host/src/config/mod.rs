@@ -212,7 +212,7 @@ impl Config {
             10_000_000,
         );
         range("export.queue_capacity", self.export.queue_capacity as u64, 1, 1_000_000);
-        range("export.max_in_flight", self.export.max_in_flight as u64, 1, 64);
+        range("export.max_in_flight", self.export.in_flight() as u64, 1, 64);
         range("export.retry_initial_ms", self.export.retry_initial_ms, 1, 600_000);
         range("export.retry_max_ms", self.export.retry_max_ms, 1, 3_600_000);
         if self.export.self_metrics_interval_ms != 0 {
@@ -410,6 +410,9 @@ impl Config {
         }
         if self.cluster.role == crate::cluster::config::Role::Agent && self.export.compression.is_none() {
             self.export.compression = Some(crate::export::config::Compression::Gzip);
+        }
+        if self.cluster.role == crate::cluster::config::Role::Agent && self.export.max_in_flight.is_none() {
+            self.export.max_in_flight = Some(1);
         }
     }
 

@@ -66,8 +66,11 @@ pub struct ExportConfig {
     /// Requests sent at once (1 to 64). They start in queue order and may be
     /// answered out of order; while one waits to be retried no new one starts.
     /// Several let a busy host keep up with a collector's round trips at
-    /// hundreds of thousands of points a second.
-    pub max_in_flight: usize,
+    /// hundreds of thousands of points a second. Default: 4, and 1 on an
+    /// agent: its master's history keeps each series in time order and drops
+    /// a point older than one it already has, so what an agent delivers late
+    /// (a spool's backlog after an outage) must arrive in the order sampled.
+    pub max_in_flight: Option<usize>,
     /// Retry backoff: first delay, cap, and total time before giving up on a request.
     pub retry_initial_ms: u64,
     pub retry_max_ms: u64,
@@ -98,6 +101,13 @@ impl ExportConfig {
     }
 }
 
+impl ExportConfig {
+    /// Requests sent at once: `max_in_flight`, or its default off an agent.
+    pub fn in_flight(&self) -> usize {
+        self.max_in_flight.unwrap_or(4)
+    }
+}
+
 impl Default for ExportConfig {
     fn default() -> Self {
         Self {
@@ -112,7 +122,7 @@ impl Default for ExportConfig {
             interval_ms: 5_000,
             max_batch_points: 8_192,
             queue_capacity: 64,
-            max_in_flight: 4,
+            max_in_flight: None,
             retry_initial_ms: 200,
             retry_max_ms: 5_000,
             retry_max_elapsed_ms: 30_000,

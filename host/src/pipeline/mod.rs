@@ -246,7 +246,7 @@ impl Tuning {
             interval: Duration::from_millis(cfg.interval_ms.max(1)),
             max_batch: cfg.max_batch_points.max(1),
             queue_capacity: cfg.queue_capacity.max(1),
-            max_in_flight: cfg.max_in_flight.max(1),
+            max_in_flight: cfg.in_flight().max(1),
             retry_initial: Duration::from_millis(cfg.retry_initial_ms.max(1)),
             retry_max: Duration::from_millis(cfg.retry_max_ms.max(cfg.retry_initial_ms).max(1)),
             retry_max_elapsed: Duration::from_millis(cfg.retry_max_elapsed_ms),

@@ -305,7 +305,7 @@ async fn pipeline_dead_collector_never_blocks_and_stays_bounded() {
         assert!(took < Duration::from_secs(5), "{proto:?}: 10 000 submits took {took:?}");
         assert!(max_buffered <= bound, "{max_buffered} > {bound}");
         assert!(max_queue_len <= c.queue_capacity);
-        let in_flight = c.max_in_flight * c.max_batch_points;
+        let in_flight = c.in_flight() * c.max_batch_points;
         assert!(
             max_queued <= bound + in_flight,
             "queued {max_queued}: queue plus at most max_in_flight requests in flight"
@@ -336,7 +336,7 @@ async fn pipeline_queue_full_drops_oldest() {
     c.max_batch_points = 10;
     c.queue_capacity = 2;
     c.retry_max_elapsed_ms = 60_000;
-    c.max_in_flight = 1;
+    c.max_in_flight = Some(1);
     let (h, p) = Pipeline::start(&c, resource()).unwrap();
     // t=1 goes in flight (retrying against nothing); t=2..6 pass through a 2-deep queue.
     for t in 1..=6u64 {
@@ -372,7 +372,7 @@ async fn pipeline_sends_up_to_max_in_flight_requests_at_once() {
         let mut c = cfg(Some(fc.url()), proto);
         c.max_batch_points = 10;
         c.queue_capacity = 16;
-        c.max_in_flight = 3;
+        c.max_in_flight = Some(3);
         let (h, p) = Pipeline::start(&c, resource()).unwrap();
         for t in 1..=7u64 {
             h.submit_metrics(batch(10, t)); // a full request each
@@ -404,7 +404,7 @@ async fn pipeline_a_request_waiting_for_a_retry_holds_new_ones_back() {
     let fc = FakeCollector::grpc().await;
     let mut c = cfg(Some(fc.url()), Protocol::Grpc);
     c.max_batch_points = 10;
-    c.max_in_flight = 4;
+    c.max_in_flight = Some(4);
     c.retry_initial_ms = 300;
     c.retry_max_ms = 300;
     let (h, p) = Pipeline::start(&c, resource()).unwrap();
