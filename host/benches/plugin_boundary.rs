@@ -36,6 +36,7 @@ fn instance(mode: &str, tmp: &Path) -> (Store<PluginState>, Plugin) {
         state.namespace(mode),
         tmp.to_path_buf(),
         Arc::new(PluginMetrics::default()),
+        Default::default(),
     );
     let mut store = Store::new(&engine.engine, data);
     store.limiter(|s| &mut s.memory);

@@ -15,6 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::sonde::plugin::host;
 use super::bindings::types;
+use super::clock::Clock;
 use super::limits::{HostIo, Limited, MemoryCap};
 use super::metrics::PluginMetrics;
 use crate::model::{AttrValue, Attributes, LogRecord, MetricKind, MetricSeries, Point, Scope, Severity, now_ns};
@@ -33,6 +34,8 @@ pub struct PluginState {
     /// after a trap, so counters keep their start time.
     pub registry: MetricRegistry,
     pub timers: Timers,
+    /// What `now` answers and timers count in: the wall clock, or a recording's under `sonde plugin test`.
+    pub clock: Clock,
     /// Set when the plugin called `request-samples`.
     pub samples_changed: Option<Option<types::SampleRequest>>,
     pub state: StateNs,
@@ -61,6 +64,7 @@ impl PluginState {
         state: StateNs,
         sink_dir: std::path::PathBuf,
         metrics: Arc<PluginMetrics>,
+        clock: Clock,
     ) -> Self {
         Self {
             name: name.to_string(),
@@ -77,6 +81,7 @@ impl PluginState {
             outbox: Outbox::default(),
             registry,
             timers: Timers::default(),
+            clock,
             samples_changed: None,
             state,
             sink_dir,
@@ -189,7 +194,8 @@ pub struct Timers {
 }
 
 impl Timers {
-    pub fn set(&mut self, after: Duration, repeat: bool) -> u64 {
+    /// A timer due `after` from `now` (the plugin's clock), repeating or not.
+    pub fn set(&mut self, now: Instant, after: Duration, repeat: bool) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
         // A repeating timer of 0 ms would spin: give it at least 1 ms.
@@ -199,7 +205,7 @@ impl Timers {
             after
         };
         self.live.insert(id, repeat.then_some(after));
-        self.heap.push(Reverse((Instant::now() + after, id)));
+        self.heap.push(Reverse((now + after, id)));
         id
     }
 
@@ -290,11 +296,12 @@ impl host::Host for PluginState {
     }
 
     fn now(&mut self) -> u64 {
-        now_ns()
+        self.clock.now_ns()
     }
 
     fn set_timer(&mut self, after_ms: u64, repeat: bool) -> u64 {
-        self.timers.set(Duration::from_millis(after_ms), repeat)
+        self.timers
+            .set(self.clock.instant(), Duration::from_millis(after_ms), repeat)
     }
 
     fn cancel_timer(&mut self, id: u64) {
@@ -491,11 +498,12 @@ mod tests {
     #[test]
     fn timers_fire_in_order_repeat_and_cancel() {
         let mut t = Timers::default();
-        let once = t.set(Duration::from_millis(0), false);
-        let every = t.set(Duration::from_millis(10), true);
-        let gone = t.set(Duration::from_millis(5), false);
+        let t0 = Instant::now();
+        let once = t.set(t0, Duration::from_millis(0), false);
+        let every = t.set(t0, Duration::from_millis(10), true);
+        let gone = t.set(t0, Duration::from_millis(5), false);
         t.cancel(gone);
-        let now = Instant::now() + Duration::from_millis(25);
+        let now = t0 + Duration::from_millis(25);
         let mut fired = Vec::new();
         while let Some(id) = t.pop_due(now) {
             fired.push(id);
