@@ -589,6 +589,58 @@ pub fn shell(dir: &Path, cmd: &str) {
     );
 }
 
+/// `sonde record --seconds N --api API --out OUT`, the real command.
+pub fn sonde_record(api: &str, seconds: u64, out: &Path) -> std::process::Output {
+    Command::new(sonde_bin())
+        .args(["record", "--seconds", &seconds.to_string(), "--api", api, "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+/// Records `seconds` of `s` into `out` with `sonde record` while `during`
+/// runs (started once the recording is); returns what the command did.
+pub fn record_while(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) -> std::process::Output {
+    let recorder = {
+        let (api, out) = (s.api.clone(), out.to_path_buf());
+        std::thread::spawn(move || sonde_record(&api, seconds, &out))
+    };
+    let on = wait_for(Duration::from_secs(20), || {
+        !s.json("/api/status")["recording"].is_null()
+    });
+    assert!(on, "no recording started:\n{}", s.output());
+    during();
+    recorder.join().unwrap()
+}
+
+/// Whether componentize-py (the Python guests' toolchain) is installed;
+/// when not, says the calling test is skipped.
+pub fn have_componentize_py() -> bool {
+    let ok = Command::new("componentize-py")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: componentize-py is not installed; `./dev guest-toolchains` installs it");
+    }
+    ok
+}
+
+/// The JavaScript guests' toolchain as `./dev guest-toolchains` installs it
+/// (`tests/guest-js/node_modules`, componentize-js pinned there); when it is
+/// missing, says the calling test is skipped.
+pub fn guest_js_toolchain() -> Option<PathBuf> {
+    let dir = repo().join("tests/guest-js/node_modules");
+    if dir.join(".bin/componentize-js").exists() {
+        return Some(dir);
+    }
+    eprintln!(
+        "SKIPPED: {} is missing; `./dev guest-toolchains` installs it",
+        dir.display()
+    );
+    None
+}
+
 /// Waits until the file stops growing for `quiet` (or `limit` passes).
 pub fn wait_quiet(path: &Path, quiet: Duration, limit: Duration) {
     let t0 = Instant::now();
