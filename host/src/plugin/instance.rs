@@ -137,7 +137,7 @@ impl PluginHandle {
 /// instance to its own thread.
 pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<PluginHandle, String> {
     let (name, sha256) = (prep.name.clone(), prep.sha256.clone());
-    let actor = Actor::started(prep, cfg, pcfg, shared)?;
+    let actor = Actor::started(prep, cfg, pcfg, shared, true)?;
     let (status, metrics) = (actor.status.clone(), actor.metrics.clone());
     let (tx, rx) = crossbeam_channel::bounded(actor.limits.queue);
     let wants_samples = actor.wants_samples.clone();
@@ -180,7 +180,7 @@ pub struct Driven {
 /// Instantiates the plugin and calls `start`; Err says why it did not start.
 pub fn drive(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<Driven, String> {
     Ok(Driven {
-        actor: Actor::started(prep, cfg, pcfg, shared)?,
+        actor: Actor::started(prep, cfg, pcfg, shared, false)?,
     })
 }
 
@@ -258,6 +258,8 @@ struct Actor {
     restarts: u32,
     traps: VecDeque<Instant>,
     backoff_until: Option<Instant>,
+    /// Whether a trap is followed by a new instance after a backoff (false when driven).
+    restarts_after_trap: bool,
     acc: Arc<Mutex<SampleAcc>>,
     last_stderr: super::sandbox::LastLines,
 }
@@ -272,7 +274,13 @@ enum CallFailure {
 
 impl Actor {
     /// A plugin's actor with its first instance started; Err holds why it did not start.
-    fn started(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<Actor, String> {
+    fn started(
+        prep: Prepared,
+        cfg: PluginConfig,
+        pcfg: &PluginsConfig,
+        shared: Shared,
+        restarts_after_trap: bool,
+    ) -> Result<Actor, String> {
         let status = PluginStatus::new(&prep.name, &prep.file, &prep.sha256, &prep.contract);
         let mut actor = Actor {
             name: prep.name,
@@ -289,6 +297,7 @@ impl Actor {
             restarts: 0,
             traps: VecDeque::new(),
             backoff_until: None,
+            restarts_after_trap,
             acc: Default::default(),
             last_stderr: Default::default(),
         };
@@ -487,7 +496,12 @@ impl Actor {
         st.last_trap = Some(reason.clone());
         st.last_trap_at_ns = now_ns();
         st.traps = self.metrics.traps.load(Relaxed);
-        if self.traps.len() >= self.limits.max_traps {
+        if !self.restarts_after_trap {
+            // Driven (`sonde plugin test`): the trap is the answer; nothing restarts.
+            st.state = RunState::Failed;
+            st.reason = Some(format!("trapped: {reason}"));
+            self.backoff_until = None;
+        } else if self.traps.len() >= self.limits.max_traps {
             st.state = RunState::Quarantined;
             st.reason = Some(format!(
                 "quarantined after {} traps within {} s; last: {reason}",

@@ -189,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn the_js_template_pins_the_toolchain_the_tests_install() {
+    fn the_js_template_and_example_pin_the_toolchain_the_tests_install() {
         let pins = |json: &str| -> serde_json::Value {
             let v: serde_json::Value = serde_json::from_str(json).unwrap();
             v["devDependencies"].clone()
@@ -200,6 +200,13 @@ mod tests {
         assert_eq!(
             template, tests,
             "templates/js/package.json and tests/guest-js/package.json must pin the same toolchain"
+        );
+        let example = pins(include_str!(
+            "../../../plugins/examples/serving-limiter/js/package.json"
+        ));
+        assert_eq!(
+            example, tests,
+            "plugins/examples/serving-limiter/js/package.json and tests/guest-js/package.json must pin the same toolchain"
         );
     }
 }
