@@ -114,6 +114,10 @@ test:
       || { report; exit 1; }
     # `cargo test --no-run` above built target/debug/sonde too (cargo builds a package's binaries for its integration
     # tests), with the same dependency features as the tests, so no separate `cargo build` compiles sonde a second time
+    # The fuzz targets' build (the host again, with coverage instrumentation: the longest compile of the run) goes on
+    # at the lowest CPU priority while the tests below run, taking only what they leave idle; the fuzz stage waits for it
+    fuzz_build_log="$(mktemp)"; trap 'rm -f "$log" "$times" "$frameworks_log" "$fuzz_build_log"' EXIT
+    nice -n 19 "$just" fuzz-build >"$fuzz_build_log" 2>&1 & fuzz_build=$!
     # --no-fail-fast: one failing suite must not hide whether the suites after it pass
     stage "cargo tests" cargo test --workspace --no-fail-fast
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
@@ -121,7 +125,12 @@ test:
     # (waited for here: a stage runs in a subshell, which cannot wait for its parent's job)
     wait "$frameworks"; frameworks_rc=$?
     stage python python_tests
-    stage fuzz "$just" fuzz 30
+    wait "$fuzz_build"; fuzz_build_rc=$?
+    fuzz_tests() {
+        [ "$fuzz_build_rc" = 0 ] || { cat "$fuzz_build_log"; echo "building the fuzz targets failed"; return 1; }
+        "$just" fuzz 30
+    }
+    stage fuzz fuzz_tests
     report
     [ $failed_stages = 0 ]
 
@@ -158,7 +167,7 @@ bench: build fake-nvml
     cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent
     bash scripts/bench-process.sh
 
-# the MPI probe's overhead on a real Open MPI job: cost per wrapped call, job wall time at 100 Hz and 1 kHz vs without the probe
+# the MPI probe's overhead: one stack walk each way and the tick itself, cost per wrapped call, NetPIPE and HPCC at 100 Hz and 1 kHz (stacks, and the call site alone) vs without the probe
 bench-mpi: mpi-probe
     command -v NPopenmpi >/dev/null && command -v hpcc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends netpipe-openmpi hpcc; }
     bash scripts/bench-mpi.sh
@@ -202,10 +211,13 @@ many-nodes *ARGS: build
 soak *ARGS: build
     python3 scripts/soak.py {{ARGS}}
 
-# fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload, compressed bodies) for SECONDS each; `./dev test` runs it for 30 s each
-fuzz SECONDS="30":
+# build the fuzz targets (cargo-fuzz, installed once; coverage instrumentation, fuzz/Cargo.toml's dev profile); `./dev fuzz` runs them
+fuzz-build:
     command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
     cd fuzz && cargo fuzz build --dev --sanitizer none
+
+# fuzz every decoder of outside input (fuzz/: OTLP in, ingest JSON, config, plugin upload, compressed bodies) for SECONDS each; `./dev test` runs it for 30 s each
+fuzz SECONDS="30": fuzz-build
     cd fuzz && passed=0; failed=0; for t in otlp_in ingest_json config plugin_upload compressed_body; do \
       mkdir -p "target/corpus/$t" "artifacts/$t"; log="target/fuzz-$t.log"; \
       if cargo fuzz run --dev --sanitizer none "$t" "target/corpus/$t" "corpus/$t" -- \

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
+    contract_version();
     // Read at run time: a build-script binary reused from another checkout's
     // target/ must still embed this checkout's dashboard.
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
@@ -40,6 +41,21 @@ fn main() {
     out.push_str("];\n");
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("web_assets.rs");
     std::fs::write(dest, out).unwrap();
+}
+
+/// The plugin contract's version, from the `package` line of
+/// `wit/sonde-plugin.wit`, as `SONDE_CONTRACT_VERSION` (the one place it is written).
+fn contract_version() {
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let wit = Path::new(&manifest_dir).join("../wit/sonde-plugin.wit");
+    println!("cargo:rerun-if-changed={}", wit.display());
+    let text = std::fs::read_to_string(&wit).expect("reading wit/sonde-plugin.wit");
+    let version = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package sonde:plugin@"))
+        .and_then(|v| v.strip_suffix(';'))
+        .expect("wit/sonde-plugin.wit has a `package sonde:plugin@X.Y.Z;` line");
+    println!("cargo:rustc-env=SONDE_CONTRACT_VERSION={version}");
 }
 
 fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {

@@ -3,7 +3,8 @@
 # compiler wrapper (mpicc), so the probe uses that MPI's own handle types:
 #   target/probes/libsonde_mpi.so   the probe (LD_PRELOAD it into MPI ranks)
 #   target/mpi/imbalance            the imbalanced job of tests/tests/mpi.rs
-#   target/mpi/callcost             the per-call benchmark of scripts/bench-mpi.sh
+#   target/mpi/callcost             the per-call benchmark of scripts/bench-mpi.sh (with frame pointers)
+#   target/mpi/walkcost             one stack walk timed each way, and the tick's signal (scripts/bench-mpi.sh)
 #   target/mpi/stacks               known call stacks (tests/tests/mpi.rs), with frame pointers;
 #   target/mpi/stacks-nofp          the same without frame pointers (the probe uses libunwind)
 #   target/mpi/stacks-stripped      that one stripped of its symbol table and debug info
@@ -21,24 +22,30 @@ if [ ! -e /usr/include/x86_64-linux-gnu/libunwind.h ] && [ ! -e /usr/include/lib
 fi
 mkdir -p "$root/target/probes" "$root/target/mpi"
 
-build() { # <output> <source> <mpicc args...>
-    local out="$1" src="$2"
+build() { # <output> "<inputs>" <mpicc args...>: the .c inputs are compiled, every input decides freshness
+    local out="$1" inputs="$2" fresh=1 f
     shift 2
-    if [ "$out" -nt "$src" ]; then
+    for f in $inputs; do [ "$out" -nt "$f" ] || fresh=0; done
+    if [ "$fresh" = 1 ]; then
         printf '  %-40s unchanged\n' "${out#"$root"/}"
         return
     fi
-    mpicc -o "$out.tmp" "$src" "$@" # libraries after the source: Debian links --as-needed
+    # shellcheck disable=SC2046 # the list of sources splits on purpose
+    mpicc -o "$out.tmp" $(printf '%s\n' $inputs | grep '\.c$') "$@" # libraries after the sources: Debian links --as-needed
     mv -f "$out.tmp" "$out"
     printf '  %-40s built\n' "${out#"$root"/}"
 }
 
 echo "mpi probe:"
-build "$root/target/probes/libsonde_mpi.so" "$root/probes/mpi/sonde_mpi_probe.c" \
+walk="$root/probes/mpi/stackwalk.c $root/probes/mpi/stackwalk.h"
+build "$root/target/probes/libsonde_mpi.so" "$root/probes/mpi/sonde_mpi_probe.c $walk" \
     -O2 -g -Wall -Wextra -Werror -fPIC -shared -fvisibility=default -fno-omit-frame-pointer -fno-optimize-sibling-calls \
     -lunwind -lrt -ldl -lpthread
 build "$root/target/mpi/imbalance" "$root/tests/mpi/imbalance.c" -O2 -g -Wall
-build "$root/target/mpi/callcost" "$root/tests/mpi/callcost.c" -O2 -g -Wall
+# with frame pointers: the benchmark's tight loops measure the frame-pointer walk (libunwind when forced)
+build "$root/target/mpi/callcost" "$root/tests/mpi/callcost.c" -O2 -g -Wall -fno-omit-frame-pointer
+build "$root/target/mpi/walkcost" "$root/tests/mpi/walkcost.c $walk" -O2 -g -Wall -Wextra -Werror \
+    -fno-omit-frame-pointer -fno-optimize-sibling-calls -I"$root/probes/mpi" -lunwind -lrt -lpthread
 build "$root/target/mpi/stacks" "$root/tests/mpi/stacks.c" -O1 -g -Wall -fno-omit-frame-pointer
 # no sibling calls: solve and refine end in a call of exchange, which -O2 would turn into a jump (their frames gone)
 build "$root/target/mpi/stacks-nofp" "$root/tests/mpi/stacks.c" -O2 -g -Wall -fomit-frame-pointer -fno-optimize-sibling-calls

@@ -2,7 +2,7 @@
 # Builds the plugins workspace (plugins/) for wasm32-wasip2 and copies the
 # components where the host looks for them:
 #   target/plugins/bundled/   plugins `sonde` runs by default (sysmetrics, determined, paramserver, clockwork, dlrover, mpi, bottleneck)
-#   target/plugins/testing/   components for the host's tests (testbed, wrongworld)
+#   target/plugins/testing/   components for the host's tests (testbed, wrongworld, legacy01)
 #   target/plugins/examples/  the SDK's example plugins (plugins/sdk/examples/), each a component, and the
 #                             Rust halves of plugins/examples/ (step_outliers, serving_limiter; their Python
 #                             and JavaScript twins are built by the tests and ./dev bench-guests)
@@ -61,6 +61,7 @@ install_component mpi bundled
 install_component bottleneck bundled
 install_component testbed testing
 install_component wrongworld testing
+install_component legacy01 testing
 for example in "${examples[@]}"; do
     install_component "$example" examples examples
 done

@@ -34,7 +34,10 @@ fn instance(mode: &str, tmp: &Path) -> (Store<PluginState>, Plugin) {
         64 << 20,
         MetricRegistry::default(),
         state.namespace(mode),
-        tmp.to_path_buf(),
+        sonde::sinks::config::SinksConfig {
+            dir: tmp.to_path_buf(),
+            ..Default::default()
+        },
         Arc::new(PluginMetrics::default()),
         Default::default(),
     );
@@ -46,7 +49,7 @@ fn instance(mode: &str, tmp: &Path) -> (Store<PluginState>, Plugin) {
     let info = types::StartInfo {
         name: mode.into(),
         host_version: "bench".into(),
-        contract_version: "0.1.0".into(),
+        contract_version: sonde::plugin::engine::CONTRACT_VERSION.into(),
         settings: format!("{{\"mode\":\"{mode}\"}}"),
         restarts: 0,
     };

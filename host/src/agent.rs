@@ -16,16 +16,21 @@
 //! ```
 //!
 //! `start()` runs a whole sonde host inside the process (sampler on its own
-//! thread, the plugins from `plugins.dir`, export, optionally the API); the
-//! determined plugin holds the enabled/active state machine. `attach()` joins
+//! thread, the plugins from `plugins.dir`, export, optionally the API); a
+//! plugin (the bundled determined one) holds the active/ended state machine
+//! and says where it stands in `profiler.state` decisions. `attach()` joins
 //! a host that already runs in this process (and is what the benchmark uses).
+//! Whether profiling is on at all is the application's to say, as
+//! Determined's ProfilerAgent takes it (`Builder::profiling`); the host
+//! reads no plugin's settings.
 //!
 //! The hot path (`record_timing`, `update_batch_idx`) is one uncontended lock
 //! and a push into a bounded buffer (beyond `capacity` rows the call is dropped
 //! and counted); the hub drains the buffer every `ingest.flush_ms`. Timings are
 //! tied to the batch index current when they are recorded.
-//! `is_active()` mirrors the plugin's latest `profiler.state` decision for
-//! this job, so it lags an `update_batch_idx` by up to a flush interval.
+//! `is_active()` mirrors the latest `profiler.state` decision a plugin made
+//! about this job (its subject), so it lags an `update_batch_idx` by up to a
+//! flush interval.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering::Relaxed};
@@ -39,8 +44,9 @@ use crate::ingest::{IngestHub, Lane, Origin, Progress, Report};
 use crate::model::now_ns;
 use crate::plugin::DecisionBoard;
 
-/// The plugin whose decisions `is_active()` mirrors.
-pub const PROFILER_PLUGIN: &str = "determined";
+/// The kind of decision `is_active()` mirrors: a body with `active` and
+/// `ended` flags, about the job its subject names.
+pub const PROFILER_STATE: &str = "profiler.state";
 
 /// A span of work: `start()`, `end()`, then hand it to `record_timing`.
 #[derive(Clone, Debug, PartialEq)]
@@ -152,6 +158,7 @@ pub struct Builder {
     config: Option<Config>,
     capacity: usize,
     api: bool,
+    profiling: bool,
 }
 
 impl Builder {
@@ -175,6 +182,12 @@ impl Builder {
     /// environment's `SONDE_*` / `OTEL_*` settings over the defaults).
     pub fn config(mut self, cfg: Config) -> Self {
         self.config = Some(cfg);
+        self
+    }
+    /// Whether this job is profiled at all (Determined's `profiling_is_enabled`;
+    /// default on). Off: nothing is recorded and `is_enabled()` is false.
+    pub fn profiling(mut self, on: bool) -> Self {
+        self.profiling = on;
         self
     }
     /// Rows buffered between hand-overs at most (default 100 000).
@@ -208,7 +221,7 @@ impl Builder {
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         let job = inner.origin.job.clone();
         decisions.listen(Arc::new(move |d| {
-            if d.plugin != PROFILER_PLUGIN || d.kind != "profiler.state" || d.subject != job {
+            if d.kind != PROFILER_STATE || d.subject != job {
                 return;
             }
             let Some(inner) = weak.upgrade() else { return };
@@ -235,7 +248,8 @@ impl Builder {
 
     /// Joins a host already running in this process.
     pub fn attach(self, hub: &Arc<IngestHub>, decisions: &DecisionBoard) -> ProfilerAgent {
-        self.agent(true, hub, decisions)
+        let on = self.profiling;
+        self.agent(on, hub, decisions)
     }
 
     /// Starts an embedded sonde host on its own threads and joins it.
@@ -247,10 +261,7 @@ impl Builder {
         if let Err(errs) = cfg.validate() {
             anyhow::bail!(crate::config::ConfigErrors(errs));
         }
-        let profiling_enabled = cfg
-            .plugin
-            .get(PROFILER_PLUGIN)
-            .is_none_or(|p| p.enabled && p.settings.get("enabled").and_then(|v| v.as_bool()) != Some(false));
+        let profiling_enabled = self.profiling;
         let opts = crate::run::HostOptions {
             api: self.api,
             otlp: false,
@@ -325,6 +336,7 @@ impl ProfilerAgent {
             config: None,
             capacity: 100_000,
             api: false,
+            profiling: true,
         }
     }
 
@@ -333,8 +345,8 @@ impl ProfilerAgent {
         Running(self)
     }
 
-    /// Profiling on in the config (the determined plugin's `enabled`) and this
-    /// process is global rank 0 or local rank 0 (unknown ranks count as 0).
+    /// Profiling on (`Builder::profiling`) and this process is global rank 0
+    /// or local rank 0 (unknown ranks count as 0).
     pub fn is_enabled(&self) -> bool {
         self.sysmetrics_is_enabled() || self.timings_is_enabled()
     }
@@ -346,7 +358,7 @@ impl ProfilerAgent {
     pub fn timings_is_enabled(&self) -> bool {
         self.inner.profiling_enabled && matches!(self.inner.origin.rank, 0 | -1)
     }
-    /// Collecting now, as the determined plugin last said for this job.
+    /// Collecting now, as the latest `profiler.state` decision about this job said.
     pub fn is_active(&self) -> bool {
         self.is_enabled() && self.inner.state.load(Relaxed) == ACTIVE
     }
@@ -454,7 +466,7 @@ mod tests {
 
     fn decision(job: &str, body: serde_json::Value) -> types::Decision {
         types::Decision {
-            kind: "profiler.state".into(),
+            kind: PROFILER_STATE.into(),
             subject: job.into(),
             reason: String::new(),
             body: body.to_string(),
@@ -497,6 +509,13 @@ mod tests {
         assert!(l0.sysmetrics_is_enabled() && !l0.timings_is_enabled());
         let other = a(3, 1);
         assert!(!other.is_enabled(), "neither rank: as if profiling were off");
+        let off = ProfilerAgent::builder("j")
+            .rank(0)
+            .local_rank(0)
+            .profiling(false)
+            .attach(&hub, &board);
+        assert!(!off.is_enabled(), "the application turned profiling off");
+        off.update_batch_idx(1);
         let mut t = Timing::new("x");
         t.start();
         t.end();
@@ -517,14 +536,14 @@ mod tests {
         let agent = ProfilerAgent::builder("j").rank(0).local_rank(0).attach(&hub, &board);
         assert!(!agent.is_active());
         board.record(
-            PROFILER_PLUGIN,
+            "any-plugin",
             &decision("other-job", serde_json::json!({"active": true})),
         );
         assert!(!agent.is_active(), "another job's state");
-        board.record(PROFILER_PLUGIN, &decision("j", serde_json::json!({"active": true})));
+        board.record("any-plugin", &decision("j", serde_json::json!({"active": true})));
         assert!(agent.is_active());
         board.record(
-            PROFILER_PLUGIN,
+            "any-plugin",
             &decision("j", serde_json::json!({"active": false, "ended": true})),
         );
         assert!(!agent.is_active() && agent.has_ended());

@@ -110,9 +110,12 @@ impl Host {
         // What jobs report: one hub, handed to the plugins every flush_ms.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let to_plugins = plugins.clone();
-        let hub = IngestHub::new(
+        // An agent keeps rows of tables none of its plugins declares: its master's may.
+        let hub = IngestHub::with_tables(
             cfg.ingest.queue_capacity,
             Arc::new(move |b| to_plugins.publish_events(b)),
+            plugins.tables(),
+            cfg.cluster.role == Role::Agent,
         );
         tokio::spawn(forward_gpu_events(
             gpu_watch,
@@ -193,7 +196,7 @@ impl Host {
                     hub: hub.clone(),
                     limits: Limits::from(&cfg.ingest),
                     token: Arc::new(move || live_config.lock().api.token.clone()),
-                    mpi_stacks: Default::default(),
+                    stacks: Default::default(),
                 },
                 cfg.ingest.max_body_bytes,
             );
@@ -469,16 +472,24 @@ fn print_banner(
     );
     println!("  export     {export}");
     println!("  sinks      {}", cfg.sinks.dir.display());
-    // Per-plugin directories (Clockwork's CLOCKWORK_LOG_DIR): where each writes, or why it cannot.
-    for name in cfg.sinks.plugins.keys() {
-        let d = crate::sinks::resolve(&cfg.sinks, name, |k| std::env::var(k).ok());
-        match crate::sinks::probe(&d.path) {
-            Ok(()) => println!("  sinks      {name}: {} (from {})", d.path.display(), d.source),
-            Err(e) => println!(
-                "  sinks      {name}: {} (from {}): {e}; no {name} files will be written",
-                d.path.display(),
-                d.source
-            ),
+    // Sinks a plugin opened elsewhere (the config's [sinks.plugins.*], or its
+    // own default): where each directory is, or why nothing is written there.
+    for s in &statuses {
+        let mut dirs: Vec<(&str, &str, Option<&str>)> = Vec::new();
+        for k in s.sinks.iter().filter(|k| k.from != "sinks.dir") {
+            let entry = (k.dir.as_str(), k.from.as_str(), k.error.as_deref());
+            if !dirs.iter().any(|d| d.0 == entry.0) {
+                dirs.push(entry);
+            }
+        }
+        for (dir, from, error) in dirs {
+            match error {
+                None => println!("  sinks      {}: {dir} (from {from})", s.name),
+                Some(e) => println!(
+                    "  sinks      {}: {dir} (from {from}): {e}; no {} files will be written",
+                    s.name, s.name
+                ),
+            }
         }
     }
     println!("  data       {}", cfg.host.data_dir.display());

@@ -1,6 +1,7 @@
 //! The plugin runtime against real compiled components (built by
 //! `scripts/build-plugins.sh` into target/plugins/): the testbed in its
-//! modes, the bundled sysmetrics plugin, and deliberately bad files.
+//! modes, the bundled sysmetrics plugin, deliberately bad files, event
+//! tables declared by plugins, and a plugin of the previous contract (0.1).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -130,7 +131,7 @@ fn echo_plugin_reaches_every_host_function() {
     e.manager.scan(false);
     let st = e.status("echo");
     assert_eq!(st.state, RunState::Running, "{st:?}");
-    assert_eq!(st.contract, "0.1.0");
+    assert_eq!(st.contract, sonde::plugin::engine::CONTRACT_VERSION);
     assert!(st.version.is_some());
 
     // Routes and state.
@@ -377,7 +378,10 @@ fn bad_files_are_reported_and_never_disturb_the_running_set() {
     assert!(reason("garbage").contains("not a WebAssembly file"));
     assert!(reason("core").contains("core WebAssembly module"));
     let r = reason("wrongworld");
-    assert!(r.contains("sonde:plugin@9.0.0") && r.contains("0.1.0"), "{r}");
+    assert!(
+        r.contains("sonde:plugin@9.0.0") && r.contains(sonde::plugin::engine::CONTRACT_VERSION) && r.contains("0.1.x"),
+        "{r}"
+    );
     assert!(reason("failstart").contains("start refused: testbed failstart mode"));
     assert!(!reason("truncated").is_empty());
     assert_eq!(e.status("echo").state, RunState::Running);
@@ -593,4 +597,139 @@ fn event_batches_and_live_settings_cross_the_boundary() {
             .unwrap_err()
             .contains("no running plugin")
     );
+}
+
+/// A hub that types rows by the manager's declared tables and hands batches to its plugins.
+fn hub_for(e: &Env) -> Arc<sonde::ingest::IngestHub> {
+    let m = e.manager.clone();
+    sonde::ingest::IngestHub::with_tables(
+        10_000,
+        Arc::new(move |b| m.publish_events(b)),
+        e.manager.tables(),
+        false,
+    )
+}
+
+/// `body` through the JSON ingest's conversion into `hub`, then handed over;
+/// returns the rows refused.
+fn ingest_json(hub: &sonde::ingest::IngestHub, body: serde_json::Value) -> Vec<String> {
+    use sonde::ingest::json::{Body, TableRules};
+    let b: Body = serde_json::from_value(body).unwrap();
+    let rules = TableRules {
+        registry: hub.tables(),
+        keep_unknown: false,
+    };
+    let c = b.convert(sonde::model::now_ns(), &Default::default(), &rules).unwrap();
+    hub.submit(&c.report).unwrap();
+    hub.flush();
+    c.refused.iter().map(|e| e.to_string()).collect()
+}
+
+#[test]
+fn rows_of_a_declared_table_reach_it_and_another_declaration_of_it_is_refused() {
+    let e = env(|c| {
+        c.plugin
+            .insert("echo-2".into(), toml_plugin(r#"settings = { rows_n_type = "f64" }"#));
+    });
+    e.install("testing/testbed.wasm", "echo");
+    e.manager.scan(false);
+    assert_eq!(e.status("echo").tables, vec!["testbed_rows"]);
+    // A second plugin declaring the same table with other columns does not start.
+    e.install("testing/testbed.wasm", "echo-2");
+    e.manager.scan(false);
+    let st = e.status("echo-2");
+    assert_eq!(st.state, RunState::Failed, "{st:?}");
+    let why = st.reason.unwrap();
+    for part in [
+        "start refused",
+        "\"testbed_rows\"",
+        "plugin \"echo\"",
+        "column 0",
+        "u64",
+        "f64",
+    ] {
+        assert!(why.contains(part), "{part}: {why}");
+    }
+    assert_eq!(e.status("echo").state, RunState::Running, "the first keeps running");
+    let listed = e.manager.tables().list();
+    assert_eq!(
+        (listed.len(), listed[0].declared_by.clone()),
+        (1, vec!["echo".to_string()])
+    );
+
+    // Rows through the JSON ingest reach the declaring plugin, typed; a bad row alone is refused.
+    let hub = hub_for(&e);
+    let refused = ingest_json(
+        &hub,
+        serde_json::json!({"origin": {"job": "t"},
+                           "testbed_rows": [{"n": 1, "label": "a"}, {"n": 2}, {"n": "three"}]}),
+    );
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(refused[0].starts_with("testbed_rows[2].n: \"three\""), "{refused:?}");
+    assert!(
+        wait_until(Duration::from_secs(5), || e.status("echo").metrics.items >= 2),
+        "{:?}",
+        e.status("echo")
+    );
+    // Unloading the plugin withdraws its table: its rows are refused by name.
+    std::fs::remove_file(e.plugins_dir.join("echo.wasm")).unwrap();
+    e.manager.scan(false);
+    assert!(e.manager.tables().list().is_empty());
+    let refused = ingest_json(&hub, serde_json::json!({"testbed_rows": [{"n": 1}]}));
+    assert!(
+        refused[0].contains("no running plugin declares a table named \"testbed_rows\""),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn a_plugin_of_contract_0_1_still_loads_and_gets_its_rows_from_the_tables() {
+    let e = env(|_| {});
+    e.install("testing/legacy01.wasm", "legacy");
+    // 0.2 plugins declaring the tables the 0.1 kinds stand for, alike: all run.
+    e.install("bundled/clockwork.wasm", "clockwork");
+    e.install("bundled/mpi.wasm", "mpi");
+    e.manager.scan(false);
+    let st = e.status("legacy");
+    assert_eq!((st.state, st.contract.as_str()), (RunState::Running, "0.1.0"), "{st:?}");
+    assert_eq!(st.tables, vec!["requests", "actions", "mpi_samples"]);
+    assert_eq!(st.events, vec!["progress"]);
+    for p in ["clockwork", "mpi"] {
+        assert_eq!(e.status(p).state, RunState::Running, "{:?}", e.status(p));
+    }
+    let hub = hub_for(&e);
+    let refused = ingest_json(
+        &hub,
+        serde_json::json!({
+            "origin": {"job": "serve", "rank": 0},
+            "progress": [{"value": 3}],
+            "requests": [{"request_id": 68, "model_id": 30, "arrival_ns": 10, "departure_ns": 20}],
+            "actions": [{"action_id": 2, "action_type": 2, "model_id": 30, "batch_size": 4,
+                         "sent_ns": 5, "result_received_ns": 30},
+                        {"action_id": 3, "action_type": 2, "model_id": 30, "sent_ns": 5,
+                         "result_received_ns": 30, "result_processed_ns": 31}],
+            "mpi_samples": [{"state": 2, "function": "MPI_Barrier", "callsite": "a+0x1", "count": 4, "period_ns": 1000}]
+        }),
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+    let seen = || {
+        let (code, body) = e.request("legacy", "GET", "/seen", b"");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || seen()["requests"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())),
+        "{}",
+        seen()
+    );
+    let s = seen();
+    assert_eq!(s["requests"], serde_json::json!([[68, 30, 10, 20]]));
+    // result_processed defaults to result_received, as 0.1 had it; batch_size to 1.
+    assert_eq!(s["actions"], serde_json::json!([[2, 4, 30, 30], [3, 1, 30, 31]]));
+    assert_eq!(s["mpi"], serde_json::json!([[2, "MPI_Barrier", "a+0x1", 4, 1000]]));
+    assert_eq!(s["progress"], 1);
+    assert_eq!(s["sink"], "ok", "0.1's open-sink writes in sinks.dir");
+    assert!(e.sinks_dir.join("legacy01.tsv").exists());
 }

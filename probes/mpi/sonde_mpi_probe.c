@@ -10,19 +10,20 @@
  *  - wrappers (the application's threads): set the state word, call PMPI_*;
  *    a few loads and stores around each call, no locks, no allocation;
  *  - the tick handler (signal context): reads the calling thread's state,
- *    walks its stack (frame pointers or libunwind), interns the stack in that
- *    thread's own table and adds to its bin table; async-signal-safe only;
+ *    walks its stack from the wrapper's frame (stackwalk.c: frame pointers or
+ *    libunwind) once per MPI call, interns the stack in that thread's own
+ *    table and adds to its bin table; async-signal-safe only;
  *  - the flusher thread: takes the bins' counts, sends new stacks and the
  *    module map (path, build-id, load address: sonde symbolizes), writes JSON
  *    and POSTs it; everything slow is here.
  */
 #define _GNU_SOURCE
-#define UNW_LOCAL_ONLY
 #include <mpi.h>
+
+#include "stackwalk.h"
 
 #include <dlfcn.h>
 #include <elf.h>
-#include <libunwind.h>
 #include <link.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -82,10 +83,25 @@ enum { ST_OUT = 0, ST_WORK = 1, ST_STALL = 2 };
 #define MAX_THREADS 128
 #define NBINS 1024 /* power of two */
 #define PROBE_LIMIT 32
-#define MAX_DEPTH 128     /* MPI_SONDE_DEPTH is capped here */
+#define MAX_DEPTH STACKWALK_MAX /* MPI_SONDE_DEPTH is capped here */
 #define NSTACKS 2048      /* distinct stacks per thread; power of two */
 #define STACK_FRAMES 32768 /* frames of all a thread's stacks together */
 #define NO_STACK 0xFFFFFFFFu
+
+/* Durations by magnitude, 8 buckets per power of two (each 1/8 of its octave
+ * wide) from 0 to ~1 s: a median that a walk preempted on a busy machine
+ * cannot move, as it moves the mean. */
+#define TIME_BUCKETS 224
+
+static inline unsigned time_bucket(uint64_t ns) {
+    if (ns < 16) return (unsigned)ns / 2;
+    unsigned msb = 63u - (unsigned)__builtin_clzll(ns), b = (msb - 3) * 8 + (unsigned)((ns >> (msb - 3)) & 7);
+    return b < TIME_BUCKETS ? b : TIME_BUCKETS - 1;
+}
+
+static uint64_t bucket_start_ns(unsigned b) {
+    return b < 8 ? 2ULL * b : (uint64_t)(8 + b % 8) << (b / 8);
+}
 
 struct bin {
     /* 0 = free; else stack id (32 bits) | func << 32 | state << 48 | 1 << 62. */
@@ -104,11 +120,20 @@ struct stack {
 
 struct thr {
     /* Written by the owning thread, read by its own signal handler. */
+    volatile uint64_t call; /* outermost MPI calls entered so far: this call's number */
     volatile uint64_t site;
     volatile uintptr_t wrap_fp; /* the outermost wrapper's frame address */
     volatile int func;
     volatile int state;
     int depth;
+    /* The handler's own: the stack of the call it walked last. The program's
+     * frames above a wrapper cannot change while the call runs, so later ticks
+     * of the same call take this id instead of walking again. */
+    uint64_t walked_call;
+    uint32_t walked_id;
+    uint64_t walks, reused; /* for MPI_SONDE_VERBOSE */
+    uint64_t walk_ns;                   /* with MPI_SONDE_VERBOSE only: each walk timed */
+    uint32_t walk_times[TIME_BUCKETS]; /* the same walks by duration, for a median */
     timer_t timer;
     _Atomic int live; /* 1 while the timer exists */
     uintptr_t stack_lo, stack_hi; /* the thread's stack, for the frame-pointer walk */
@@ -248,82 +273,23 @@ static inline uint64_t bin_key(int state, int func, uint32_t stack) {
     return (uint64_t)stack | ((uint64_t)func << 32) | ((uint64_t)state << 48) | (1ULL << 62);
 }
 
-/* Executable segments of the modules loaded at MPI_Init (filled before the
- * first tick, read-only afterwards): a frame-pointer walk accepts a return
- * address only inside one, so a register that was never a frame pointer ends
- * the walk instead of yielding garbage frames. */
-#define MAX_TEXT 512
-static struct { uintptr_t lo, hi; } text[MAX_TEXT];
-static int ntext;
-
-static int in_text(uintptr_t pc) {
-    for (int i = 0; i < ntext; i++)
-        if (pc >= text[i].lo && pc < text[i].hi) return 1;
-    return 0;
-}
-
-static int add_text(struct dl_phdr_info *info, size_t size, void *arg) {
-    (void)size, (void)arg;
-    for (int i = 0; i < info->dlpi_phnum && ntext < MAX_TEXT; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-            text[ntext].lo = info->dlpi_addr + ph->p_vaddr;
-            text[ntext].hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
-            ntext++;
-        }
-    }
-    return 0;
-}
-
-/* Frame-pointer walk from the wrapper's frame: each frame record is
- * {saved frame pointer, return address}. Bounded by the thread's stack, each
- * record above the last, every return address in a module's code. */
-static int walk_fp(const struct thr *t, uintptr_t wrap_fp, uint64_t *out, int max, int *truncated) {
-    int n = 0;
-    uintptr_t fp = wrap_fp, prev = 0;
-    *truncated = 0;
-    if (fp < t->stack_lo || fp + 16 > t->stack_hi) return 0;
-    fp = ((const uintptr_t *)fp)[0]; /* the program's frame that called MPI */
-    while (fp > prev && !(fp & 7) && fp >= t->stack_lo && fp + 16 <= t->stack_hi) {
-        uintptr_t ret = ((const uintptr_t *)fp)[1];
-        if (!in_text(ret)) break;
-        if (n == max) {
-            *truncated = 1;
-            break;
-        }
-        out[n++] = ret;
-        prev = fp;
-        fp = ((const uintptr_t *)fp)[0];
-    }
-    return n;
-}
-
-/* libunwind's walk from here (the handler) through the signal frame and the
- * MPI library; what precedes the MPI call's return address is cut off. */
-static int walk_libunwind(uint64_t site, uint64_t *out, int max, int *truncated) {
-    void *buf[MAX_DEPTH + 64];
-    int cap = max + 64, m = unw_backtrace(buf, cap);
-    *truncated = 0;
-    for (int i = 0; i < m; i++) {
-        if ((uint64_t)(uintptr_t)buf[i] != site) continue;
-        int n = 0;
-        for (int j = i + 1; j < m && n < max; j++) out[n++] = (uint64_t)(uintptr_t)buf[j];
-        *truncated = m == cap || m - (i + 1) > max;
-        return n;
-    }
-    return -1; /* the walk did not reach the program */
-}
-
 static int use_fp; /* decided at MPI_Init (UNWIND_AUTO) or by MPI_SONDE_UNWIND */
 
 /* The stack of the MPI call the thread is in: its return address, then the
- * program's frames outward, at most cfg.depth in all. */
+ * program's frames outward, at most cfg.depth in all. A depth of 1 is the
+ * call site alone: no walk (the whole cost of the probe before call stacks). */
 static int walk(const struct thr *t, uint64_t *out, int *truncated) {
     out[0] = t->site;
-    int n = use_fp ? walk_fp(t, t->wrap_fp, out + 1, cfg.depth - 1, truncated)
-                   : walk_libunwind(t->site, out + 1, cfg.depth - 1, truncated);
-    if (n < 0) {
-        *truncated = 1; /* only the call site is known */
+    if (cfg.depth == 1) {
+        *truncated = 1;
+        return 1;
+    }
+    int n = use_fp ? stackwalk_fp(t->wrap_fp, t->stack_lo, t->stack_hi, out + 1, cfg.depth - 1, truncated)
+                   : stackwalk_libunwind(t->wrap_fp, t->site, out + 1, cfg.depth - 1, truncated);
+    if (n <= 0) {
+        /* Only the call site is known: its function has a caller, which the
+         * walk could not find (no frame record, no unwind info). */
+        *truncated = 1;
         n = 0;
     }
     return n + 1;
@@ -364,12 +330,13 @@ static uint64_t ticks_in_window(uint64_t now, uint64_t n) {
 }
 
 static void on_tick(int sig, siginfo_t *si, void *uc) {
-    (void)sig, (void)si, (void)uc;
+    (void)sig, (void)uc;
     int saved = errno;
     struct thr *t = my;
     if (t && atomic_load_explicit(&sampling, memory_order_relaxed)) {
-        /* Ticks the kernel merged while the signal was pending count too. */
-        int over = timer_getoverrun(t->timer);
+        /* Ticks the kernel merged while the signal was pending count too
+         * (si_overrun: what timer_getoverrun() answers, without its syscall). */
+        int over = si->si_code == SI_TIMER ? si->si_overrun : 0;
         uint64_t n = 1 + (over > 0 ? (uint64_t)over : 0);
         if (window_start_ns || window_stop_ns != UINT64_MAX) n = ticks_in_window(mono_ns(), n);
         if (!n) {
@@ -382,9 +349,24 @@ static void on_tick(int sig, siginfo_t *si, void *uc) {
         if (state == ST_OUT) {
             key = bin_key(ST_OUT, 0, NO_STACK);
         } else {
-            uint64_t frames[MAX_DEPTH];
-            int truncated, depth = walk(t, frames, &truncated);
-            uint32_t id = intern(t, frames, depth, truncated);
+            uint32_t id;
+            uint64_t call = t->call;
+            if (call == t->walked_call) {
+                id = t->walked_id; /* a later tick of the same call */
+                t->reused++;
+            } else {
+                uint64_t frames[MAX_DEPTH], t0 = cfg.verbose ? mono_ns() : 0;
+                int truncated, depth = walk(t, frames, &truncated);
+                id = intern(t, frames, depth, truncated);
+                if (cfg.verbose) {
+                    uint64_t took = mono_ns() - t0;
+                    t->walk_ns += took;
+                    t->walk_times[time_bucket(took)]++;
+                }
+                t->walks++;
+                t->walked_call = call;
+                t->walked_id = id;
+            }
             if (id == NO_STACK) atomic_fetch_add_explicit(&unstacked_ticks, n, memory_order_relaxed);
             key = bin_key(state, t->func, id);
         }
@@ -439,6 +421,7 @@ static void register_thread(void) {
     sev.sigev_notify = SIGEV_THREAD_ID;
     sev.sigev_signo = cfg.sig;
     sev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+    if (!use_fp) stackwalk_thread_start();
     if (timer_create(CLOCK_MONOTONIC, &sev, &t->timer) != 0) {
         if (cfg.verbose) perror("sonde mpi probe: timer_create");
         return;
@@ -454,16 +437,17 @@ static void register_thread(void) {
 /* ------------------------------------------------------------------------ */
 /* Entering and leaving MPI. Nested calls keep the outermost state.          */
 
-#define CALL_SITE() ((uint64_t)(uintptr_t)__builtin_return_address(0))
+#define CALL_SITE() STACKWALK_CALL_SITE()
 /* The wrapper's own frame record (the probe is built with frame pointers):
- * where a frame-pointer walk into the program starts. */
-#define WRAP_FP() ((uintptr_t)__builtin_frame_address(0))
+ * where a walk into the program starts. */
+#define WRAP_FP() STACKWALK_FRAME()
 
 static inline int enter(int func, uint64_t site, uintptr_t fp, int state) {
     if (__builtin_expect(!my_registered, 0) && cfg.enabled) register_thread();
     struct thr *t = my;
     if (!t) return 0;
     if (t->depth++ > 0) return 0;
+    t->call++;
     t->func = func;
     t->site = site;
     t->wrap_fp = fp;
@@ -808,8 +792,8 @@ static void choose_unwinder(uint64_t site, uintptr_t fp) {
     uint64_t a[1] = {0}, b[1] = {0};
     int ta, tb;
     struct thr *t = my;
-    int na = t ? walk_fp(t, fp, a, 1, &ta) : 0;
-    int nb = walk_libunwind(site, b, 1, &tb);
+    int na = t ? stackwalk_fp(fp, t->stack_lo, t->stack_hi, a, 1, &ta) : 0;
+    int nb = stackwalk_libunwind(fp, site, b, 1, &tb);
     use_fp = na == 1 && nb == 1 && a[0] == b[0];
 }
 
@@ -828,9 +812,7 @@ static void start_probe(uint64_t init_site, uintptr_t init_fp) {
     sigemptyset(&sa.sa_mask);
     if (sigaction(cfg.sig, &sa, NULL) != 0) return;
     pthread_key_create(&thr_key, thr_exit);
-    dl_iterate_phdr(add_text, NULL);
-    /* Per-thread caches: libunwind's walk from a signal handler takes no lock. */
-    unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD);
+    stackwalk_init();
     cfg.enabled = 1;
     atomic_store(&sampling, atomic_load(&pcontrol_on));
     register_thread(); /* the thread that called MPI_Init, from now on */
@@ -855,13 +837,29 @@ static void stop_probe(void) {
     }
     flush_once();
     cfg.enabled = 0;
-    if (cfg.verbose)
-        fprintf(stderr,
-                "sonde mpi probe: rank %d sent %llu rows in %llu posts; dropped %llu rows (%llu posts), %llu ticks "
-                "(bins full); %llu ticks without a stack (stack table full)\n",
-                world_rank, (unsigned long long)sent_rows, (unsigned long long)sent_posts,
-                (unsigned long long)dropped_rows, (unsigned long long)dropped_posts,
-                (unsigned long long)dropped_ticks, (unsigned long long)unstacked_ticks);
+    if (!cfg.verbose) return;
+    uint64_t walks = 0, reused = 0, walk_ns = 0, by_time[TIME_BUCKETS] = {0}, below = 0;
+    for (int i = 0; i < n && i < MAX_THREADS; i++) {
+        walks += threads[i].walks;
+        reused += threads[i].reused;
+        walk_ns += threads[i].walk_ns;
+        for (int b = 0; b < TIME_BUCKETS; b++) by_time[b] += threads[i].walk_times[b];
+    }
+    unsigned median = 0;
+    while (median < TIME_BUCKETS - 1 && (below += by_time[median]) * 2 < walks) median++;
+    /* One line per rank (rows, drops, stacks), as the README promises. A
+     * depth of 1 walks nothing: its "walks" took the call site alone. */
+    fprintf(stderr,
+            "sonde mpi probe: rank %d sent %llu rows in %llu posts; dropped %llu rows (%llu posts), %llu ticks "
+            "(bins full); %llu ticks without a stack (stack table full); stacks: %llu walks by %s, %.0f ns each "
+            "on average, median %llu-%llu ns (with interning); %llu ticks took the stack of a walk earlier in "
+            "the same MPI call\n",
+            world_rank, (unsigned long long)sent_rows, (unsigned long long)sent_posts,
+            (unsigned long long)dropped_rows, (unsigned long long)dropped_posts, (unsigned long long)dropped_ticks,
+            (unsigned long long)unstacked_ticks, (unsigned long long)walks,
+            cfg.depth == 1 ? "none (MPI_SONDE_DEPTH=1: the call site)" : unwind_names[use_fp ? UNWIND_FP : UNWIND_LIBUNWIND],
+            walks ? (double)walk_ns / (double)walks : 0.0, (unsigned long long)bucket_start_ns(median),
+            (unsigned long long)bucket_start_ns(median + 1), (unsigned long long)reused);
 }
 
 /* ------------------------------------------------------------------------ */

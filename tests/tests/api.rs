@@ -21,7 +21,7 @@ fn api_reports_plugins_and_routes_requests_to_them() {
     );
     assert_eq!(s.json("/api/health")["status"], "ok");
     let st = s.json("/api/status");
-    assert_eq!(st["contract"], "0.1.0");
+    assert_eq!(st["contract"], "0.2.0");
     assert_eq!(st["export"]["stats"]["enabled"], false, "no collector configured");
 
     // Plugins with state, reasons and self-metrics.

@@ -38,9 +38,13 @@ struct Truth {
 fn start_sonde(dir: &Path) -> (Sonde, u16) {
     let otlp = free_port();
     let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{otlp}\"");
+    // The mpi plugin declares the `mpi_samples` table that bottleneck reads.
     let sonde = Sonde::start(
         dir,
-        &[(plugin_file("bundled/bottleneck.wasm"), "bottleneck")],
+        &[
+            (plugin_file("bundled/bottleneck.wasm"), "bottleneck"),
+            (plugin_file("bundled/mpi.wasm"), "mpi"),
+        ],
         &[
             "--set",
             &listen,

@@ -279,7 +279,10 @@ fn check_collected(log: &str, trial: &str, batches: &[Batch], child_timings: &[&
 fn stop_and_collect(sonde: &mut Sonde, rotel: &Rotel) -> String {
     // Should a check of what arrived fail, what the plugin did with the
     // reports (ignored as inactive, late, dropped) tells why.
-    eprintln!("determined counters: {}", sonde.json("/api/plugins/determined/state")["counters"]);
+    eprintln!(
+        "determined counters: {}",
+        sonde.json("/api/plugins/determined/state")["counters"]
+    );
     let status = sonde.proc.terminate(Duration::from_secs(10));
     assert_eq!(
         status.map(|s| s.success()),

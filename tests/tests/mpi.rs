@@ -400,11 +400,13 @@ fn time_selective_sampling_covers_only_its_window_or_until_mpi_pcontrol_pauses_i
     }
 }
 
-/// `mpirun -np 2` of a tests/mpi/stacks.c build with the probe at 1 kHz; returns the settled profile.
-fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
+/// `mpirun -np 2` of a tests/mpi/stacks.c build with the probe at 1 kHz
+/// (`MPI_SONDE_VERBOSE=1`); returns the settled profile and the probe's report
+/// on stderr.
+fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> (Value, String) {
     mpi_parts();
     let mut c = mpirun_probed(2, &sonde.api, job);
-    c.args(["-x", "MPI_SONDE_HZ=1000"]);
+    c.args(["-x", "MPI_SONDE_HZ=1000", "-x", "MPI_SONDE_VERBOSE=1"]);
     for (k, v) in env {
         c.arg("-x").arg(format!("{k}={v}"));
     }
@@ -421,7 +423,25 @@ fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&s
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    settled_profile(sonde, job, 2)
+    (
+        settled_profile(sonde, job, 2),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Rank 0's stack report at MPI_Finalize (MPI_SONDE_VERBOSE=1): (walks, the
+/// unwinder, ticks that took the stack of their call's earlier walk).
+fn walk_report(stderr: &str) -> (u64, String, u64) {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("rank 0 sent ") && l.contains("stacks: "))
+        .unwrap_or_else(|| panic!("no stack report from rank 0:\n{stderr}"));
+    let words: Vec<&str> = line.split("stacks: ").nth(1).unwrap().split_whitespace().collect();
+    let at = |w: &str| words.iter().position(|x| *x == w).unwrap();
+    let walks = words[at("walks") - 1].parse().unwrap();
+    let by = words[at("by") + 1].trim_end_matches(',').to_string();
+    let reused = words[at("ticks") - 1].parse().unwrap();
+    (walks, by, reused)
 }
 
 /// The folded lines of `job`'s stall on rank 0 that end in MPI_Sendrecv.
@@ -519,10 +539,22 @@ fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
     // With frame pointers (the probe walks them) and without (libunwind).
-    for (job, program) in [("stacks-fp", "stacks"), ("stacks-nofp", "stacks-nofp")] {
-        let p = run_stacks(&sonde, job, program, &["8", "40"], &[]);
+    for (job, program, unwinder) in [
+        ("stacks-fp", "stacks", "frame"),
+        ("stacks-nofp", "stacks-nofp", "libunwind"),
+    ] {
+        let (p, stderr) = run_stacks(&sonde, job, program, &["8", "40"], &[]);
         let stacks = stall_stacks(&sonde, job);
         println!("{job}: {stacks:?}");
+        // MPI_SONDE_UNWIND=auto chose the walk the build allows; a stall in
+        // MPI_Sendrecv lasts tens of ticks, and only its first tick walks.
+        let (walks, by, reused) = walk_report(&stderr);
+        assert_eq!(by, unwinder, "{job}: {stderr}");
+        assert!(
+            walks <= 2 * 8 + 8 && reused > 4 * walks,
+            "{job}: rank 0 made about 2 x 8 calls of MPI_Sendrecv and a few others, \
+             but walked {walks} times and reused a walk {reused} times:\n{stderr}"
+        );
         let via = |mid: &str| {
             stacks
                 .iter()
@@ -600,6 +632,15 @@ fn stripped_and_deep_programs_still_profile_with_fewer_names() {
         // rank, thread, state, [truncated], 16 frames (some may expand into inlined ones), function
         assert!(f.iter().filter(|x| x.starts_with("descend")).count() >= 10, "{f:?}");
         assert!(f.len() <= 4 + 16 + 4 + 1, "{} frames: {f:?}", f.len());
+    }
+    // A depth of 1: the call site alone, without a walk, marked as cut.
+    run_stacks(&sonde, "site", "stacks", &["4", "30"], &[("MPI_SONDE_DEPTH", "1")]);
+    let stacks = stall_stacks(&sonde, "site");
+    assert!(!stacks.is_empty());
+    for (f, _) in &stacks {
+        // rank, thread, state, [truncated], the call site (in exchange, maybe with inlined frames), function
+        assert_eq!(f[3], "[truncated]", "{f:?}");
+        assert!(f[4..f.len() - 1].iter().all(|x| x.starts_with("exchange")), "{f:?}");
     }
     // sonde took it all and goes on.
     assert_eq!(sonde.get("/api/ready").0, 200);

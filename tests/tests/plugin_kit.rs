@@ -46,7 +46,7 @@ fn run_and_ask(tmp: &Path, wasm: PathBuf, language: &str) {
     );
     let status = s.json("/api/plugins/demo");
     assert_eq!(status["state"], "running", "{status}");
-    assert_eq!(status["contract"], "0.1.0");
+    assert_eq!(status["contract"], "0.2.0");
 
     let origin = json!({"job": "kit-job", "node": "kit-node", "rank": 0, "local_rank": 0});
     let t = now_ns();

@@ -12,8 +12,15 @@ import { nodeMatch, NODE_CHARTS, LOCAL } from './nodes.js';
 import { decisionList } from './decisions.js';
 import { custom } from './panels/index.js';
 
-// Which plugins' views apply to which kind of job.
-const KIND_PLUGINS = { training: ['bottleneck', 'dlrover'], serving: ['clockwork'], mpi: ['bottleneck', 'mpi'], paramserver: ['paramserver'] };
+// Which plugins' views apply to the host's own kinds of job; a kind that is
+// an event table's name brings the panels of the plugins that declare or read
+// it (`pluginsFor`).
+const KIND_PLUGINS = { training: ['bottleneck', 'dlrover'], paramserver: ['paramserver'] };
+
+function pluginsFor(app, kinds) {
+  const byTable = Object.entries(app.pluginTables || {}).filter(([, tables]) => tables.some((t) => kinds.includes(t))).map(([p]) => p);
+  return [...new Set([...kinds.flatMap((k) => KIND_PLUGINS[k] || []), ...byTable])];
+}
 const FIRST_BATCHES = 500;
 const ALL_BATCHES = 36000; // an hour of 100 ms steps, the host's default per rank; ?batches=N in the URL asks for another number
 
@@ -165,7 +172,7 @@ export class JobPage {
     exportBtn.addEventListener('click', () => download(`${this.name}.trace.json`, JSON.stringify(chromeTrace(this.job))));
     const zoom = (f) => el('button', { type: 'button', onclick: () => this.view && (f ? this.view.zoom(f) : this.view.set(0, this.view.n)) }, f ? (f < 1 ? 'zoom in' : 'zoom out') : 'all batches');
     const pan = (d, t) => el('button', { type: 'button', 'aria-label': t, onclick: () => this.view && this.view.pan(d) }, d < 0 ? '◀' : '▶');
-    this.folded = job.kinds.includes('mpi')
+    this.folded = job.kinds.includes('mpi_samples') && this.app.plugins.includes('mpi')
       ? el('a', { class: 'button', id: 'export-folded', href: `/api/plugins/mpi/folded?job=${encodeURIComponent(this.name)}`, download: `${this.name}.folded` }, 'Download MPI folded stacks')
       : null;
     this.ranksBox = el('div', { class: 'ranks' });
@@ -253,10 +260,11 @@ export class JobPage {
 
   async panels() {
     const app = this.app;
-    const want = [...new Set(this.job.kinds.flatMap((k) => KIND_PLUGINS[k] || []))].filter((p) => app.plugins.includes(p));
+    const want = pluginsFor(app, this.job.kinds).filter((p) => app.plugins.includes(p));
     if (!want.length) {
       if (!this.pluginBox.querySelector('.muted')) {
-        this.pluginBox.replaceChildren(el('p', { class: 'muted' }, `No plugin view applies: this job is ${this.job.kinds.join(', ')}; load ${[...new Set(this.job.kinds.flatMap((k) => KIND_PLUGINS[k] || []))].join(' or ') || 'a plugin'} to see one.`));
+        const could = this.job.kinds.flatMap((k) => KIND_PLUGINS[k] || []);
+        this.pluginBox.replaceChildren(el('p', { class: 'muted' }, `No plugin view applies: this job is ${this.job.kinds.join(', ')}; load ${[...new Set(could)].join(' or ') || 'a plugin that declares its tables'} to see one.`));
       }
       return;
     }

@@ -105,6 +105,9 @@ async function refreshSummary() {
     if (st.cluster && st.cluster.node) app.localName = st.cluster.node;
     app.version = st.version;
     app.plugins = st.plugins.map((p) => p.name);
+    // The event tables each plugin declares or reads: a job that sent rows of
+    // one shows that plugin's panel (jobs.js).
+    app.pluginTables = Object.fromEntries(st.plugins.map((p) => [p.name, [...(p.tables || []), ...(p.reads || [])]]));
     const p = st.sampler ? st.sampler.period : null;
     s.className = '';
     s.replaceChildren(

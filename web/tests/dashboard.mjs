@@ -87,31 +87,40 @@ test('a quarantined plugin shows why', async ({ page, dir }) => {
   await page.screenshot({ path: join(shots, 'plugin-quarantined.png'), fullPage: true });
 });
 
-test('timings show a clear empty state without the determined plugin', async ({ page }) => {
+test('timings show a clear empty state before any job reported timings', async ({ page }) => {
   await page.click('#tabs a[data-view=timings]');
-  await until('the empty state', async () => (await page.textContent('#timings-empty')).includes('determined plugin is not loaded'));
+  await until('the empty state', async () => (await page.textContent('#timings-empty')).includes('No job has reported timings yet'));
   await page.screenshot({ path: join(shots, 'timings-empty.png'), fullPage: true });
 });
 
-test('timings per batch index are drawn from the plugin\'s rows', async ({ page }) => {
-  // The determined plugin is a separate issue: stand in for its route with rows of its documented shape.
-  const rows = [];
-  for (let b = 0; b < 20; b++) {
-    for (const [name, d] of [['dataloader_next', 0.02], ['train_batch', 0.1 + b / 200], ['to_device', 0.005]]) {
-      rows.push({ job: 'j1', name, batch_idx: b, start_ns: 1e18 + b * 1e8, duration_s: d });
+test('timings per batch index are drawn from the host\'s job view, whatever plugins run', async ({ page, url }) => {
+  // Two ranks of a training job post their steps; no plugin takes timings here.
+  for (const rank of [0, 1]) {
+    const timings = [];
+    for (let b = 0; b < 20; b++) {
+      const t0 = Date.now() * 1e6 - (20 - b) * 1e8;
+      for (const [name, s] of [['dataloader_next', 0.02], ['train_batch', 0.1 + b / 200 + rank / 100]]) {
+        timings.push({ name, start_ns: t0, end_ns: t0 + Math.round(s * 1e9), batch_idx: b });
+      }
     }
+    const r = await fetch(`${url}/api/ingest`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ origin: { job: 'j1', rank, local_rank: rank }, timings }),
+    });
+    if (r.status !== 202) throw new Error(`ingest: ${r.status} ${await r.text()}`);
   }
-  await page.route('**/api/plugins/determined/timings*', (r) => r.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(rows) }));
   await page.click('#tabs a[data-view=system]');
   await page.click('#tabs a[data-view=timings]');
   await until('the timings chart', async () => (await page.locator('#timings-chart canvas').count()) === 1);
+  await until('every step', async () => (await page.textContent('#timings-chart')).includes('80 timings, 20 batches, 2 phases, 2 ranks'));
   const text = await page.textContent('#timings-chart');
-  for (const want of ['train_batch', 'dataloader_next', '60 timings, 20 batches, 3 phases']) {
+  for (const want of ['train_batch', 'dataloader_next', 'j1: duration by batch index']) {
     if (!text.includes(want)) throw new Error(`${want} not in ${text}`);
   }
+  if ((await page.inputValue('#timings-job')) !== 'j1') throw new Error('the job is not picked');
   if (!(await page.isHidden('#timings-empty'))) throw new Error('the empty state is still shown');
   await page.screenshot({ path: join(shots, 'timings.png'), fullPage: true });
-  await page.unroute('**/api/plugins/determined/timings*');
 });
 
 await suite({

@@ -26,11 +26,16 @@ class Serving(unittest.TestCase):
         spans = {s.name: s for s in mem.get_finished_spans()}
         req, act = spans["serving.request"], spans["serving.action"]
         self.assertEqual((req.start_time, req.end_time), (100, 250))
-        self.assertEqual(req.attributes["serving.request.id"], 1)
-        self.assertEqual(req.attributes["serving.slo_factor"], 2.5)
+        # Rows of the clockwork plugin's tables, by column name.
+        self.assertEqual(req.attributes["sonde.table"], "requests")
+        self.assertEqual(req.attributes["request_id"], 1)
+        self.assertEqual(req.attributes["slo_factor"], 2.5)
+        self.assertEqual((req.attributes["arrival_ns"], req.attributes["departure_ns"]), (100, 250))
         self.assertEqual((act.start_time, act.end_time), (110, 240))
-        self.assertEqual(act.attributes["serving.action.type"], 2)
-        self.assertEqual(act.attributes["serving.batch_size"], 4)
+        self.assertEqual(act.attributes["sonde.table"], "actions")
+        self.assertEqual(act.attributes["action_type"], 2)
+        self.assertEqual(act.attributes["batch_size"], 4)
+        self.assertEqual(act.attributes["result_received_ns"], 240)
         self.assertEqual(req.resource.attributes["sonde.role"], "controller")
 
     def test_unknown_or_missing_fields_are_refused(self):

@@ -128,6 +128,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/admin/plugins/{name}/{action}", post(admin::action))
         .route("/api/decisions", get(decisions))
         .route("/api/record", get(record::record))
+        .route("/api/tables", get(tables))
         .route("/api/cluster/nodes", get(cluster::nodes))
         .route("/api/jobs", get(cluster::jobs))
         .route("/api/jobs/{job}", get(cluster::job))
@@ -209,7 +210,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
         .plugins
         .statuses()
         .into_iter()
-        .map(|p| json!({"name": p.name, "state": p.state, "reason": p.reason}))
+        .map(|p| json!({"name": p.name, "state": p.state, "reason": p.reason, "tables": p.tables, "reads": p.reads}))
         .collect();
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -261,6 +262,12 @@ struct DecisionQuery {
 
 async fn decisions(State(st): State<AppState>, Query(q): Query<DecisionQuery>) -> Json<serde_json::Value> {
     Json(json!({"decisions": st.plugins.decisions().list(q.plugin.as_deref())}))
+}
+
+/// The event tables running plugins declared: what `POST /api/ingest` and
+/// OTLP take rows of, with their columns.
+async fn tables(State(st): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({"tables": st.plugins.tables().list()}))
 }
 
 async fn plugin_route(

@@ -92,19 +92,19 @@ fn operations() -> Vec<Op> {
         op(
             "post",
             "/api/ingest",
-            "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events, serving requests and actions, MPI state samples (see host/src/ingest/json/mod.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
+            "what a job reports, as JSON: origin, progress (batch index), timings, points, events, heartbeats, node events, and rows of the event tables plugins declared, each under its table's name (see GET /api/tables and host/src/ingest/json/mod.rs); OTLP goes to the receivers on ingest.otlp_grpc_listen / ingest.otlp_http_listen",
         )
         .body(
             "application/json",
-            "{origin, progress[], timings[], points[], events[], heartbeats[], node_events[], requests[], actions[], mpi_samples[]}",
+            "{origin, progress[], timings[], points[], events[], heartbeats[], node_events[], <table>[]...}",
         )
         .responses(&[
             (202, "accepted: {\"accepted\": rows}"),
-            (400, "malformed JSON or an unknown field (with line and column)"),
+            (400, "malformed JSON or an unknown field of a fixed list (with line and column)"),
             (401, "missing or wrong bearer token (when a token is set)"),
             (413, "body over ingest.max_body_bytes"),
             (415, "not application/json"),
-            (422, "an invalid value, or a name or attribute over its ingest.max_* limit: key names the row and field, reason the limit"),
+            (422, "an invalid value, or a name or attribute over its ingest.max_* limit: key names the row and field, reason the limit; rows of tables are refused one by one ({accepted, refused_rows, refused[{key, reason}]}: the accepted rows were kept)"),
             (429, "the ingest queue is full; retry after a second"),
         ]),
         op(
@@ -250,7 +250,7 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/record",
-            "record for `seconds` exactly what the host hands its plugins (sampling ticks with their series, event batches) and answer with the recording: JSON lines (application/x-ndjson), format sonde-recording version 1 (docs/plugins.md), which `sonde plugin test FILE.wasm --events RECORDING` replays",
+            "record for `seconds` exactly what the host hands its plugins (sampling ticks with their series, event batches) and answer with the recording: JSON lines (application/x-ndjson), format sonde-recording version 2 (docs/plugins.md), which `sonde plugin test FILE.wasm --events RECORDING` replays",
         )
         .query("seconds", "integer", "how long to record, 1..=600 (required)")
         .query(
@@ -264,6 +264,11 @@ fn operations() -> Vec<Op> {
             (409, "a recording is already running (one at a time)"),
             (413, "the recording passed max_bytes before `seconds` were over; nothing is returned"),
         ]),
+        op(
+            "get",
+            "/api/tables",
+            "the event tables running plugins declared: name, description, columns (name, type, default), declared_by",
+        ),
         op(
             "get",
             "/api/cluster/nodes",

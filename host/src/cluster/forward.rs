@@ -20,8 +20,11 @@
 //! | timings | spans, step in `sonde.batch_idx`, marked `sonde.forwarded` (no implied progress) |
 //! | heartbeats, node events | log records `sonde.heartbeat`, `sonde.node_event` |
 //! | custom events | log records with the event's name, body and attributes |
-//! | serving requests / actions | log records `serving.request` / `serving.action`, every field an attribute |
-//! | MPI samples | log records `sonde.mpi.sample` |
+//! | rows of event tables | log records `sonde.table` with the attribute `sonde.table` = the table's name, every field an attribute (a u64 above an int's range as its decimal string), at the time the row was received |
+//!
+//! Table rows cross whatever the tables are: typed ones by their columns,
+//! and rows of a table no plugin on the agent declares as they were sent.
+//! The master types them by its own plugins' declarations.
 //!
 //! Limits: whatever the export queue holds (`export.queue_capacity`
 //! requests, or the spool's bytes); past it the oldest request is dropped and
@@ -45,9 +48,9 @@ use prost::Message;
 
 use crate::export::client::Signal;
 use crate::export::otlp::key_values;
-use crate::ingest::otlp::events::{FORWARDED, MPI_SAMPLE};
-use crate::ingest::{MpiSample, Origin, Report, ReportTap};
-use crate::ingest::{ServedAction, ServedRequest};
+use crate::ingest::otlp::events::{FORWARDED, TABLE};
+use crate::ingest::tables::{Cell, TableRows};
+use crate::ingest::{Origin, Report, ReportTap};
 use crate::model::SeriesKind;
 use crate::pipeline::PipelineHandle;
 
@@ -225,61 +228,28 @@ fn record(name: &str, time: u64, body: &str, attributes: Vec<KeyValue>) -> LogRe
     }
 }
 
-fn request_attributes(q: &ServedRequest) -> Vec<KeyValue> {
-    vec![
-        int("serving.request.id", q.request_id),
-        int("serving.user.id", q.user_id),
-        int("serving.model.id", q.model_id),
-        kv("serving.slo_factor", any_value::Value::DoubleValue(q.slo_factor)),
-        int("serving.arrival", q.arrival),
-        int("serving.departure", q.departure),
-        int("serving.deadline", q.deadline),
-        int("serving.result", q.result),
-        int("serving.copies.arrival", q.arrival_copies),
-        int("serving.copies.departure", q.departure_copies),
-        int("serving.action.id", q.action_id),
-        int("serving.client.sent", q.client_sent),
-        int("serving.client.received", q.client_received),
-    ]
+/// A cell as an OTLP value: a u64 past an int's range as its decimal text
+/// (the receiver's integer columns take both).
+fn cell_value(c: &Cell) -> any_value::Value {
+    match c {
+        Cell::U(v) => match i64::try_from(*v) {
+            Ok(i) => any_value::Value::IntValue(i),
+            Err(_) => any_value::Value::StringValue(v.to_string()),
+        },
+        Cell::I(v) => any_value::Value::IntValue(*v),
+        Cell::F(v) => any_value::Value::DoubleValue(*v),
+        Cell::B(v) => any_value::Value::BoolValue(*v),
+        Cell::S(v) => any_value::Value::StringValue(v.clone()),
+    }
 }
 
-fn action_attributes(a: &ServedAction) -> Vec<KeyValue> {
-    vec![
-        int("serving.action.id", a.action_id),
-        int("serving.action.type", a.action_type),
-        int("serving.action.status", a.status),
-        int("serving.worker.id", a.worker_id),
-        int("serving.gpu.id", a.gpu_id),
-        int("serving.model.id", a.model_id),
-        int("serving.batch_size", a.batch_size),
-        int("serving.expected.duration", a.expected_exec_duration),
-        int("serving.worker.duration", a.worker_exec_duration),
-        int("serving.sent", a.sent),
-        int("serving.expected.complete", a.expected_exec_complete),
-        int("serving.worker.complete", a.worker_exec_complete),
-        int("serving.gpu_clock.expected", a.expected_gpu_clock),
-        int("serving.gpu_clock.before", a.gpu_clock_before),
-        int("serving.gpu_clock.after", a.gpu_clock_after),
-        int("serving.worker.copy_output_complete", a.copy_output_complete),
-        int("serving.worker.action_received", a.action_received),
-        int("serving.worker.result_sent", a.result_sent),
-        int("serving.result_received", a.result_received),
-        int("serving.result_processed", a.result_processed),
-        int("serving.requests_queued", a.requests_queued),
-        int("serving.copies_loaded", a.copies_loaded),
-        int("serving.requests_in_time", a.requests_in_time),
-    ]
-}
-
-fn mpi_attributes(m: &MpiSample) -> Vec<KeyValue> {
-    vec![
-        int("sonde.mpi.thread", m.thread),
-        int("sonde.mpi.state", m.state),
-        text("sonde.mpi.function", &m.function),
-        text("sonde.mpi.callsite", &m.callsite),
-        int("sonde.mpi.count", m.count),
-        int("sonde.mpi.period_ns", m.period_ns),
-    ]
+fn table_records(t: &TableRows, out: &mut Vec<LogRecord>) {
+    for (row, received) in t.rows.iter().zip(&t.received) {
+        let mut a = Vec::with_capacity(row.len() + 1);
+        a.push(text(TABLE, &t.table));
+        a.extend(t.columns.iter().zip(row).map(|(c, v)| kv(c, cell_value(v))));
+        out.push(record(TABLE, *received, "", a));
+    }
 }
 
 fn logs_of(r: &Report) -> Vec<LogRecord> {
@@ -299,14 +269,8 @@ fn logs_of(r: &Report) -> Vec<LogRecord> {
     for e in &r.custom {
         out.push(record(&e.name, e.time, &e.body, key_values(&e.attributes)));
     }
-    for q in &r.requests {
-        out.push(record("serving.request", q.departure, "", request_attributes(q)));
-    }
-    for a in &r.actions {
-        out.push(record("serving.action", a.result_received, "", action_attributes(a)));
-    }
-    for m in &r.mpi_samples {
-        out.push(record(MPI_SAMPLE, m.time, "", mpi_attributes(m)));
+    for t in &r.tables {
+        table_records(t, &mut out);
     }
     out
 }
@@ -507,56 +471,35 @@ mod tests {
                 body: "saved".into(),
                 attributes: vec![("step".into(), AttrValue::Int(7))],
             }],
-            requests: vec![ServedRequest {
-                request_id: 11,
-                user_id: 2,
-                model_id: 3,
-                slo_factor: 1.5,
-                arrival: 9_000,
-                departure: 9_500,
-                deadline: 10_000,
-                result: 0,
-                arrival_copies: 1,
-                departure_copies: 1,
-                action_id: 4,
-                client_sent: 8_900,
-                client_received: 9_600,
-            }],
-            actions: vec![ServedAction {
-                action_id: 4,
-                action_type: 2,
-                status: 0,
-                worker_id: 1,
-                gpu_id: 0,
-                model_id: 3,
-                batch_size: 4,
-                expected_exec_duration: 300,
-                worker_exec_duration: 310,
-                sent: 9_100,
-                expected_exec_complete: 9_400,
-                worker_exec_complete: 9_410,
-                expected_gpu_clock: 1_380,
-                gpu_clock_before: 1_380,
-                gpu_clock_after: 1_380,
-                copy_output_complete: 9_420,
-                action_received: 9_110,
-                result_sent: 9_430,
-                result_received: 9_440,
-                result_processed: 9_450,
-                requests_queued: 2,
-                copies_loaded: 1,
-                requests_in_time: 4,
-            }],
-            mpi_samples: vec![MpiSample {
-                thread: 0,
-                time: 11_000,
-                state: 2,
-                function: "MPI_Allreduce".into(),
-                callsite: "main+0x3a".into(),
-                count: 5,
-                period_ns: 10_000_000,
-            }],
+            tables: tables(),
         }
+    }
+
+    /// A typed table (declared on the agent) and one as sent (declared only
+    /// on the master), with values at the edges of their types.
+    fn tables() -> Vec<TableRows> {
+        let mut decl = tables_decl();
+        decl.name = "requests".into();
+        let on_agent = crate::ingest::tables::tests::registry_with(vec![decl]);
+        let mut r = Report::default();
+        for (table, id) in [("requests", u64::MAX), ("requests", 1), ("samples", u64::MAX)] {
+            r.add_row_as_sent(
+                table,
+                vec![
+                    ("id".into(), Cell::S(id.to_string())),
+                    ("result".into(), Cell::I(-4)),
+                    ("slo".into(), Cell::F(1.5)),
+                    ("site".into(), Cell::S("main+0x3a".into())),
+                    ("ok".into(), Cell::B(true)),
+                    ("at_ns".into(), Cell::U(9_000)),
+                ],
+                9_500,
+            );
+        }
+        let refused = crate::ingest::tables::type_tables(&mut r.tables, &on_agent, true, 4096);
+        assert!(refused.is_empty(), "{refused:?}");
+        assert!(r.tables[0].decl.is_some() && r.tables[1].decl.is_none());
+        r.tables
     }
 
     /// Decodes what `encode` made with the OTLP receiver's own mapping.
@@ -578,9 +521,7 @@ mod tests {
             out.heartbeats.extend(r.heartbeats);
             out.node_events.extend(r.node_events);
             out.custom.extend(r.custom);
-            out.requests.extend(r.requests);
-            out.actions.extend(r.actions);
-            out.mpi_samples.extend(r.mpi_samples);
+            out.tables.extend(r.tables);
         }
         out
     }
@@ -600,13 +541,65 @@ mod tests {
             v.sort_by_key(|p| (p.series, p.time));
             v
         };
-        assert_eq!(sorted(got.points), sorted(want.points));
+        assert_eq!(sorted(got.points.clone()), sorted(want.points.clone()));
         assert_eq!(got.heartbeats, want.heartbeats);
         assert_eq!(got.node_events, want.node_events);
         assert_eq!(got.custom, want.custom);
-        assert_eq!(got.requests, want.requests);
-        assert_eq!(got.actions, want.actions);
-        assert_eq!(got.mpi_samples, want.mpi_samples);
+        // The master types the rows by its own declarations (here: both tables).
+        let on_master = crate::ingest::tables::tests::registry_with(
+            ["requests", "samples"]
+                .into_iter()
+                .map(|name| {
+                    let mut d = tables_decl();
+                    d.name = name.into();
+                    d
+                })
+                .collect(),
+        );
+        let (mut got, mut want) = (got, want);
+        for r in [&mut got, &mut want] {
+            let refused = crate::ingest::tables::type_tables(&mut r.tables, &on_master, false, 4096);
+            assert!(refused.is_empty(), "{refused:?}");
+        }
+        let rows = |r: &Report| -> Vec<(String, Vec<Cell>, u64)> {
+            r.tables
+                .iter()
+                .flat_map(|t| {
+                    t.rows
+                        .iter()
+                        .zip(&t.received)
+                        .map(|(c, at)| (t.table.clone(), c.clone(), *at))
+                })
+                .collect()
+        };
+        assert_eq!(rows(&got), rows(&want));
+        assert_eq!(
+            rows(&got)[0].1[0],
+            Cell::U(u64::MAX),
+            "a u64 past an int's range survives"
+        );
+    }
+
+    fn tables_decl() -> crate::plugin::bindings::types::TableDecl {
+        use crate::plugin::bindings::types::{ColumnDecl, ColumnDefault as D, ColumnType as T, TableDecl};
+        let col = |name: &str, type_| ColumnDecl {
+            name: name.into(),
+            type_,
+            default: D::Zero,
+            labels: vec![],
+        };
+        TableDecl {
+            name: String::new(),
+            description: String::new(),
+            columns: vec![
+                col("id", T::U64),
+                col("result", T::S32),
+                col("slo", T::F64),
+                col("site", T::String),
+                col("ok", T::Boolean),
+                col("at_ns", T::Timestamp),
+            ],
+        }
     }
 
     #[test]
@@ -614,7 +607,11 @@ mod tests {
         let e = encode(&[full_report()], "n");
         assert_eq!(e.metrics.as_ref().unwrap().1, 5, "2 progress + 3 points");
         assert_eq!(e.traces.as_ref().unwrap().1, 2);
-        assert_eq!(e.logs.as_ref().unwrap().1, 6);
+        assert_eq!(
+            e.logs.as_ref().unwrap().1,
+            6,
+            "heartbeat, node event, custom, 3 table rows"
+        );
         assert!(encode(&[Report::default()], "n").metrics.is_none());
     }
 }

@@ -26,13 +26,13 @@ const MAX_PHASES_PER_STEP: usize = 64;
 /// The progress name that carries the batch index.
 const BATCH_IDX: &str = "batch_idx";
 
-/// The kinds of work a job's reports show.
-fn kinds_of(r: &Report) -> impl Iterator<Item = &'static str> {
+/// The kinds of work a job's reports show: "training" (timings, progress),
+/// "paramserver" (its role), and the name of every event table it sent rows
+/// of (the plugins that declare a table say what it is).
+fn kinds_of(r: &Report) -> impl Iterator<Item = &str> {
     let role = r.origin.role.to_ascii_lowercase();
     [
         (!r.timings.is_empty() || !r.progress.is_empty(), "training"),
-        (!r.requests.is_empty() || !r.actions.is_empty(), "serving"),
-        (!r.mpi_samples.is_empty(), "mpi"),
         (
             matches!(role.as_str(), "ps" | "server" | "parameter_server" | "paramserver"),
             "paramserver",
@@ -40,6 +40,7 @@ fn kinds_of(r: &Report) -> impl Iterator<Item = &'static str> {
     ]
     .into_iter()
     .filter_map(|(has, k)| has.then_some(k))
+    .chain(r.tables.iter().filter(|t| !t.rows.is_empty()).map(|t| t.table.as_str()))
 }
 
 /// One rank's time in one batch.
@@ -67,7 +68,7 @@ struct Job {
     first_ns: u64,
     last_ns: u64,
     rows: u64,
-    kinds: BTreeSet<&'static str>,
+    kinds: BTreeSet<String>,
     /// Node → last time it reported for this job.
     nodes: BTreeMap<String, u64>,
     ranks: BTreeMap<i32, Rank>,
@@ -80,7 +81,7 @@ struct Job {
 pub struct JobSummary {
     pub job: String,
     /// training, serving, mpi, paramserver: what its reports contained.
-    pub kinds: Vec<&'static str>,
+    pub kinds: Vec<String>,
     pub nodes: Vec<String>,
     /// How many ranks have reported.
     pub rank_count: usize,
@@ -279,7 +280,12 @@ impl JobRegistry {
         job.first_ns = job.first_ns.min(earliest);
         job.last_ns = job.last_ns.max(latest);
         job.rows += r.rows() as u64;
-        job.kinds.extend(kinds_of(r));
+        for k in kinds_of(r) {
+            // Bounded: a job's table names are as many as plugins declare.
+            if job.kinds.len() < 64 && !job.kinds.contains(k) {
+                job.kinds.insert(k.to_string());
+            }
+        }
         if !r.origin.node.is_empty() {
             let seen = job.nodes.entry(r.origin.node.clone()).or_default();
             *seen = (*seen).max(latest);
@@ -362,7 +368,7 @@ impl ReportTap for JobRegistry {
 fn summary(name: &str, job: &Job) -> JobSummary {
     JobSummary {
         job: name.to_string(),
-        kinds: job.kinds.iter().copied().collect(),
+        kinds: job.kinds.iter().cloned().collect(),
         nodes: job.nodes.keys().cloned().collect(),
         rank_count: job.ranks.len(),
         first_ns: job.first_ns,
@@ -381,9 +387,7 @@ fn report_times(r: &Report) -> impl Iterator<Item = u64> + '_ {
         .chain(r.heartbeats.iter().copied())
         .chain(r.node_events.iter().map(|e| e.time))
         .chain(r.custom.iter().map(|e| e.time))
-        .chain(r.requests.iter().flat_map(|q| [q.arrival, q.departure]))
-        .chain(r.actions.iter().flat_map(|a| [a.sent, a.result_received]))
-        .chain(r.mpi_samples.iter().map(|m| m.time))
+        .chain(r.tables.iter().flat_map(|t| t.received.iter().copied()))
         .filter(|t| *t > 0)
 }
 

@@ -35,6 +35,7 @@
 mod codec;
 pub mod config;
 mod log;
+mod query;
 mod store;
 
 #[cfg(test)]
@@ -52,6 +53,8 @@ use serde::Serialize;
 pub use config::{HistoryConfig, TierConfig};
 
 use crate::model::MetricSeries;
+use query::QueryCache;
+pub use query::QueryCacheStats;
 
 /// What identifies a series: metric name, unit and string attributes, sorted
 /// by attribute name (the node's `host.name` and the job's `sonde.job` are
@@ -203,10 +206,14 @@ pub struct HistoryStats {
     pub wal_bytes: u64,
     pub series_log_bytes: u64,
     pub tiers: Vec<TierStats>,
+    /// The buckets of sealed chunks kept for the next query (`query.rs`).
+    pub query_cache: QueryCacheStats,
 }
 
 struct Shared {
     inner: Mutex<store::Inner>,
+    /// Its own lock: queries from several threads never wait for the store's.
+    query_cache: QueryCache,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -244,6 +251,7 @@ impl History {
         let inner = store::Inner::open(cfg, &dir, now)?;
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
+            query_cache: QueryCache::new(cfg.query_cache_bytes),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -312,7 +320,7 @@ impl History {
             };
         };
         let mut corrupt = 0;
-        let b = snap.buckets(id, from_ms, to_ms, step_ms, &mut corrupt);
+        let b = snap.buckets(id, (from_ms, to_ms), step_ms, &self.shared.query_cache, &mut corrupt);
         self.note_corrupt(corrupt);
         b
     }
@@ -324,7 +332,7 @@ impl History {
         let mut out = Vec::new();
         let Some(snap) = snap else { return out };
         let mut corrupt = 0;
-        let _ = snap.for_each(&mut corrupt, |t, v| {
+        snap.for_each(&mut corrupt, |t, v| {
             if t >= from_ns && t <= to_ns {
                 out.push((t, v[0]));
             }
@@ -340,7 +348,9 @@ impl History {
     }
 
     pub fn stats(&self) -> HistoryStats {
-        self.shared.inner.lock().stats()
+        let mut st = self.shared.inner.lock().stats();
+        st.query_cache = self.shared.query_cache.stats();
+        st
     }
 
     /// Writes what is pending now (what the flush thread does every interval).

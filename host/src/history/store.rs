@@ -16,7 +16,7 @@ use rustc_hash::FxHasher;
 
 use super::codec::{ChunkEnc, decode};
 use super::log::{self, Cur, KIND_CHUNK, KIND_SERIES, KIND_WAL};
-use super::{Buckets, HistoryConfig, HistoryStats, Refused, SeriesFilter, SeriesInfo, SeriesKey, TierStats};
+use super::{HistoryConfig, HistoryStats, Refused, SeriesFilter, SeriesInfo, SeriesKey, TierStats};
 
 /// Looked up per append: FxHash rather than SipHash (keys are ours, not an attacker's choice of hash).
 type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
@@ -94,27 +94,27 @@ fn specs(cfg: &HistoryConfig) -> Vec<TierSpec> {
 
 /// Where a sealed chunk's encoded data lies.
 #[derive(Clone, Copy, Debug)]
-struct ChunkRef {
-    seg: u64,
-    off: u64,
+pub(super) struct ChunkRef {
+    pub(super) seg: u64,
+    pub(super) off: u64,
     len: u32,
     n: u32,
-    t_first: u64,
-    t_last: u64,
+    pub(super) t_first: u64,
+    pub(super) t_last: u64,
 }
 
 /// An open bucket of a rollup tier.
 #[derive(Clone, Copy, Debug)]
-struct Agg {
-    start: u64,
-    min: f64,
-    max: f64,
-    sum: f64,
-    count: u64,
+pub(super) struct Agg {
+    pub(super) start: u64,
+    pub(super) min: f64,
+    pub(super) max: f64,
+    pub(super) sum: f64,
+    pub(super) count: u64,
 }
 
 impl Agg {
-    fn merge(&mut self, o: &Agg) {
+    pub(super) fn merge(&mut self, o: &Agg) {
         self.min = self.min.min(o.min);
         self.max = self.max.max(o.max);
         self.sum += o.sum;
@@ -123,7 +123,7 @@ impl Agg {
     fn values(&self) -> [f64; 4] {
         [self.min, self.max, self.sum / self.count as f64, self.count as f64]
     }
-    fn from_values(start: u64, v: &[f64]) -> Agg {
+    pub(super) fn from_values(start: u64, v: &[f64]) -> Agg {
         let count = v[3].max(0.0) as u64;
         Agg {
             start,
@@ -133,7 +133,7 @@ impl Agg {
             count,
         }
     }
-    fn point(t: u64, v: f64) -> Agg {
+    pub(super) fn point(t: u64, v: f64) -> Agg {
         Agg {
             start: t,
             min: v,
@@ -309,9 +309,9 @@ impl After {
 }
 
 /// A chunk to read after the lock is released.
-struct ReadChunk {
+pub(super) struct ReadChunk {
     file: Arc<File>,
-    r: ChunkRef,
+    pub(super) r: ChunkRef,
 }
 
 /// What a query needs from one tier of one series, taken under the lock.
@@ -667,7 +667,7 @@ impl Inner {
         };
         let mut items: Vec<(u64, Agg)> = Vec::new();
         let raw = k == 1;
-        let _ = snap.for_each(&mut self.c.corrupt_records, |t, v| {
+        snap.for_each(&mut self.c.corrupt_records, |t, v| {
             if raw {
                 if !v[0].is_nan() {
                     items.push((t, Agg::point(t, v[0])));
@@ -1325,6 +1325,7 @@ impl Inner {
             wal_bytes: self.wal.bytes(),
             series_log_bytes: self.slog.bytes,
             tiers,
+            query_cache: Default::default(),
         }
     }
 
@@ -1513,82 +1514,55 @@ fn write_record(tier: &mut TierStore, rec: &[u8], to_sync: &mut Vec<Arc<File>>, 
 }
 
 impl Snapshot {
+    pub(super) fn tier(&self) -> usize {
+        self.tier
+    }
+
+    pub(super) fn step_ns(&self) -> u64 {
+        self.step_ns
+    }
+
+    /// The sealed chunks, in time order.
+    pub(super) fn chunks(&self) -> &[ReadChunk] {
+        &self.chunks
+    }
+
+    /// The open buckets, after the head chunk's.
+    pub(super) fn open_buckets(&self) -> &[Agg] {
+        &self.aggs
+    }
+
+    /// Reads one sealed chunk (into `buf`) and calls `f(t_ns, values)` for
+    /// each point or bucket; false when it could not be read or decoded.
+    pub(super) fn read_chunk(&self, c: &ReadChunk, buf: &mut Vec<u8>, f: impl FnMut(u64, &[f64])) -> bool {
+        buf.resize(c.r.len as usize, 0);
+        if let Err(e) = c.file.read_exact_at(buf, c.r.off) {
+            tracing::debug!("history: reading a chunk: {e}");
+            return false;
+        }
+        decode(buf, c.r.n, self.cols, f).is_some()
+    }
+
+    /// Calls `f` for each point or bucket of the open head chunk; false when
+    /// it did not decode.
+    pub(super) fn read_head(&self, f: impl FnMut(u64, &[f64])) -> bool {
+        match &self.head {
+            Some((bytes, n)) => decode(bytes, *n, self.cols, f).is_some(),
+            None => true,
+        }
+    }
+
     /// Calls `f(t_ns, values)` for every point (raw) or bucket (rollup) in
     /// time order: sealed chunks, the open chunk, then the open bucket.
     /// Unreadable chunks are skipped and counted in `corrupt`.
-    pub(crate) fn for_each(&self, corrupt: &mut u64, mut f: impl FnMut(u64, &[f64])) -> Result<()> {
+    pub(crate) fn for_each(&self, corrupt: &mut u64, mut f: impl FnMut(u64, &[f64])) {
         let mut buf = Vec::new();
         for c in &self.chunks {
-            buf.resize(c.r.len as usize, 0);
-            if let Err(e) = c.file.read_exact_at(&mut buf, c.r.off) {
-                *corrupt += 1;
-                tracing::debug!("history: reading a chunk: {e}");
-                continue;
-            }
-            if decode(&buf, c.r.n, self.cols, &mut f).is_none() {
-                *corrupt += 1;
-            }
+            *corrupt += u64::from(!self.read_chunk(c, &mut buf, &mut f));
         }
-        if let Some((bytes, n)) = &self.head
-            && decode(bytes, *n, self.cols, &mut f).is_none()
-        {
-            *corrupt += 1;
-        }
+        *corrupt += u64::from(!self.read_head(&mut f));
         for a in &self.aggs {
             f(a.start, &a.values());
         }
-        Ok(())
-    }
-
-    /// min/max/mean/count per bucket of `step_ms` over `[from_ms, to_ms]`.
-    pub(crate) fn buckets(&self, id: u32, from_ms: u64, to_ms: u64, step_ms: u64, corrupt: &mut u64) -> Buckets {
-        let mut out = Buckets {
-            id,
-            resolution_ms: self.step_ns / 1_000_000,
-            ..Default::default()
-        };
-        let w = step_ms.max(1);
-        let raw = self.tier == 0;
-        let mut cur: Option<Agg> = None;
-        let flush = |out: &mut Buckets, a: &Agg| {
-            if a.count > 0 {
-                out.t.push(a.start);
-                out.min.push(a.min);
-                out.max.push(a.max);
-                out.mean.push(a.sum / a.count as f64);
-                out.count.push(a.count);
-            }
-        };
-        let _ = self.for_each(corrupt, |t, v| {
-            let ms = t / 1_000_000;
-            if ms < from_ms || ms > to_ms {
-                return;
-            }
-            let a = if raw {
-                if v[0].is_nan() {
-                    return;
-                }
-                Agg::point(0, v[0])
-            } else {
-                Agg::from_values(0, v)
-            };
-            // Points come in time order: only one past the open bucket's end
-            // starts another (no division per point).
-            match &mut cur {
-                Some(c) if ms < c.start + w => c.merge(&a),
-                _ => {
-                    if let Some(c) = &cur {
-                        flush(&mut out, c);
-                    }
-                    let mut n = a;
-                    n.start = ms / w * w;
-                    cur = Some(n);
-                }
-            }
-        });
-        if let Some(c) = &cur {
-            flush(&mut out, c);
-        }
-        out
     }
 }

@@ -134,6 +134,13 @@ impl Limits {
             n += cut(&mut e.name, self.name) + cut(&mut e.body, self.attribute_value);
             n += self.clip_attributes(&mut e.attributes);
         }
+        for t in &mut r.tables {
+            for c in t.rows.iter_mut().flatten() {
+                if let crate::ingest::tables::Cell::S(s) = c {
+                    n += cut(s, self.attribute_value);
+                }
+            }
+        }
         n
     }
 

@@ -5,19 +5,20 @@
 //!
 //! ```text
 //!  otlp/     OTLP/gRPC + OTLP/HTTP receivers (any OpenTelemetry SDK); gateway forwarding
-//!  json/     POST /api/ingest: documented JSON batches (incl. serving rows, MPI probe bins)
+//!  json/     POST /api/ingest: documented JSON batches (incl. rows of event tables, probe stacks)
 //!  crate::agent  the in-process Rust API (no network hop): lanes drained here
 //!     │  Report (one origin's rows)            │ Lane (lock + push per call)
 //!     ▼                                        ▼
 //!  IngestHub (this file): interns origins, names and point series, builds one
 //!     │  columnar `event-batch`, bounded by `ingest.queue_capacity` rows
 //!     ▼  every `ingest.flush_ms`, or early when 8192 rows wait
-//!  PluginManager::publish_events: each plugin gets the column groups it asked for
+//!  PluginManager::publish_events: each plugin gets the column groups and tables it asked for
 //! ```
-//! `error.rs` holds the validation error all receivers share, `limits.rs` the
-//! bounds on names and attributes they enforce, `config.rs` the `[ingest]`
-//! settings. Imports point inward only: receivers → this file →
-//! `error`; nothing here imports a receiver.
+//! `tables.rs` maps rows of event tables onto the tables plugins declared
+//! (the hub holds their registry), `error.rs` the validation error all
+//! receivers share, `limits.rs` the bounds on names and attributes they
+//! enforce, `config.rs` the `[ingest]` settings. Imports point inward only:
+//! receivers → this file → `tables`, `error`; nothing here imports a receiver.
 //!
 //! Sources never wait for plugins: a full hub refuses the report (the source
 //! answers 429 / RESOURCE_EXHAUSTED and counts it), it never grows.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod json;
 pub mod limits;
 pub mod otlp;
+pub mod tables;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -38,9 +40,11 @@ use parking_lot::Mutex;
 use rustc_hash::FxHasher;
 use serde::Serialize;
 
-use self::error::{Invalid, invalid};
+use self::error::Invalid;
+use self::tables::{TableDecl, TableRegistry, TableRows};
 use crate::model::{AttrValue, Attributes, SeriesKind};
 use crate::plugin::bindings::types;
+use crate::plugin::tables::{Cell, ColumnType};
 
 /// Rows waiting beyond this are handed over at once instead of at the next tick.
 const EARLY_FLUSH_ROWS: usize = 8192;
@@ -159,115 +163,6 @@ pub struct CustomEvent {
     pub attributes: Attributes,
 }
 
-/// A bin of MPI state samples from the probe (`ingest/json/mpi.rs`): `count`
-/// ticks of `period_ns` in (thread, state, function, callsite) at `time`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MpiSample {
-    pub thread: u32,
-    pub time: u64,
-    /// 0 not in MPI, 1 MPI work, 2 MPI stall.
-    pub state: u8,
-    pub function: String,
-    pub callsite: String,
-    pub count: u32,
-    pub period_ns: u64,
-}
-
-// Serving telemetry: requests and actions as a serving controller (Clockwork's,
-// or any controller that batches inference onto GPU workers) saw them. One row
-// per finished request / action, in the controller's clock; the WIT
-// `request-columns` / `action-columns` carry them to the plugins. Received as
-// JSON (`json/serving.rs`) or OTLP (`otlp/serving.rs`), checked here by both.
-// `plugins/clockwork/src/rows.rs` spells the same fields on the guest side;
-// the WIT `request-columns` / `action-columns` are the contract both follow.
-// One shared crate would have to join both workspaces (host and wasm32
-// plugins, each with its own lock file) for two plain structs, and the guest
-// side adds methods a foreign type could not take.
-
-/// A finished request (times in ns since the epoch, controller clock).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ServedRequest {
-    pub request_id: u64,
-    pub user_id: u64,
-    pub model_id: u64,
-    /// 0 = the default SLO; > 0 scales the batch-1 latency.
-    pub slo_factor: f64,
-    pub arrival: u64,
-    pub departure: u64,
-    /// Absolute deadline; 0 = none given.
-    pub deadline: u64,
-    /// 0 success, 4 timeout, other values the server's error codes.
-    pub result: i32,
-    pub arrival_copies: u32,
-    pub departure_copies: u32,
-    /// The infer action that served it; 0 = none.
-    pub action_id: u64,
-    /// Client clock; 0 = unknown.
-    pub client_sent: u64,
-    pub client_received: u64,
-}
-
-/// A finished action (load, infer, evict). Worker times are already in the
-/// controller's clock (the reporter converted them).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ServedAction {
-    pub action_id: u64,
-    /// 1 load weights, 2 infer, 3 evict weights.
-    pub action_type: u8,
-    pub status: i32,
-    pub worker_id: u32,
-    pub gpu_id: u32,
-    pub model_id: u64,
-    pub batch_size: u32,
-    pub expected_exec_duration: u64,
-    pub worker_exec_duration: u64,
-    pub sent: u64,
-    pub expected_exec_complete: u64,
-    pub worker_exec_complete: u64,
-    /// MHz; 0 = unknown.
-    pub expected_gpu_clock: u32,
-    pub gpu_clock_before: u32,
-    pub gpu_clock_after: u32,
-    pub copy_output_complete: u64,
-    pub action_received: u64,
-    pub result_sent: u64,
-    pub result_received: u64,
-    pub result_processed: u64,
-    pub requests_queued: u32,
-    pub copies_loaded: u32,
-    pub requests_in_time: u32,
-}
-
-/// Checks what the controller's own bookkeeping guarantees; shared by JSON and OTLP.
-pub fn check_request(r: &ServedRequest, row: &str) -> Result<(), Invalid> {
-    if r.departure < r.arrival {
-        return Err(invalid(format!("{row}.departure_ns"), "is before arrival_ns"));
-    }
-    if !r.slo_factor.is_finite() || r.slo_factor < 0.0 {
-        return Err(invalid(format!("{row}.slo_factor"), "must be a finite number >= 0"));
-    }
-    Ok(())
-}
-
-pub fn check_action(a: &ServedAction, row: &str) -> Result<(), Invalid> {
-    if a.result_received < a.sent {
-        return Err(invalid(format!("{row}.result_received_ns"), "is before sent_ns"));
-    }
-    if a.result_processed < a.result_received {
-        return Err(invalid(
-            format!("{row}.result_processed_ns"),
-            "is before result_received_ns",
-        ));
-    }
-    if a.batch_size == 0 {
-        return Err(invalid(format!("{row}.batch_size"), "must be >= 1"));
-    }
-    if a.requests_in_time > a.batch_size {
-        return Err(invalid(format!("{row}.requests_in_time"), "is more than batch_size"));
-    }
-    Ok(())
-}
-
 /// Everything one source hands in at once, from one origin.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Report {
@@ -280,13 +175,16 @@ pub struct Report {
     pub heartbeats: Vec<u64>,
     pub node_events: Vec<NodeEvent>,
     pub custom: Vec<CustomEvent>,
-    /// Serving telemetry: what a serving controller saw (see [`ServedRequest`]).
-    pub requests: Vec<ServedRequest>,
-    pub actions: Vec<ServedAction>,
-    pub mpi_samples: Vec<MpiSample>,
+    /// Rows of event tables plugins declared (`tables.rs`).
+    pub tables: Vec<TableRows>,
 }
 
 impl Report {
+    /// Adds a row of `table` as sent (`tables::add_row_as_sent`).
+    pub fn add_row_as_sent(&mut self, table: &str, fields: Vec<(String, Cell)>, received: u64) {
+        tables::add_row_as_sent(&mut self.tables, table, fields, received)
+    }
+
     pub fn rows(&self) -> usize {
         self.progress.len()
             + self.timings.len()
@@ -294,9 +192,7 @@ impl Report {
             + self.heartbeats.len()
             + self.node_events.len()
             + self.custom.len()
-            + self.requests.len()
-            + self.actions.len()
-            + self.mpi_samples.len()
+            + self.tables.iter().map(|t| t.rows.len()).sum::<usize>()
     }
 }
 
@@ -390,6 +286,10 @@ pub struct IngestHub {
     pending: Mutex<Pending>,
     capacity: usize,
     publish: Publish,
+    /// The event tables running plugins declared: rows are typed by them.
+    tables: Arc<TableRegistry>,
+    /// Keep rows of tables no plugin here declares (an agent forwards them).
+    keep_unknown_tables: bool,
     lanes: Mutex<Vec<Weak<dyn Lane>>>,
     taps: parking_lot::RwLock<Vec<Arc<dyn ReportTap>>>,
     wake: tokio::sync::Notify,
@@ -404,11 +304,26 @@ pub struct IngestHub {
 }
 
 impl IngestHub {
+    /// A hub that knows no event tables (tests, and hosts without plugins).
     pub fn new(capacity: usize, publish: Publish) -> Arc<Self> {
+        Self::with_tables(capacity, publish, Arc::default(), false)
+    }
+
+    /// A hub typing table rows by `tables`; with `keep_unknown_tables` (an
+    /// agent), rows of a table none of its plugins declares are kept as
+    /// sent, for the master its forwarder sends them to.
+    pub fn with_tables(
+        capacity: usize,
+        publish: Publish,
+        tables: Arc<TableRegistry>,
+        keep_unknown_tables: bool,
+    ) -> Arc<Self> {
         Arc::new(IngestHub {
             pending: Mutex::new(Pending::default()),
             capacity: capacity.max(1),
             publish,
+            tables,
+            keep_unknown_tables,
             lanes: Mutex::new(Vec::new()),
             taps: parking_lot::RwLock::new(Vec::new()),
             wake: tokio::sync::Notify::new(),
@@ -420,6 +335,24 @@ impl IngestHub {
             rows_published: AtomicU64::new(0),
             rows_unwanted: AtomicU64::new(0),
         })
+    }
+
+    /// The event tables rows are typed by.
+    pub fn tables(&self) -> &TableRegistry {
+        &self.tables
+    }
+
+    pub fn keeps_unknown_tables(&self) -> bool {
+        self.keep_unknown_tables
+    }
+
+    /// Types the table rows of `reports` that came as sent (`tables::type_tables`),
+    /// texts within `max_text` bytes; returns the rows refused, each with its reason.
+    pub fn type_tables(&self, reports: &mut [Report], max_text: usize) -> Vec<Invalid> {
+        reports
+            .iter_mut()
+            .flat_map(|r| tables::type_tables(&mut r.tables, &self.tables, self.keep_unknown_tables, max_text))
+            .collect()
     }
 
     /// Adds one origin's rows to the next batch, all or nothing.
@@ -563,27 +496,42 @@ struct Pending {
     origins: HashMap<Origin, u32>,
     names: HashMap<String, u32>,
     series: HashMap<ForeignSeries, u32, BuildHasherDefault<FxHasher>>,
+    /// Where each declaration's rows go in `batch.tables`, by the
+    /// declaration's address (kept alive in `decls`): a table redeclared
+    /// while rows wait gets an entry of its own, with its own columns.
+    tables: HashMap<usize, usize>,
+    decls: Vec<Arc<TableDecl>>,
     rows: usize,
 }
 
-// The type is generated by bindgen, where a derive cannot be added for one type.
-#[allow(clippy::derivable_impls)]
-impl Default for types::EventBatch {
-    fn default() -> Self {
-        types::EventBatch {
-            origins: Vec::new(),
-            names: Vec::new(),
-            point_series: Vec::new(),
-            progress: None,
-            timings: None,
-            requests: None,
-            actions: None,
-            mpi_samples: None,
-            heartbeats: None,
-            points: None,
-            node_events: Vec::new(),
-            custom: Vec::new(),
-        }
+fn empty_column(ty: ColumnType) -> types::TableColumn {
+    use types::TableColumn as C;
+    match ty {
+        ColumnType::U8 => C::U8s(Vec::new()),
+        ColumnType::U32 => C::U32s(Vec::new()),
+        ColumnType::U64 => C::U64s(Vec::new()),
+        ColumnType::S32 => C::S32s(Vec::new()),
+        ColumnType::S64 => C::S64s(Vec::new()),
+        ColumnType::F64 => C::F64s(Vec::new()),
+        ColumnType::Boolean => C::Booleans(Vec::new()),
+        ColumnType::String => C::Strings(Vec::new()),
+        ColumnType::Timestamp => C::Timestamps(Vec::new()),
+    }
+}
+
+/// Appends a typed cell (`ColumnType::take` made it fit); `name` is a string
+/// cell's index in `event-batch.names`.
+fn push_cell(column: &mut types::TableColumn, cell: &Cell, name: u32) {
+    use types::TableColumn as C;
+    match column {
+        C::U8s(v) => v.push(cell.u() as u8),
+        C::U32s(v) => v.push(cell.u() as u32),
+        C::U64s(v) | C::Timestamps(v) => v.push(cell.u()),
+        C::S32s(v) => v.push(cell.i() as i32),
+        C::S64s(v) => v.push(cell.i()),
+        C::F64s(v) => v.push(cell.f()),
+        C::Booleans(v) => v.push(cell.b()),
+        C::Strings(v) => v.push(name),
     }
 }
 
@@ -737,126 +685,44 @@ impl Pending {
                 body: e.body.clone(),
             });
         }
-        self.add_serving(o, &r.requests, &r.actions);
-        self.add_mpi(o, &r.mpi_samples);
+        for t in &r.tables {
+            self.add_table(o, t);
+        }
         self.rows += r.rows();
     }
 
-    /// Appends one origin's requests and actions to the batch's columns.
-    fn add_serving(&mut self, o: u32, requests: &[ServedRequest], actions: &[ServedAction]) {
-        if !requests.is_empty() {
-            let c = self.batch.requests.get_or_insert_with(|| types::RequestColumns {
-                origin: Vec::new(),
-                request_id: Vec::new(),
-                user_id: Vec::new(),
-                model_id: Vec::new(),
-                slo_factor: Vec::new(),
-                arrival: Vec::new(),
-                departure: Vec::new(),
-                deadline: Vec::new(),
-                result: Vec::new(),
-                arrival_copies: Vec::new(),
-                departure_copies: Vec::new(),
-                action_id: Vec::new(),
-                client_sent: Vec::new(),
-                client_received: Vec::new(),
-            });
-            for r in requests {
-                c.origin.push(o);
-                c.request_id.push(r.request_id);
-                c.user_id.push(r.user_id);
-                c.model_id.push(r.model_id);
-                c.slo_factor.push(r.slo_factor);
-                c.arrival.push(r.arrival);
-                c.departure.push(r.departure);
-                c.deadline.push(r.deadline);
-                c.result.push(r.result);
-                c.arrival_copies.push(r.arrival_copies);
-                c.departure_copies.push(r.departure_copies);
-                c.action_id.push(r.action_id);
-                c.client_sent.push(r.client_sent);
-                c.client_received.push(r.client_received);
-            }
+    /// Appends one origin's typed rows to their table's columns. Rows as
+    /// sent (a table no plugin here declares) are not delivered.
+    fn add_table(&mut self, origin: u32, t: &TableRows) {
+        let Some(decl) = &t.decl else { return };
+        if t.rows.is_empty() {
+            return;
         }
-        if !actions.is_empty() {
-            let c = self.batch.actions.get_or_insert_with(|| types::ActionColumns {
-                origin: Vec::new(),
-                action_id: Vec::new(),
-                action_type: Vec::new(),
-                status: Vec::new(),
-                worker_id: Vec::new(),
-                gpu_id: Vec::new(),
-                model_id: Vec::new(),
-                batch_size: Vec::new(),
-                expected_exec_duration: Vec::new(),
-                worker_exec_duration: Vec::new(),
-                sent: Vec::new(),
-                expected_exec_complete: Vec::new(),
-                worker_exec_complete: Vec::new(),
-                expected_gpu_clock: Vec::new(),
-                gpu_clock_before: Vec::new(),
-                gpu_clock_after: Vec::new(),
-                copy_output_complete: Vec::new(),
-                action_received: Vec::new(),
-                result_sent: Vec::new(),
-                result_received: Vec::new(),
-                result_processed: Vec::new(),
-                requests_queued: Vec::new(),
-                copies_loaded: Vec::new(),
-                requests_in_time: Vec::new(),
-            });
-            for a in actions {
-                c.origin.push(o);
-                c.action_id.push(a.action_id);
-                c.action_type.push(a.action_type);
-                c.status.push(a.status);
-                c.worker_id.push(a.worker_id);
-                c.gpu_id.push(a.gpu_id);
-                c.model_id.push(a.model_id);
-                c.batch_size.push(a.batch_size);
-                c.expected_exec_duration.push(a.expected_exec_duration);
-                c.worker_exec_duration.push(a.worker_exec_duration);
-                c.sent.push(a.sent);
-                c.expected_exec_complete.push(a.expected_exec_complete);
-                c.worker_exec_complete.push(a.worker_exec_complete);
-                c.expected_gpu_clock.push(a.expected_gpu_clock);
-                c.gpu_clock_before.push(a.gpu_clock_before);
-                c.gpu_clock_after.push(a.gpu_clock_after);
-                c.copy_output_complete.push(a.copy_output_complete);
-                c.action_received.push(a.action_received);
-                c.result_sent.push(a.result_sent);
-                c.result_received.push(a.result_received);
-                c.result_processed.push(a.result_processed);
-                c.requests_queued.push(a.requests_queued);
-                c.copies_loaded.push(a.copies_loaded);
-                c.requests_in_time.push(a.requests_in_time);
+        let key = Arc::as_ptr(decl) as usize;
+        let at = match self.tables.get(&key) {
+            Some(&i) => i,
+            None => {
+                let i = self.batch.tables.len();
+                self.batch.tables.push(types::TableRows {
+                    name: decl.name.clone(),
+                    column_names: decl.column_names(),
+                    origin: Vec::new(),
+                    columns: decl.columns.iter().map(|c| empty_column(c.ty)).collect(),
+                });
+                self.tables.insert(key, i);
+                self.decls.push(decl.clone());
+                i
             }
-        }
-    }
-
-    /// Appends one origin's MPI samples to the batch's `mpi-samples` columns.
-    fn add_mpi(&mut self, origin: u32, rows: &[MpiSample]) {
-        for s in rows {
-            let function = self.name(&s.function);
-            let callsite = self.name(&s.callsite);
-            let c = self.batch.mpi_samples.get_or_insert_with(|| types::MpiSampleColumns {
-                origin: Vec::new(),
-                thread: Vec::new(),
-                time: Vec::new(),
-                state: Vec::new(),
-                function: Vec::new(),
-                callsite: Vec::new(),
-                count: Vec::new(),
-                period_ns: Vec::new(),
-            });
-            c.origin.push(origin);
-            c.thread.push(s.thread);
-            c.time.push(s.time);
-            c.state.push(s.state);
-            c.function.push(function);
-            c.callsite.push(callsite);
-            c.count.push(s.count);
-            c.period_ns.push(s.period_ns);
+        };
+        for row in &t.rows {
+            for (c, cell) in row.iter().enumerate() {
+                let name = match cell {
+                    Cell::S(s) => self.name(s),
+                    _ => 0,
+                };
+                push_cell(&mut self.batch.tables[at].columns[c], cell, name);
+            }
+            self.batch.tables[at].origin.push(origin);
         }
     }
 }
@@ -1007,59 +873,54 @@ mod tests {
     }
 
     #[test]
-    fn requests_and_actions_become_columns() {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s = seen.clone();
-        let hub = IngestHub::new(
-            100,
-            Arc::new(move |b: &types::EventBatch| {
-                s.lock().push(b.clone());
-                1
-            }),
-        );
-        let r = Report {
-            requests: vec![
-                ServedRequest {
-                    request_id: 68,
-                    model_id: 30,
-                    arrival: 10,
-                    departure: 20,
-                    deadline: 110,
-                    departure_copies: 2,
-                    ..Default::default()
-                },
-                ServedRequest {
-                    request_id: 69,
-                    model_id: 9,
-                    result: 4,
-                    ..Default::default()
-                },
+    fn typed_table_rows_become_columns_with_interned_strings() {
+        use crate::plugin::bindings::types::{ColumnDecl, ColumnDefault as D, ColumnType as T, TableDecl as W};
+        let col = |name: &str, type_| ColumnDecl {
+            name: name.into(),
+            type_,
+            default: D::Zero,
+            labels: vec![],
+        };
+        let reg = tables::tests::registry_with(vec![W {
+            name: "calls".into(),
+            description: String::new(),
+            columns: vec![
+                col("fn", T::String),
+                col("n", T::U32),
+                col("ok", T::Boolean),
+                col("dt", T::S64),
             ],
-            actions: vec![ServedAction {
-                action_id: 2,
-                action_type: 2,
-                batch_size: 4,
-                sent: 5,
-                result_received: 30,
-                result_processed: 31,
-                requests_in_time: 3,
-                ..Default::default()
-            }],
+        }]);
+        let (publish, seen) = collecting();
+        let hub = IngestHub::with_tables(100, publish, Arc::new(reg), false);
+        let mut r = Report {
+            origin: origin("j", 1),
             ..Default::default()
         };
-        assert_eq!(r.rows(), 3);
-        assert_eq!(hub.submit(&r), Ok(3));
-        assert_eq!(hub.flush(), 3);
-        let b = seen.lock()[0].clone();
-        let q = b.requests.unwrap();
-        assert_eq!(q.request_id, vec![68, 69]);
-        assert_eq!(q.result, vec![0, 4]);
-        assert_eq!(q.deadline, vec![110, 0]);
-        assert_eq!(q.departure_copies, vec![2, 0]);
-        let a = b.actions.unwrap();
-        assert_eq!(
-            (a.batch_size[0], a.requests_in_time[0], a.result_processed[0]),
-            (4, 3, 31)
-        );
+        for (f, n) in [("MPI_Send", 3), ("MPI_Recv", 4), ("MPI_Send", 5)] {
+            r.add_row_as_sent(
+                "calls",
+                vec![("fn".into(), Cell::S(f.into())), ("n".into(), Cell::I(n))],
+                0,
+            );
+        }
+        let mut reports = vec![r];
+        assert!(hub.type_tables(&mut reports, 4096).is_empty());
+        assert_eq!(hub.submit_all(&reports), Ok(3));
+        hub.flush();
+        let b = &seen.lock()[0];
+        let t = &b.tables[0];
+        assert_eq!(t.name, "calls");
+        assert_eq!(t.column_names, vec!["fn", "n", "ok", "dt"]);
+        assert_eq!(t.origin, vec![0, 0, 0]);
+        let types::TableColumn::Strings(f) = &t.columns[0] else {
+            panic!("{t:?}")
+        };
+        let names: Vec<&str> = f.iter().map(|&i| b.names[i as usize].as_str()).collect();
+        assert_eq!(names, vec!["MPI_Send", "MPI_Recv", "MPI_Send"]);
+        assert_eq!(f[0], f[2], "interned once");
+        assert_eq!(t.columns[1], types::TableColumn::U32s(vec![3, 4, 5]));
+        assert_eq!(t.columns[2], types::TableColumn::Booleans(vec![false; 3]));
+        assert_eq!(t.columns[3], types::TableColumn::S64s(vec![0; 3]));
     }
 }

@@ -623,10 +623,15 @@ async fn spool_survives_a_kill_and_is_sent_after_the_restart() {
     let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 20);
     {
         let (h, p) = Pipeline::start(&c, resource()).unwrap();
+        // The logs first, on their own: once the spool holds one request they
+        // are on disk (no statistic counts queued log records, so waiting for
+        // the points alone let the kill below race the logs' request).
+        h.submit_logs(logs(7));
+        let st = wait_stats(&h, |s| s.spooled_requests == 1).await;
+        assert_eq!((st.logs_in, st.spooled_requests), (7, 1), "{st:?}");
         for t in 0..10 {
             h.submit_metrics(batch(30, 1000 + t));
         }
-        h.submit_logs(logs(7));
         let st = wait_stats(&h, |s| s.buffered_points == 0 && s.queued_points == 300).await;
         assert_eq!(st.queued_points, 300, "{st:?}");
         // Dropped without shutdown: the tasks are aborted, as a SIGKILL would.

@@ -16,10 +16,34 @@ use wasmtime::{Config, Engine};
 
 use super::limits::EPOCH_TICK;
 
-/// The contract this host implements (the WIT package version).
-pub const CONTRACT_VERSION: &str = "0.1.0";
-const CONTRACT_MAJOR: u64 = 0;
-const CONTRACT_MINOR: u64 = 1;
+/// The contract this host implements: the package version of
+/// `wit/sonde-plugin.wit`, read from its `package` line by `build.rs`, so
+/// it is written in one place.
+pub const CONTRACT_VERSION: &str = env!("SONDE_CONTRACT_VERSION");
+const CONTRACT_MAJOR: u64 = version_part(CONTRACT_VERSION, 0);
+const CONTRACT_MINOR: u64 = version_part(CONTRACT_VERSION, 1);
+
+/// Part `n` (0 major, 1 minor, 2 patch) of "MAJOR.MINOR.PATCH", at compile time.
+const fn version_part(v: &str, n: usize) -> u64 {
+    let b = v.as_bytes();
+    let (mut i, mut part, mut value) = (0, 0, 0u64);
+    while i < b.len() {
+        match b[i] {
+            b'.' => {
+                if part == n {
+                    return value;
+                }
+                part += 1;
+                value = 0;
+            }
+            d @ b'0'..=b'9' => value = value * 10 + (d - b'0') as u64,
+            _ => panic!("the contract version is not MAJOR.MINOR.PATCH"),
+        }
+        i += 1;
+    }
+    assert!(part == n, "the contract version is not MAJOR.MINOR.PATCH");
+    value
+}
 
 /// The engine plus the epoch ticker.
 #[derive(Clone)]
@@ -158,9 +182,10 @@ fn check_contract(engine: &Engine, component: &Component) -> Result<String> {
     if !accepts_contract(version) {
         bail!(
             "built against contract sonde:plugin@{} but this host speaks {CONTRACT_VERSION} \
-             (it accepts 0.{CONTRACT_MINOR}.x and the previous minor version); rebuild the plugin \
-             against this host's wit/",
-            if version.is_empty() { "<unversioned>" } else { version }
+             (it accepts {CONTRACT_MAJOR}.{CONTRACT_MINOR}.x and {CONTRACT_MAJOR}.{}.x, the previous minor); \
+             rebuild the plugin against this host's wit/",
+            if version.is_empty() { "<unversioned>" } else { version },
+            CONTRACT_MINOR.saturating_sub(1)
         );
     }
     Ok(version.to_string())
@@ -245,14 +270,55 @@ mod tests {
 
     #[test]
     fn contract_versions() {
-        assert!(accepts_contract("0.1.0"));
-        assert!(accepts_contract("0.1.7"));
-        assert!(accepts_contract("0.0.3"), "previous minor");
-        assert!(!accepts_contract("0.2.0"));
+        assert_eq!((CONTRACT_MAJOR, CONTRACT_MINOR), (0, 2));
+        assert!(accepts_contract("0.2.0"));
+        assert!(accepts_contract("0.2.7"));
+        assert!(accepts_contract("0.1.0"), "previous minor");
+        assert!(!accepts_contract("0.0.3"), "two minors back");
+        assert!(!accepts_contract("0.3.0"));
         assert!(!accepts_contract("9.0.0"));
-        assert!(!accepts_contract("1.1.0"));
+        assert!(!accepts_contract("1.2.0"));
         assert!(!accepts_contract(""));
-        assert!(!accepts_contract("0.1"));
+        assert!(!accepts_contract("0.2"));
+    }
+
+    /// Every copy of the contract version agrees with the WIT's package line:
+    /// the frozen 0.1 world's, the SDK's constant, and the docs that name it.
+    #[test]
+    fn the_contract_version_is_written_once() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let read = |p: &str| std::fs::read_to_string(repo.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+        let wit = read("wit/sonde-plugin.wit");
+        assert!(wit.contains(&format!("package sonde:plugin@{CONTRACT_VERSION};")));
+        assert!(read("wit/0.1/sonde-plugin.wit").contains("package sonde:plugin@0.1.0;"));
+        assert_eq!(CONTRACT_MINOR - 1, 1, "the frozen world is the previous minor");
+        let sdk = read("plugins/sdk/src/lib.rs");
+        assert!(
+            sdk.contains(&format!("\"sonde:plugin/types@{CONTRACT_VERSION}/")),
+            "the SDK's type selectors name another version"
+        );
+        assert!(
+            sdk.contains(&format!("pub const CONTRACT_VERSION: &str = \"{CONTRACT_VERSION}\";")),
+            "the SDK's CONTRACT_VERSION is another version"
+        );
+        for doc in ["wit/README.md", "docs/plugins.md", "plugins/README.md"] {
+            let text = read(doc);
+            assert!(
+                text.contains(&format!("sonde:plugin@{CONTRACT_VERSION}")),
+                "{doc} does not name the contract"
+            );
+            for (i, _) in text.match_indices("sonde:plugin@") {
+                let named: String = text[i + 13..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                let named = named.trim_end_matches('.');
+                assert!(
+                    named == CONTRACT_VERSION || named == "0.1.0" || named == "9.0.0",
+                    "{doc} names sonde:plugin@{named}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -19,7 +19,8 @@ use super::clock::Clock;
 use super::limits::{HostIo, Limited, MemoryCap};
 use super::metrics::PluginMetrics;
 use crate::model::{AttrValue, Attributes, LogRecord, MetricKind, MetricSeries, Point, Scope, Severity, now_ns};
-use crate::sinks::{Column, Sink, SinkFormat, SinkMode};
+use crate::sinks::config::SinksConfig;
+use crate::sinks::{Column, DefaultDir, Sink, SinkFormat, SinkMode};
 use crate::state::PluginState as StateNs;
 
 /// Store data of one plugin instance.
@@ -39,7 +40,8 @@ pub struct PluginState {
     /// Set when the plugin called `request-samples`.
     pub samples_changed: Option<Option<types::SampleRequest>>,
     pub state: StateNs,
-    pub sink_dir: std::path::PathBuf,
+    /// `[sinks]`: where sinks go unless the plugin gives a default (`crate::sinks::resolve`).
+    pub sinks_cfg: SinksConfig,
     sinks: Vec<Sink>,
     pub metrics: Arc<PluginMetrics>,
     /// Time the current call spent in durable host work, credited to its deadline.
@@ -62,7 +64,7 @@ impl PluginState {
         memory_limit: usize,
         registry: MetricRegistry,
         state: StateNs,
-        sink_dir: std::path::PathBuf,
+        sinks_cfg: SinksConfig,
         metrics: Arc<PluginMetrics>,
         clock: Clock,
     ) -> Self {
@@ -84,7 +86,7 @@ impl PluginState {
             clock,
             samples_changed: None,
             state,
-            sink_dir,
+            sinks_cfg,
             sinks: Vec::new(),
             metrics,
             io: HostIo::default(),
@@ -118,6 +120,8 @@ pub struct Outbox {
     pub decisions: Vec<types::Decision>,
     /// Points with unknown handles or mismatched column lengths.
     pub bad_points: u64,
+    /// Sinks opened (or refused) by the call: where each went, for the status.
+    pub sinks: Vec<super::SinkStatus>,
 }
 
 /// Declared series by handle, deduplicated by (name, attributes).
@@ -362,7 +366,19 @@ impl host::Host for PluginState {
         if self.sinks.len() >= 64 {
             return Err("too many sinks open (64)".into());
         }
-        let sink = Sink::open(&self.sink_dir, &spec.name, format, mode, spec.columns).map_err(|e| e.to_string())?;
+        let default = match spec.default_dir {
+            Some(d) => Some(DefaultDir::new(d.env, d.dir).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let dir = crate::sinks::resolve(&self.sinks_cfg, &self.name, default.as_ref(), |k| std::env::var(k).ok());
+        let opened = Sink::open(&dir.path, &spec.name, format, mode, spec.columns).map_err(|e| e.to_string());
+        self.outbox.sinks.push(super::SinkStatus {
+            name: spec.name,
+            dir: dir.path.display().to_string(),
+            from: dir.source,
+            error: opened.as_ref().err().cloned(),
+        });
+        let sink = opened?;
         tracing::info!(plugin = %self.name, path = %sink.path().display(), "sink opened");
         self.sinks.push(sink);
         Ok(self.sinks.len() as u32 - 1)

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use parking_lot::Mutex;
 use wasmtime::Store;
 use wasmtime::component::Linker;
 
-use super::bindings::{Plugin, PluginPre, types};
+use super::bindings::types;
 use super::clock::Clock;
 use super::config::{PluginConfig, PluginsConfig};
 use super::engine::PluginEngine;
@@ -27,6 +28,8 @@ use super::limits::{self, Limits};
 use super::metrics::PluginMetrics;
 use super::output::Output;
 use super::sandbox::wasi_ctx;
+use super::tables::{Owner, TableDecl, TableRegistry};
+use super::world::{World, WorldPre};
 use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
 use crate::model::{LogBatch, LogRecord, MetricBatch, SeriesInfo, Severity, Tick, now_ns};
 use crate::state::StateStore;
@@ -44,6 +47,8 @@ pub struct Shared {
     pub decisions: DecisionBoard,
     /// `sinks.dir` and the per-plugin directories (`crate::sinks::resolve`).
     pub sinks: crate::sinks::config::SinksConfig,
+    /// The event tables running plugins declared (read by the ingest).
+    pub tables: Arc<TableRegistry>,
     pub plan: Arc<SamplePlan>,
     /// The host's tokio runtime, entered around guest calls. Without an
     /// ambient runtime, wasmtime-wasi's synchronous bindings (a plugin writing
@@ -67,7 +72,7 @@ pub enum Work {
 /// A compiled plugin file, ready to instantiate.
 pub struct Prepared {
     pub name: String,
-    pub pre: PluginPre<PluginState>,
+    pub pre: WorldPre,
     pub sha256: String,
     pub contract: String,
     pub file: PathBuf,
@@ -75,6 +80,17 @@ pub struct Prepared {
     /// When loading this file began, for `load_ms`.
     pub began: Instant,
 }
+
+/// What a plugin's manifest asked to be delivered of the event batches.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Subscription {
+    pub kinds: Vec<types::EventKind>,
+    /// Tables it declares or reads, by name.
+    pub tables: Vec<String>,
+}
+
+/// Gives every actor an id of its own for the table registry ([`Owner`]).
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
 /// The host's handle on a running plugin thread.
 pub struct PluginHandle {
@@ -85,7 +101,7 @@ pub struct PluginHandle {
     pub metrics: Arc<PluginMetrics>,
     /// Whether the sampler should send ticks at all (a cheap check on its thread).
     pub wants_samples: Arc<std::sync::atomic::AtomicBool>,
-    pub wants_events: Arc<Mutex<Vec<types::EventKind>>>,
+    pub wants_events: Arc<Mutex<Subscription>>,
     /// Ticks waiting to make up this plugin's next batch; filled by the sampler thread.
     pub acc: Arc<Mutex<SampleAcc>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -143,6 +159,8 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     let wants_samples = actor.wants_samples.clone();
     let wants_events = actor.wants_events.clone();
     let acc = actor.acc.clone();
+    let owner = actor.owner.clone();
+    let tables = actor.shared.tables.clone();
     let thread = std::thread::Builder::new()
         .name(format!("plugin-{name}"))
         .stack_size(4 << 20)
@@ -154,7 +172,10 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
             let _rt = rt.as_ref().map(|h| h.enter());
             actor.run(rx)
         })
-        .map_err(|e| format!("spawning thread: {e}"))?;
+        .map_err(|e| {
+            tables.withdraw(&owner);
+            format!("spawning thread: {e}")
+        })?;
     Ok(PluginHandle {
         name,
         sha256,
@@ -201,8 +222,8 @@ impl Driven {
         self.actor.acc.lock().push(tick, series)
     }
 
-    /// The event kinds the plugin subscribed to.
-    pub fn wants_events(&self) -> Vec<types::EventKind> {
+    /// The event kinds and tables the plugin subscribed to.
+    pub fn wants_events(&self) -> Subscription {
         self.actor.wants_events.lock().clone()
     }
 
@@ -239,19 +260,21 @@ impl Driven {
 
 struct Live {
     store: Store<PluginState>,
-    plugin: Plugin,
+    plugin: World,
 }
 
 struct Actor {
+    /// This actor's id in the table registry: a replacement has another.
+    owner: Owner,
     name: String,
-    pre: PluginPre<PluginState>,
+    pre: WorldPre,
     cfg: PluginConfig,
     limits: Limits,
     shared: Shared,
     metrics: Arc<PluginMetrics>,
     status: Arc<Mutex<PluginStatus>>,
     wants_samples: Arc<std::sync::atomic::AtomicBool>,
-    wants_events: Arc<Mutex<Vec<types::EventKind>>>,
+    wants_events: Arc<Mutex<Subscription>>,
     live: Option<Live>,
     /// Taken into the store while an instance lives, given back when it dies.
     registry: Option<MetricRegistry>,
@@ -283,6 +306,10 @@ impl Actor {
     ) -> Result<Actor, String> {
         let status = PluginStatus::new(&prep.name, &prep.file, &prep.sha256, &prep.contract);
         let mut actor = Actor {
+            owner: Owner {
+                plugin: prep.name.clone(),
+                instance: NEXT_INSTANCE.fetch_add(1, Relaxed),
+            },
             name: prep.name,
             pre: prep.pre,
             limits: Limits::from(pcfg, &cfg),
@@ -291,7 +318,7 @@ impl Actor {
             metrics: Arc::new(PluginMetrics::default()),
             status: Arc::new(Mutex::new(status)),
             wants_samples: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            wants_events: Arc::new(Mutex::new(Vec::new())),
+            wants_events: Arc::new(Mutex::new(Subscription::default())),
             live: None,
             registry: Some(MetricRegistry::default()),
             restarts: 0,
@@ -319,7 +346,7 @@ impl Actor {
             self.limits.memory,
             self.registry.take().unwrap_or_default(),
             self.shared.state.namespace(&self.name),
-            crate::sinks::resolve(&self.shared.sinks, &self.name, |k| std::env::var(k).ok()).path,
+            self.shared.sinks.clone(),
             self.metrics.clone(),
             self.shared.clock.clone(),
         );
@@ -343,9 +370,12 @@ impl Actor {
             settings: self.cfg.settings.to_string(),
             restarts: self.restarts,
         };
-        match self.call(|p, s| p.sonde_plugin_hooks().call_start(s, &info)) {
+        match self.call(|p, s| p.start(s, &info)) {
             Ok(Ok(manifest)) => {
-                self.apply_manifest(manifest);
+                if let Err(refusal) = self.apply_manifest(manifest) {
+                    self.kill_instance();
+                    return Err(format!("start refused: {refusal}"));
+                }
                 let mut st = self.status.lock();
                 st.state = RunState::Running;
                 st.reason = None;
@@ -366,15 +396,31 @@ impl Actor {
         }
     }
 
-    fn apply_manifest(&mut self, m: types::Manifest) {
+    /// Acts on what `start` returned; `Err` (a table declaration that is
+    /// invalid or differs from another plugin's) refuses the start.
+    fn apply_manifest(&mut self, m: types::Manifest) -> Result<(), String> {
+        let tables = m
+            .tables
+            .into_iter()
+            .map(TableDecl::from_wit)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.shared.tables.declare(&self.owner, &tables)?;
+        let mut names: Vec<String> = tables.iter().map(|t| t.name.clone()).collect();
         {
             let mut st = self.status.lock();
             st.version = Some(m.version.clone());
             st.description = Some(m.description.clone());
-            st.events = m.events.iter().map(|e| format!("{e:?}").to_lowercase()).collect();
+            st.events = m.events.iter().map(|&e| event_kind_name(e).to_string()).collect();
+            st.tables = names.clone();
+            st.reads = m.reads.clone();
         }
-        *self.wants_events.lock() = m.events;
+        names.extend(m.reads);
+        *self.wants_events.lock() = Subscription {
+            kinds: m.events,
+            tables: names,
+        };
         self.set_samples(m.samples);
+        Ok(())
     }
 
     fn set_samples(&mut self, req: Option<types::SampleRequest>) {
@@ -396,7 +442,7 @@ impl Actor {
     /// Runs one guest call under the deadline, then hands on what it emitted.
     fn call<R>(
         &mut self,
-        f: impl FnOnce(&Plugin, &mut Store<PluginState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&World, &mut Store<PluginState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallFailure> {
         let Some(live) = self.live.as_mut() else {
             return Err(CallFailure::NotRunning);
@@ -455,6 +501,15 @@ impl Actor {
         }
         if !logs.is_empty() {
             self.shared.output.submit_logs(LogBatch { scope, records: logs });
+        }
+        if !out.sinks.is_empty() {
+            let mut st = self.status.lock();
+            for s in std::mem::take(&mut out.sinks) {
+                st.sinks.retain(|k| k.name != s.name);
+                if st.sinks.len() < 64 {
+                    st.sinks.push(s);
+                }
+            }
         }
         if let Some(req) = data.samples_changed.take() {
             self.set_samples(req);
@@ -581,7 +636,7 @@ impl Actor {
             let Some(id) = self.live.as_mut().and_then(|l| l.store.data_mut().timers.pop_due(now)) else {
                 return;
             };
-            if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_timer(s, id)) {
+            if let Ok(Err(e)) = self.call(|p, s| p.on_timer(s, id)) {
                 self.hook_error("on-timer", &e);
             }
         }
@@ -594,7 +649,7 @@ impl Actor {
                     return;
                 }
                 self.metrics.items.fetch_add(batch.values.len() as u64, Relaxed);
-                if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_samples(s, &batch)) {
+                if let Ok(Err(e)) = self.call(|p, s| p.on_samples(s, &batch)) {
                     self.hook_error("on-samples", &e);
                 }
             }
@@ -604,12 +659,12 @@ impl Actor {
                     return;
                 }
                 self.metrics.items.fetch_add(count, Relaxed);
-                if let Ok(Err(e)) = self.call(|p, s| p.sonde_plugin_hooks().call_on_events(s, &batch)) {
+                if let Ok(Err(e)) = self.call(move |p, s| p.on_events(s, *batch)) {
                     self.hook_error("on-events", &e);
                 }
             }
             Work::Request(req, reply) => {
-                let resp = match self.call(|p, s| p.sonde_plugin_hooks().call_on_request(s, &req)) {
+                let resp = match self.call(|p, s| p.on_request(s, &req)) {
                     Ok(r) => r,
                     Err(CallFailure::Trapped) => json_response(
                         500,
@@ -621,7 +676,7 @@ impl Actor {
                 let _ = reply.send(resp);
             }
             Work::Configure(settings, reply) => {
-                let r = match self.call(|p, s| p.sonde_plugin_hooks().call_configure(s, &settings)) {
+                let r = match self.call(|p, s| p.configure(s, &settings)) {
                     Ok(Ok(())) => {
                         if let Ok(v) = serde_json::from_str(&settings) {
                             self.cfg.settings = v;
@@ -660,14 +715,28 @@ impl Actor {
 
     fn stop(&mut self) {
         if self.live.is_some() {
-            let _ = self.call(|p, s| p.sonde_plugin_hooks().call_stop(s));
+            let _ = self.call(|p, s| p.stop(s));
         }
         self.kill_instance();
+        self.shared.tables.withdraw(&self.owner);
         self.shared.plan.set(&self.name, None);
         let mut st = self.status.lock();
         if st.state == RunState::Running || st.state == RunState::Backoff {
             st.state = RunState::Stopped;
         }
+    }
+}
+
+/// An event kind as the WIT spells it.
+pub fn event_kind_name(k: types::EventKind) -> &'static str {
+    use types::EventKind as K;
+    match k {
+        K::Progress => "progress",
+        K::Timings => "timings",
+        K::Heartbeats => "heartbeats",
+        K::Points => "points",
+        K::NodeEvents => "node-events",
+        K::Custom => "custom",
     }
 }
 

@@ -19,13 +19,15 @@ use parking_lot::{Mutex, RwLock};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker};
 
-use super::bindings::{Plugin, PluginPre, types};
+use super::bindings::{Plugin, types};
 use super::config::{PluginConfig, PluginsConfig, check_plugin_name};
 use super::engine::PluginEngine;
 use super::host_api::PluginState;
-use super::instance::{self, PluginHandle, Prepared, Shared, Work};
+use super::instance::{self, PluginHandle, Prepared, Shared, Subscription, Work};
 use super::output::Output;
 use super::recording::Recorder;
+use super::tables::TableRegistry;
+use super::world::WorldPre;
 use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
 use crate::config::Config;
 use crate::model::{SeriesInfo, Tick};
@@ -90,6 +92,7 @@ impl PluginManager {
                 state,
                 decisions: DecisionBoard::default(),
                 sinks: cfg.sinks.clone(),
+                tables: Arc::new(TableRegistry::default()),
                 plan: Arc::new(SamplePlan::new(cfg.sampler.period_ms)),
                 rt: tokio::runtime::Handle::try_current().ok(),
             },
@@ -118,6 +121,11 @@ impl PluginManager {
 
     pub fn decisions(&self) -> &DecisionBoard {
         &self.shared.decisions
+    }
+
+    /// The event tables the running plugins declared.
+    pub fn tables(&self) -> Arc<TableRegistry> {
+        self.shared.tables.clone()
     }
 
     /// Brings the running set in line with the directory. With `settle`, a
@@ -346,10 +354,11 @@ impl PluginManager {
     }
 
     /// Delivers an event batch to every plugin subscribed to at least one of
-    /// the kinds it holds; each plugin gets only the column groups it asked
-    /// for (the tables are shared). Returns how many plugins it was offered to.
+    /// the kinds or tables it holds; each plugin gets only the column groups
+    /// and tables it asked for (the interning tables are shared). Returns how
+    /// many plugins it was offered to.
     pub fn publish_events(&self, batch: &types::EventBatch) -> usize {
-        if event_kinds(batch).is_empty() {
+        if event_kinds(batch).is_empty() && batch.tables.is_empty() {
             return 0;
         }
         self.recorder.events(batch);
@@ -507,11 +516,14 @@ impl PluginManager {
 }
 
 /// The linker every plugin is instantiated with: WASI (what the sandbox
-/// grants) and the contract's `host` functions.
+/// grants) and the `host` functions of both contract versions.
 pub fn linker(engine: &PluginEngine) -> Result<Linker<PluginState>> {
     let mut linker = Linker::<PluginState>::new(&engine.engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    // Both contract versions the host speaks: their interfaces differ by name.
     Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    super::v0_1::Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)
         .map_err(|e| anyhow::anyhow!("{e:#}"))?;
     Ok(linker)
 }
@@ -521,11 +533,7 @@ pub fn linker(engine: &PluginEngine) -> Result<Linker<PluginState>> {
 pub fn prepare(shared: &Shared, name: &str, path: &Path, bytes: &[u8]) -> Result<Prepared, String> {
     let began = Instant::now();
     let loaded = shared.engine.load_component(bytes).map_err(|e| format!("{e:#}"))?;
-    let pre = shared
-        .linker
-        .instantiate_pre(&loaded.component)
-        .map_err(|e| format!("cannot link: {e:#}"))?;
-    let pre = PluginPre::new(pre).map_err(|e| format!("does not match the plugin world: {e:#}"))?;
+    let pre = WorldPre::link(&shared.linker, &loaded.component, &loaded.contract)?;
     Ok(Prepared {
         name: name.to_string(),
         pre,
@@ -537,10 +545,13 @@ pub fn prepare(shared: &Shared, name: &str, path: &Path, bytes: &[u8]) -> Result
     })
 }
 
-/// What a plugin subscribed to `wants` is handed of `batch`, with its row
-/// count; None when the batch holds none of those kinds.
-pub fn events_for(batch: &types::EventBatch, wants: &[types::EventKind]) -> Option<(types::EventBatch, u64)> {
-    if !event_kinds(batch).iter().any(|k| wants.contains(k)) {
+/// What a plugin subscribed to `wants` is handed of `batch` (its kinds'
+/// column groups and its tables), with its row count; None when the batch
+/// holds none of them.
+pub fn events_for(batch: &types::EventBatch, wants: &Subscription) -> Option<(types::EventBatch, u64)> {
+    if !event_kinds(batch).iter().any(|k| wants.kinds.contains(k))
+        && !batch.tables.iter().any(|t| wants.tables.contains(&t.name))
+    {
         return None;
     }
     let mut b = batch.clone();
@@ -618,15 +629,6 @@ pub fn event_kinds(b: &types::EventBatch) -> Vec<types::EventKind> {
     };
     add(b.progress.as_ref().is_some_and(|c| !c.time.is_empty()), K::Progress);
     add(b.timings.as_ref().is_some_and(|c| !c.start.is_empty()), K::Timings);
-    add(
-        b.requests.as_ref().is_some_and(|c| !c.request_id.is_empty()),
-        K::Requests,
-    );
-    add(b.actions.as_ref().is_some_and(|c| !c.action_id.is_empty()), K::Actions);
-    add(
-        b.mpi_samples.as_ref().is_some_and(|c| !c.time.is_empty()),
-        K::MpiSamples,
-    );
     add(b.heartbeats.as_ref().is_some_and(|c| !c.time.is_empty()), K::Heartbeats);
     add(b.points.as_ref().is_some_and(|c| !c.time.is_empty()), K::Points);
     add(!b.node_events.is_empty(), K::NodeEvents);
@@ -634,24 +636,16 @@ pub fn event_kinds(b: &types::EventBatch) -> Vec<types::EventKind> {
     k
 }
 
-/// Clears the groups of kinds not in `keep`.
-fn keep_kinds(b: &mut types::EventBatch, keep: &[types::EventKind]) {
+/// Clears the groups of kinds and the tables not in `keep`.
+fn keep_kinds(b: &mut types::EventBatch, keep: &Subscription) {
     use types::EventKind as K;
-    let has = |k| keep.contains(&k);
+    let has = |k| keep.kinds.contains(&k);
+    b.tables.retain(|t| keep.tables.contains(&t.name));
     if !has(K::Progress) {
         b.progress = None;
     }
     if !has(K::Timings) {
         b.timings = None;
-    }
-    if !has(K::Requests) {
-        b.requests = None;
-    }
-    if !has(K::Actions) {
-        b.actions = None;
-    }
-    if !has(K::MpiSamples) {
-        b.mpi_samples = None;
     }
     if !has(K::Heartbeats) {
         b.heartbeats = None;
@@ -672,9 +666,7 @@ fn keep_kinds(b: &mut types::EventBatch, keep: &[types::EventKind]) {
 pub fn event_count(b: &types::EventBatch) -> u64 {
     let n = b.progress.as_ref().map_or(0, |c| c.time.len())
         + b.timings.as_ref().map_or(0, |c| c.start.len())
-        + b.requests.as_ref().map_or(0, |c| c.request_id.len())
-        + b.actions.as_ref().map_or(0, |c| c.action_id.len())
-        + b.mpi_samples.as_ref().map_or(0, |c| c.time.len())
+        + b.tables.iter().map(|t| t.origin.len()).sum::<usize>()
         + b.heartbeats.as_ref().map_or(0, |c| c.time.len())
         + b.points.as_ref().map_or(0, |c| c.time.len())
         + b.node_events.len()

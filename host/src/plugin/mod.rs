@@ -2,7 +2,10 @@
 //!
 //! - `config`:   `[plugins]` and `[plugin.<name>]` settings, grants, plugin names
 //! - `engine`:   the wasmtime engine, the epoch clock, compile cache, contract check
-//! - `bindings`: host-side types generated from `wit/sonde-plugin.wit`
+//! - `bindings`: host-side types generated from `wit/sonde-plugin.wit` (contract 0.2)
+//! - `v0_1`:     contract 0.1 (the frozen `wit/0.1/`): its bindings and the adapter
+//! - `world`:    a plugin of either version behind one set of calls
+//! - `tables`:   event tables plugins declare, and the registry the ingest reads
 //! - `host_api`: store data and the `host` functions plugins call
 //! - `clock`:    the time plugins see (wall clock, or a recording's under `sonde plugin test`)
 //! - `output`:   where emitted points and log records go (the pipeline, or a capture)
@@ -28,6 +31,9 @@ pub mod metrics;
 pub mod output;
 pub mod recording;
 pub mod sandbox;
+pub mod tables;
+pub mod v0_1;
+pub mod world;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -74,6 +80,16 @@ pub struct SampleSub {
     pub metrics: Vec<String>,
 }
 
+/// One file sink a plugin opened: its directory and where that came from
+/// (`crate::sinks::resolve`), or why it did not open.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SinkStatus {
+    pub name: String,
+    pub dir: String,
+    pub from: String,
+    pub error: Option<String>,
+}
+
 /// What the API shows about one plugin.
 #[derive(Clone, Debug, Serialize)]
 pub struct PluginStatus {
@@ -89,6 +105,11 @@ pub struct PluginStatus {
     pub description: Option<String>,
     pub samples: Option<SampleSub>,
     pub events: Vec<String>,
+    /// Event tables it declares, and tables of other plugins it reads.
+    pub tables: Vec<String>,
+    pub reads: Vec<String>,
+    /// Its file sinks: where each went, or why it could not open.
+    pub sinks: Vec<SinkStatus>,
     pub restarts: u32,
     pub traps: u64,
     pub last_trap: Option<String>,
@@ -118,6 +139,9 @@ impl PluginStatus {
             description: None,
             samples: None,
             events: Vec::new(),
+            tables: Vec::new(),
+            reads: Vec::new(),
+            sinks: Vec::new(),
             restarts: 0,
             traps: 0,
             last_trap: None,

@@ -21,12 +21,21 @@
 //! lines, each an object with one key naming what it is. Ticks hold the raw
 //! readings, not per-plugin sample batches, so a replay builds the batches a
 //! plugin asks for exactly as the host does (`instance::SampleAcc`); event
-//! batches hold every kind the hub made, and a replay keeps the kinds the
-//! plugin subscribed to (`manager::events_for`). Series, ticks and event
-//! batches are the host's own types with serde derives (`crate::model`, the
-//! generated `bindings::types`), so the format follows the contract.
+//! batches hold every kind and event table the hub made, and a replay keeps
+//! the kinds and tables the plugin subscribed to (`manager::events_for`).
+//! Series, ticks and event batches are the host's own types with serde
+//! derives (`crate::model`, the generated `bindings::types`), so the format
+//! follows the contract. JSON has no NaN or infinity: an event batch's
+//! non-finite floats are written as 0 and named, by their JSON pointer, in
+//! the line's `non_finite`, which the reader puts back ([`NonFinite`]).
+//!
+//! Version 2 (contract 0.2) holds event tables (`batch.tables`); version 1
+//! held contract 0.1's `requests`, `actions` and `mpi_samples` columns and
+//! is refused with that reason: it was never made by a released sonde, and
+//! a replay would have to rebuild 0.2's tables from 0.1's columns.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,7 +50,7 @@ use crate::model::{SeriesInfo, Tick, now_ns};
 /// The `format` of a recording's header.
 pub const FORMAT: &str = "sonde-recording";
 /// The version of the format this host writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The longest recording.
 pub const MAX_SECONDS: u64 = 600;
 /// The largest recording, and the default cap.
@@ -96,6 +105,81 @@ pub struct EventsLine<'a> {
     /// When the hub handed the batch out.
     pub time_ns: u64,
     pub batch: Cow<'a, types::EventBatch>,
+    /// The batch's floats JSON cannot hold, by JSON pointer into `batch`
+    /// (`/points/value/3`); the batch holds 0 there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub non_finite: BTreeMap<String, NonFinite>,
+}
+
+/// A float JSON has no number for.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum NonFinite {
+    #[serde(rename = "NaN")]
+    NaN,
+    #[serde(rename = "inf")]
+    Inf,
+    #[serde(rename = "-inf")]
+    NegInf,
+}
+
+impl NonFinite {
+    fn of(v: f64) -> Option<NonFinite> {
+        match v {
+            v if v.is_nan() => Some(NonFinite::NaN),
+            f64::INFINITY => Some(NonFinite::Inf),
+            f64::NEG_INFINITY => Some(NonFinite::NegInf),
+            _ => None,
+        }
+    }
+
+    fn value(self) -> f64 {
+        match self {
+            NonFinite::NaN => f64::NAN,
+            NonFinite::Inf => f64::INFINITY,
+            NonFinite::NegInf => f64::NEG_INFINITY,
+        }
+    }
+}
+
+/// Calls `f` with every float of an event batch and its JSON pointer (built
+/// only when asked for: a batch holds many floats, and few need naming).
+/// Every f64 the contract puts in an `event-batch` is here: attribute values
+/// (origins, point series, node and custom events), forwarded points, and
+/// `f64` table columns.
+fn each_float(b: &mut types::EventBatch, f: &mut dyn FnMut(&mut f64, &dyn Fn() -> String)) {
+    let mut attrs = |at: &str, i: usize, list: &mut [types::Attribute]| {
+        for (j, a) in list.iter_mut().enumerate() {
+            if let types::Value::Float(v) = &mut a.value {
+                f(v, &|| format!("/{at}/{i}/attributes/{j}/value/Float"));
+            }
+        }
+    };
+    for (i, o) in b.origins.iter_mut().enumerate() {
+        attrs("origins", i, &mut o.attributes);
+    }
+    for (i, s) in b.point_series.iter_mut().enumerate() {
+        attrs("point_series", i, &mut s.attributes);
+    }
+    for (i, e) in b.node_events.iter_mut().enumerate() {
+        attrs("node_events", i, &mut e.attributes);
+    }
+    for (i, e) in b.custom.iter_mut().enumerate() {
+        attrs("custom", i, &mut e.attributes);
+    }
+    if let Some(p) = &mut b.points {
+        for (i, v) in p.value.iter_mut().enumerate() {
+            f(v, &|| format!("/points/value/{i}"));
+        }
+    }
+    for (t, rows) in b.tables.iter_mut().enumerate() {
+        for (c, col) in rows.columns.iter_mut().enumerate() {
+            if let types::TableColumn::F64s(vs) = col {
+                for (i, v) in vs.iter_mut().enumerate() {
+                    f(v, &|| format!("/tables/{t}/columns/{c}/F64s/{i}"));
+                }
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -233,9 +317,20 @@ impl Recorder {
             return;
         }
         self.append(|s| {
+            // The recording's own copy, where non-finite floats become 0 and
+            // are named (a copy costs less than the JSON it becomes).
+            let mut b = batch.clone();
+            let mut non_finite = BTreeMap::new();
+            each_float(&mut b, &mut |v, path| {
+                if let Some(k) = NonFinite::of(*v) {
+                    non_finite.insert(path(), k);
+                    *v = 0.0;
+                }
+            });
             let line = Line::Events(EventsLine {
                 time_ns: now_ns(),
-                batch: Cow::Borrowed(batch),
+                batch: Cow::Owned(b),
+                non_finite,
             });
             write_line(&mut s.out, &line);
             s.event_batches += 1;
@@ -346,6 +441,13 @@ impl<R: BufRead> Reader<R> {
         if header.format != FORMAT {
             return Err(format!("line 1: format {:?}, expected {FORMAT:?}", header.format));
         }
+        if header.version == 1 {
+            return Err(format!(
+                "a recording of format version 1, made for contract 0.1 (its `requests`, `actions` and \
+                 `mpi_samples` columns); this sonde reads version {VERSION}, which holds event tables: \
+                 record it again with this sonde"
+            ));
+        }
         if header.version != VERSION {
             return Err(format!(
                 "a recording of format version {} (this sonde reads version {VERSION}): record it again with this sonde",
@@ -370,10 +472,33 @@ impl<R: BufRead> Reader<R> {
             }
             return match serde_json::from_str::<Line>(&l) {
                 Ok(Line::Header(_)) => Err(format!("line {}: a second header", self.line_no)),
+                Ok(Line::Events(mut e)) => {
+                    restore_non_finite(&mut e).map_err(|e| format!("line {}: {e}", self.line_no))?;
+                    Ok(Some(Line::Events(e)))
+                }
                 Ok(line) => Ok(Some(line)),
                 Err(e) => Err(format!("line {}: {e}", self.line_no)),
             };
         }
+    }
+}
+
+/// Puts the floats JSON could not hold back into the batch.
+fn restore_non_finite(e: &mut EventsLine<'_>) -> Result<(), String> {
+    if e.non_finite.is_empty() {
+        return Ok(());
+    }
+    let mut found = std::collections::BTreeSet::new();
+    each_float(e.batch.to_mut(), &mut |v, path| {
+        let path = path();
+        if let Some(k) = e.non_finite.get(&path) {
+            *v = k.value();
+            found.insert(path);
+        }
+    });
+    match e.non_finite.keys().find(|p| !found.contains(*p)) {
+        Some(p) => Err(format!("non_finite names {p:?}, which is not a float of the batch")),
+        None => Ok(()),
     }
 }
 
@@ -468,6 +593,86 @@ mod tests {
         assert_eq!(end.bytes as usize, bytes.len() - end_line);
     }
 
+    /// A batch with a non-finite float in every place the contract has one,
+    /// and an event table.
+    fn batch_with_non_finite() -> types::EventBatch {
+        let float = |v| types::Attribute {
+            key: "x".into(),
+            value: types::Value::Float(v),
+        };
+        let mut b = progress_batch();
+        b.origins[0].attributes = vec![float(f64::NAN), float(1.5)];
+        b.custom = vec![types::CustomEvent {
+            origin: 0,
+            time: 5,
+            name: "c".into(),
+            attributes: vec![float(f64::NEG_INFINITY)],
+            body: String::new(),
+        }];
+        b.points = Some(types::PointColumns {
+            origin: vec![0, 0, 0],
+            series: vec![0, 0, 0],
+            time: vec![1, 2, 3],
+            value: vec![0.5, f64::NAN, f64::INFINITY],
+        });
+        b.tables = vec![types::TableRows {
+            name: "steps".into(),
+            column_names: vec!["rank".into(), "loss".into()],
+            origin: vec![0, 0],
+            columns: vec![
+                types::TableColumn::U32s(vec![1, 2]),
+                types::TableColumn::F64s(vec![f64::NAN, -0.25]),
+            ],
+        }];
+        b
+    }
+
+    #[test]
+    fn non_finite_floats_in_an_event_batch_come_back_as_they_were() {
+        let r = Recorder::default();
+        let rec = r.start(5, DEFAULT_MAX_BYTES, 100).unwrap();
+        let sent = batch_with_non_finite();
+        r.events(&sent);
+        let bytes = rec.finish().unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains(r#""/points/value/1":"NaN""#), "{text}");
+        assert!(text.contains(r#""/tables/0/columns/1/F64s/0":"NaN""#), "{text}");
+        let mut reader = Reader::new(bytes.as_slice()).unwrap();
+        let Some(Line::Events(e)) = reader.next_line().unwrap() else {
+            panic!("an events line")
+        };
+        let got = &e.batch;
+        let bits = |b: &types::EventBatch| {
+            let mut all = Vec::new();
+            each_float(&mut b.clone(), &mut |v, _| all.push(v.to_bits()));
+            all
+        };
+        assert_eq!(bits(got), bits(&sent), "every float, NaN and infinities included");
+        assert_eq!(bits(got).len(), 8);
+        let finite = |b: &types::EventBatch| {
+            let mut b = b.clone();
+            each_float(&mut b, &mut |v, _| {
+                if !v.is_finite() {
+                    *v = 0.0
+                }
+            });
+            b
+        };
+        assert_eq!(finite(got), finite(&sent), "and everything else, the table included");
+    }
+
+    #[test]
+    fn a_pointer_to_no_float_is_named() {
+        let r = Recorder::default();
+        let rec = r.start(5, DEFAULT_MAX_BYTES, 100).unwrap();
+        r.events(&batch_with_non_finite());
+        let text = String::from_utf8(rec.finish().unwrap()).unwrap();
+        let text = text.replace("/points/value/1", "/points/value/9");
+        let mut reader = Reader::new(text.as_bytes()).unwrap();
+        let e = reader.next_line().unwrap_err();
+        assert_eq!(e, r#"line 2: non_finite names "/points/value/9", which is not a float of the batch"#);
+    }
+
     #[test]
     fn one_recording_at_a_time_and_a_dropped_one_frees_the_slot() {
         let r = Recorder::default();
@@ -510,7 +715,9 @@ mod tests {
         assert!(err(r#"{"tick":{"time_ns":1,"values":[]}}"#).contains("not a header"));
         let future = r#"{"header":{"format":"sonde-recording","version":9,"host_version":"x","contract":"0.1.0","started_ns":1,"seconds":1,"period_ms":100}}"#;
         assert!(err(future).contains("format version 9"));
-        let good = future.replace("\"version\":9", "\"version\":1");
+        let v1 = future.replace("\"version\":9", "\"version\":1");
+        assert!(err(&v1).contains("version 1, made for contract 0.1"), "{}", err(&v1));
+        let good = future.replace("\"version\":9", "\"version\":2");
         let text = format!("{good}\n{{\"tick\":{{\"time_ns\":1}}}}\n");
         let mut r = Reader::new(text.as_bytes()).unwrap();
         let e = r.next_line().unwrap_err();

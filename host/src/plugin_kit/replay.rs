@@ -9,7 +9,7 @@
 //! ```text
 //!  RECORDING, line by line ─► the clock moves to the line's time, firing the timers due before it
 //!     series ─► the series table          tick ─► SampleAcc (the plugin's own period, metrics, batching) ─► on-samples
-//!     events ─► the kinds it subscribed to (manager::events_for) ─► on-events
+//!     events ─► the kinds and tables it subscribed to (manager::events_for) ─► on-events
 //!  end of file ─► timers up to the recording's end, then each --route ─► on-request, then stop
 //!  emitted ─► points, log records (output::Captured), decisions, files in a scratch sinks dir
 //! ```
@@ -37,6 +37,7 @@ use crate::plugin::instance::{self, Driven, Shared, Work};
 use crate::plugin::manager::{self, events_for};
 use crate::plugin::output::{Captured, Output};
 use crate::plugin::recording::{Header, Line, Reader};
+use crate::plugin::tables::TableRegistry;
 use crate::plugin::{DecisionBoard, DecisionEntry, PluginStatus, SamplePlan};
 
 /// What to replay through what.
@@ -210,10 +211,19 @@ pub fn run(t: &TestRun) -> Result<Replayed, TestError> {
         clock: Clock::Replay(clock.clone()),
         state,
         decisions,
+        // Every sink in the scratch folder, whatever default directory the plugin gives.
         sinks: crate::sinks::config::SinksConfig {
             dir: sinks_dir.clone(),
-            plugins: Default::default(),
+            plugins: [(
+                name.clone(),
+                crate::sinks::config::PluginSinkDir {
+                    env: String::new(),
+                    dir: sinks_dir.clone(),
+                },
+            )]
+            .into(),
         },
+        tables: Arc::new(TableRegistry::default()),
         plan: Arc::new(SamplePlan::new(reader.header.period_ms)),
         rt: Some(rt.handle().clone()),
     };

@@ -15,23 +15,17 @@ pub struct SinksConfig {
     /// writable, sinks fail with that reason and no file is written.
     pub dir: PathBuf,
     /// Per-plugin sink directories (`[sinks.plugins.<name>]`), instead of
-    /// `dir`: taken from an environment variable when it is set and not
-    /// blank, else from the entry's `dir`. Built in: `clockwork` follows
-    /// Clockwork's `CLOCKWORK_LOG_DIR`, default `/local` (see `crate::sinks`).
+    /// `dir` and of any default the plugin gives: taken from an environment
+    /// variable when it is set and not blank, else from the entry's `dir`.
+    /// Empty by default (see `crate::sinks` for the order).
     pub plugins: BTreeMap<String, PluginSinkDir>,
 }
 
-// The one place the host names a plugin. `./dev run` starts sonde without a
-// config file and Clockwork's users expect its logs where Clockwork writes
-// them, so this entry cannot move to an example config without changing what
-// they get; a generic rule (`<NAME>_LOG_DIR` for every plugin) would change
-// where other plugins' sinks go. Plugins declaring their own sink directory
-// through the WIT would lift it out; until then it stays here, in one place.
 impl Default for SinksConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from("sonde-data/sinks"),
-            plugins: BTreeMap::from([("clockwork".to_string(), PluginSinkDir::clockwork())]),
+            plugins: BTreeMap::new(),
         }
     }
 }
@@ -40,7 +34,7 @@ impl Default for SinksConfig {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginSinkDir {
-    /// Environment variable naming the directory; "" = none. Read at start.
+    /// Environment variable naming the directory; "" = none. Read when a sink opens.
     pub env: String,
     /// The directory when the variable is unset or blank.
     pub dir: PathBuf,
@@ -51,16 +45,6 @@ impl Default for PluginSinkDir {
         PluginSinkDir {
             env: String::new(),
             dir: PathBuf::from("sonde-data/sinks"),
-        }
-    }
-}
-
-impl PluginSinkDir {
-    /// Clockwork's controller: `$CLOCKWORK_LOG_DIR`, or `/local`.
-    pub fn clockwork() -> Self {
-        PluginSinkDir {
-            env: "CLOCKWORK_LOG_DIR".into(),
-            dir: PathBuf::from("/local"),
         }
     }
 }

@@ -1,18 +1,23 @@
-//! sinks/: named files the host writes for plugins (Clockwork's TSV logs, a
-//! profile in folded-stack form). Plugins never see a path: they name a file,
-//! and the host writes it in the configured sink directory.
+//! sinks/: named files the host writes for plugins (TSV logs, a profile in
+//! folded-stack form). Plugins never see a path: they name a file, and the
+//! host writes it in the plugin's sink directory.
 //!
 //! The directory must already exist; sonde does not create it, so a typo in
 //! the config never scatters files, and a directory that is missing or not
 //! writable makes `open` fail with that reason and writes nothing.
 //!
-//! Which directory: `sinks.dir`, unless `sinks.plugins.<plugin>` names one
-//! for that plugin ([`PluginSinkDir`](config::PluginSinkDir)): its environment variable when set and
-//! not blank, else its `dir`. The built-in entry gives the `clockwork` plugin
-//! Clockwork's own rules: `CLOCKWORK_LOG_DIR`, else `/local`; the directory
-//! must exist; where it does not or is not writable, no telemetry file is
-//! written (the plugin's `open-sink` fails with the reason, and the banner
-//! says so at start, next to the location).
+//! Which directory, first that applies ([`resolve`]):
+//! 1. `[sinks.plugins.<plugin>]` in the config ([`PluginSinkDir`](config::PluginSinkDir)):
+//!    its environment variable when set and not blank, else its `dir`;
+//! 2. the default the plugin gives with the sink ([`DefaultDir`], the WIT
+//!    `sink-spec.default-dir`): its variable when set and not blank, else
+//!    its directory, when it names one;
+//! 3. `sinks.dir`.
+//!
+//! So a plugin standing in for a system whose users expect its files where
+//! that system wrote them (with the variable it read) says so itself, and
+//! the host names no plugin. Which directory a plugin's sinks went to, and
+//! why not when they could not open, shows in its status and sonde's banner.
 
 pub mod config;
 
@@ -28,34 +33,91 @@ use self::config::SinksConfig;
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResolvedDir {
     pub path: PathBuf,
-    /// "sinks.dir", "CLOCKWORK_LOG_DIR", "sinks.plugins.clockwork.dir (CLOCKWORK_LOG_DIR unset)".
+    /// "sinks.dir", "SERVING_LOG_DIR", "the plugin's default (SERVING_LOG_DIR unset)", ...
     pub source: String,
 }
 
-/// The directory `plugin`'s sinks are written to; `env` reads a variable.
-pub fn resolve(cfg: &SinksConfig, plugin: &str, env: impl Fn(&str) -> Option<String>) -> ResolvedDir {
-    let Some(p) = cfg.plugins.get(plugin) else {
-        return ResolvedDir {
-            path: cfg.dir.clone(),
-            source: "sinks.dir".into(),
-        };
+/// The directory a plugin gives as the default for one of its sinks.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DefaultDir {
+    /// An environment variable naming the directory; "" = none.
+    pub env: String,
+    /// The directory when the variable is unset or blank; empty = `sinks.dir`.
+    pub dir: PathBuf,
+}
+
+impl DefaultDir {
+    /// Checks what a plugin gave: a variable name of `[A-Z0-9_]`, an absolute directory.
+    pub fn new(env: String, dir: String) -> Result<DefaultDir, SinkError> {
+        if !env
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            || env.len() > 128
+        {
+            return Err(SinkError::BadDefault(format!(
+                "default-dir.env {env:?}: use at most 128 of [A-Z0-9_]"
+            )));
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.as_os_str().is_empty() && !dir.is_absolute() {
+            return Err(SinkError::BadDefault(format!(
+                "default-dir.dir {}: must be an absolute path (or empty for sinks.dir)",
+                dir.display()
+            )));
+        }
+        Ok(DefaultDir { env, dir })
+    }
+}
+
+/// A variable's value when it is set and not blank.
+fn var(env: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    if name.is_empty() {
+        return None;
+    }
+    env(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+/// The directory `plugin`'s sink goes to, given the default the plugin gave
+/// with it; `env` reads a variable.
+pub fn resolve(
+    cfg: &SinksConfig,
+    plugin: &str,
+    default: Option<&DefaultDir>,
+    env: impl Fn(&str) -> Option<String>,
+) -> ResolvedDir {
+    let unset = |name: &str| match name.is_empty() {
+        true => String::new(),
+        false => format!(" ({name} unset)"),
     };
-    if !p.env.is_empty()
-        && let Some(v) = env(&p.env).filter(|v| !v.trim().is_empty())
-    {
+    if let Some(p) = cfg.plugins.get(plugin) {
+        if let Some(v) = var(&env, &p.env) {
+            return ResolvedDir {
+                path: PathBuf::from(v),
+                source: p.env.clone(),
+            };
+        }
         return ResolvedDir {
-            path: PathBuf::from(v.trim()),
-            source: p.env.clone(),
+            path: p.dir.clone(),
+            source: format!("sinks.plugins.{plugin}.dir{}", unset(&p.env)),
         };
     }
-    let unset = if p.env.is_empty() {
-        String::new()
-    } else {
-        format!(" ({} unset)", p.env)
-    };
+    if let Some(d) = default {
+        if let Some(v) = var(&env, &d.env) {
+            return ResolvedDir {
+                path: PathBuf::from(v),
+                source: d.env.clone(),
+            };
+        }
+        if !d.dir.as_os_str().is_empty() {
+            return ResolvedDir {
+                path: d.dir.clone(),
+                source: format!("the plugin's default{}", unset(&d.env)),
+            };
+        }
+    }
     ResolvedDir {
-        path: p.dir.clone(),
-        source: format!("sinks.plugins.{plugin}.dir{unset}"),
+        path: cfg.dir.clone(),
+        source: "sinks.dir".into(),
     }
 }
 
@@ -109,6 +171,8 @@ impl Column {
 
 #[derive(Debug, Error, PartialEq)]
 pub enum SinkError {
+    #[error("{0}")]
+    BadDefault(String),
     #[error("sink name {0:?} is invalid: use 1-128 of [A-Za-z0-9._-], not starting with '.'")]
     BadName(String),
     #[error("sink directory {0} does not exist (sonde does not create it)")]
@@ -368,30 +432,60 @@ mod tests {
     }
 
     #[test]
-    fn clockwork_sinks_follow_clockwork_log_dir_then_local() {
-        let cfg = SinksConfig::default();
+    fn the_config_then_the_plugins_default_then_sinks_dir() {
+        let mut cfg = SinksConfig::default();
+        let default = DefaultDir::new("SERVING_LOG_DIR".into(), "/local".into()).unwrap();
         let none = |_: &str| None;
-        let r = resolve(&cfg, "clockwork", none);
-        assert_eq!(r.path, PathBuf::from("/local"), "Clockwork's default");
-        assert!(r.source.contains("CLOCKWORK_LOG_DIR unset"), "{}", r.source);
+        let r = resolve(&cfg, "serving", Some(&default), none);
+        assert_eq!(r.path, PathBuf::from("/local"), "the plugin's default");
+        assert_eq!(r.source, "the plugin's default (SERVING_LOG_DIR unset)");
         let blank = |_: &str| Some("  ".to_string());
         assert_eq!(
-            resolve(&cfg, "clockwork", blank).path,
+            resolve(&cfg, "serving", Some(&default), blank).path,
             PathBuf::from("/local"),
             "blank is unset"
         );
-        let set = |k: &str| (k == "CLOCKWORK_LOG_DIR").then(|| "/tmp/cw".to_string());
-        let r = resolve(&cfg, "clockwork", set);
+        let set = |k: &str| (k == "SERVING_LOG_DIR").then(|| "/tmp/cw".to_string());
+        let r = resolve(&cfg, "serving", Some(&default), set);
         assert_eq!(
             (r.path, r.source.as_str()),
-            (PathBuf::from("/tmp/cw"), "CLOCKWORK_LOG_DIR")
+            (PathBuf::from("/tmp/cw"), "SERVING_LOG_DIR")
         );
-        let r = resolve(&cfg, "determined", set);
+        let r = resolve(&cfg, "other", None, set);
         assert_eq!(
             (r.path, r.source.as_str()),
             (cfg.dir.clone(), "sinks.dir"),
-            "other plugins"
+            "no default given"
         );
+        let env_only = DefaultDir::new("SERVING_LOG_DIR".into(), String::new()).unwrap();
+        assert_eq!(resolve(&cfg, "serving", Some(&env_only), none).source, "sinks.dir");
+        // The config's entry wins over whatever the plugin says.
+        cfg.plugins.insert(
+            "serving".into(),
+            config::PluginSinkDir {
+                env: String::new(),
+                dir: PathBuf::from("/srv/logs"),
+            },
+        );
+        let r = resolve(&cfg, "serving", Some(&default), set);
+        assert_eq!(
+            (r.path, r.source.as_str()),
+            (PathBuf::from("/srv/logs"), "sinks.plugins.serving.dir")
+        );
+        assert!(SinksConfig::default().plugins.is_empty(), "the config names no plugin");
+    }
+
+    #[test]
+    fn a_plugins_default_must_be_a_variable_name_and_an_absolute_directory() {
+        for (env, dir, want) in [
+            ("lower", "", "default-dir.env"),
+            ("A B", "", "default-dir.env"),
+            ("OK", "relative/dir", "absolute"),
+        ] {
+            let e = DefaultDir::new(env.into(), dir.into()).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        assert!(DefaultDir::new(String::new(), String::new()).is_ok());
     }
 
     #[test]
@@ -408,7 +502,7 @@ mod tests {
         assert!(
             Sink::open(
                 &missing,
-                "clockwork_request_log.tsv",
+                "request_log.tsv",
                 SinkFormat::Tsv,
                 SinkMode::Append,
                 vec!["t".into()]

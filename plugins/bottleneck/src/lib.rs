@@ -1,6 +1,7 @@
 //! bottleneck: why is this step slow? For each job, node and rank this
 //! plugin joins step timings with the node's samples in the step's window,
-//! the process's own CPU time and the MPI probe's state samples, and labels
+//! the process's own CPU time and the MPI probe's state samples (the
+//! `mpi_samples` table the mpi plugin declares, read here), and labels
 //! every step input-bound, compute-bound, communication-bound, host-bound,
 //! idle or unknown, with its evidence. Across ranks it names, per batch, the
 //! rank that finished last and by how much, and over a window the persistent
@@ -51,14 +52,16 @@ pub fn manifest() -> Manifest {
                 "hw.gpu.utilization".into(),
             ],
         }),
-        events: vec![
-            EventKind::Progress,
-            EventKind::Timings,
-            EventKind::Points,
-            EventKind::MpiSamples,
-        ],
+        events: vec![EventKind::Progress, EventKind::Timings, EventKind::Points],
+        tables: Vec::new(),
+        // The MPI probe's state bins: the mpi plugin declares the table.
+        reads: vec![MPI_SAMPLES.into()],
     }
 }
+
+/// The event table of the MPI probe's state bins, declared by the mpi plugin
+/// (its columns are read by name: state, count, period_ns, time_ns, thread).
+pub const MPI_SAMPLES: &str = "mpi_samples";
 
 /// The component: each hook of the SDK's [`Plugin`] handed to [`Bottleneck`].
 pub struct Hooks(Bottleneck);

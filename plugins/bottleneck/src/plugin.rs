@@ -16,6 +16,7 @@ use sonde_plugin_sdk::types::{
     Attribute, Decision, EventBatch, MetricDesc, MetricKind, PointBatch, SampleBatch, Severity, Value,
 };
 
+use crate::MPI_SAMPLES;
 use crate::job::{Job, Persistent, Row};
 use crate::node::NodeSamples;
 use crate::rank::{Rank, Run, classify};
@@ -165,19 +166,33 @@ impl Bottleneck {
                 }
             }
         }
-        if let Some(c) = &batch.mpi_samples {
+        for t in batch.table(MPI_SAMPLES) {
             // Per (origin, flush time): ns per state, and the main thread's total.
             let mut flushes: BTreeMap<(u32, u64), ([f64; 3], f64)> = BTreeMap::new();
-            for i in 0..c.origin.len() {
-                let state = c.state[i] as usize;
-                if state > 2 {
+            let columns = (|| {
+                Ok::<_, String>((
+                    t.u8s("state")?,
+                    t.u32s("count")?,
+                    t.u64s("period_ns")?,
+                    t.timestamps("time_ns")?,
+                    t.u32s("thread")?,
+                ))
+            })();
+            let Ok((state, count, period_ns, time, thread)) = columns else {
+                // The mpi plugin declared the table otherwise: nothing here can be read.
+                self.counters.malformed += t.len() as u64;
+                continue;
+            };
+            for (i, &origin) in t.origin().iter().enumerate() {
+                let s = state[i] as usize;
+                if s > 2 {
                     self.counters.malformed += 1;
                     continue;
                 }
-                let ns = c.count[i] as f64 * c.period_ns[i] as f64;
-                let f = flushes.entry((c.origin[i], c.time[i])).or_default();
-                f.0[state] += ns;
-                if c.thread[i] == 0 {
+                let ns = count[i] as f64 * period_ns[i] as f64;
+                let f = flushes.entry((origin, time[i])).or_default();
+                f.0[s] += ns;
+                if thread[i] == 0 {
                     f.1 += ns;
                 }
             }

@@ -1,9 +1,10 @@
 //! The plugin through its hooks with a fake host: events and samples in,
 //! rows, decisions, metrics and routes out.
 
+use sonde_plugin_sdk::column;
 use sonde_plugin_sdk::types::{
-    Attribute, EventBatch, HttpRequest, MpiSampleColumns, Origin, PointColumns, SampleBatch, SeriesInfo, SeriesKind,
-    TimingColumns,
+    Attribute, ColumnDefault, ColumnType, EventBatch, HttpRequest, Origin, PointColumns, SampleBatch, SeriesInfo,
+    SeriesKind, TableDecl, TimingColumns, Value,
 };
 
 use crate::plugin::{Bottleneck, VERDICT_METRIC};
@@ -176,16 +177,18 @@ fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
     // 4 ranks flushing every 500 ms for 30 s: rank r computes (r+1)/4 of the
     // time and stalls the rest, as tests/mpi/imbalance.c does.
     let mut b = empty((0..4).map(|r| origin("mpi", r)).collect(), &["MPI_Barrier", "main+0x1"]);
-    let mut c = MpiSampleColumns {
-        origin: vec![],
-        thread: vec![],
-        time: vec![],
-        state: vec![],
-        function: vec![],
-        callsite: vec![],
-        count: vec![],
-        period_ns: vec![],
-    };
+    // The columns bottleneck reads, by name (the mpi plugin declares more).
+    let decl = TableDecl::new(
+        "mpi_samples",
+        "",
+        vec![
+            column("thread", ColumnType::U32, ColumnDefault::Zero),
+            column("time_ns", ColumnType::Timestamp, ColumnDefault::Required),
+            column("state", ColumnType::U8, ColumnDefault::Required),
+            column("count", ColumnType::U32, ColumnDefault::Required),
+            column("period_ns", ColumnType::U64, ColumnDefault::Required),
+        ],
+    );
     for k in 1..=60u64 {
         for r in 0..4u32 {
             let compute = 125 * (r + 1);
@@ -193,18 +196,21 @@ fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
                 if count == 0 {
                     continue;
                 }
-                c.origin.push(r);
-                c.thread.push(0);
-                c.time.push(T0 + k * 500 * MS);
-                c.state.push(state);
-                c.function.push(0);
-                c.callsite.push(1);
-                c.count.push(count);
-                c.period_ns.push(MS);
+                let time = (T0 + k * 500 * MS) as i64;
+                b.push_row(
+                    &decl,
+                    r,
+                    &[
+                        ("time_ns", Value::Int(time)),
+                        ("state", Value::Int(state.into())),
+                        ("count", Value::Int(count.into())),
+                        ("period_ns", Value::Int(MS as i64)),
+                    ],
+                )
+                .unwrap();
             }
         }
     }
-    b.mpi_samples = Some(c);
     host.now = T0 + 40_000 * MS;
     p.on_events(&mut host, &b);
     let job = &p.jobs["mpi"];

@@ -2,7 +2,8 @@
 //! bundled sonde plugin (reference: Clockwork, OSDI 2020, INFER5).
 //!
 //! Where things live:
-//! - `rows`: a finished request / action, from the host's columns.
+//! - `rows`: a finished request / action, and the `requests` / `actions`
+//!   event tables this plugin declares for them.
 //! - `tsv`: the two telemetry logs exactly as Clockwork's code writes them.
 //! - `estimator`: INFER5's per (model, batch size) p99 sliding-window estimator.
 //! - `infer5`: SLO and deadline formulas, the batching decision, load/evict priorities.
@@ -27,7 +28,7 @@ pub mod tsv;
 #[cfg(test)]
 mod tests;
 
-use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, StartInfo};
+use sonde_plugin_sdk::types::{EventBatch, HttpRequest, HttpResponse, Manifest, StartInfo};
 use sonde_plugin_sdk::{Host, Plugin};
 
 pub use crate::plugin::Clockwork;
@@ -39,7 +40,9 @@ pub fn manifest() -> Manifest {
         description: "Clockwork: serving telemetry TSV logs, INFER5's estimator and batching, goodput/SLO analysis"
             .to_string(),
         samples: None,
-        events: vec![EventKind::Requests, EventKind::Actions],
+        events: Vec::new(),
+        tables: vec![rows::requests_table(), rows::actions_table()],
+        reads: Vec::new(),
     }
 }
 

@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 
 use sonde_plugin_sdk::MetricRegistry;
 use sonde_plugin_sdk::types::{
-    Attribute, Column, EventBatch, MetricDesc, MetricKind, PointBatch, Severity, SinkFormat, SinkMode, SinkSpec,
+    Attribute, Column, EventBatch, MetricDesc, MetricKind, PointBatch, Severity, SinkDir, SinkFormat, SinkMode,
+    SinkSpec,
 };
 
 use crate::analysis::{Analysis, Metric};
 use crate::estimator::ModelEstimator;
 use crate::in_time::InTime;
-use crate::rows::{Action, INFER, LOAD_WEIGHTS, Request, action_at, request_at};
+use crate::rows::{self, ACTIONS, Action, INFER, LOAD_WEIGHTS, REQUESTS, Request};
 use crate::settings::Settings;
 use crate::tsv::{self, Col};
 use sonde_plugin_sdk::Host;
@@ -38,6 +39,18 @@ pub struct Clockwork {
     pub timer: u64,
     pub requests_seen: u64,
     pub actions_seen: u64,
+    /// Rows skipped for failing `Request::check` / `Action::check`, and why the last one was.
+    pub invalid_rows: u64,
+    pub last_invalid: Option<String>,
+}
+
+/// Where Clockwork writes its logs: `$CLOCKWORK_LOG_DIR`, else `/local`
+/// (unless the config's `[sinks.plugins.clockwork]` says otherwise).
+pub fn log_dir() -> SinkDir {
+    SinkDir {
+        env: "CLOCKWORK_LOG_DIR".into(),
+        dir: "/local".into(),
+    }
 }
 
 fn cols(c: Vec<Col>) -> Vec<Column> {
@@ -56,6 +69,7 @@ fn open(host: &mut dyn Host, name: &'static str, columns: &[&str]) -> LogFile {
         format: SinkFormat::Tsv,
         mode: SinkMode::Append,
         columns: columns.iter().map(|c| c.to_string()).collect(),
+        default_dir: Some(log_dir()),
     };
     match host.open_sink(&spec) {
         Ok(h) => LogFile {
@@ -115,6 +129,8 @@ impl Clockwork {
             timer,
             requests_seen: 0,
             actions_seen: 0,
+            invalid_rows: 0,
+            last_invalid: None,
             settings,
         }
     }
@@ -138,12 +154,36 @@ impl Clockwork {
             .or_insert_with(|| ModelEstimator::new(&profile, limits))
     }
 
+    /// The rows that pass `check`; the others are counted and the last reason kept.
+    fn keep_valid<T>(&mut self, rows: Vec<T>, check: impl Fn(&T) -> Result<(), String>) -> Vec<T> {
+        rows.into_iter()
+            .filter(|r| match check(r) {
+                Ok(()) => true,
+                Err(e) => {
+                    self.invalid_rows += 1;
+                    self.last_invalid = Some(e);
+                    false
+                }
+            })
+            .collect()
+    }
+
     pub fn on_events(&mut self, host: &mut dyn Host, batch: &EventBatch) -> Result<(), String> {
         let now = host.now();
         let mut problems = Vec::new();
-        if let Some(c) = &batch.actions {
-            let actions: Vec<Action> = (0..c.action_id.len()).map(|i| action_at(c, i)).collect();
-            self.actions_seen += actions.len() as u64;
+        let mut actions = Vec::new();
+        for t in batch.table(ACTIONS) {
+            actions.extend(rows::actions(&t)?);
+        }
+        let mut requests = Vec::new();
+        for t in batch.table(REQUESTS) {
+            requests.extend(rows::requests(&t)?);
+        }
+        self.actions_seen += actions.len() as u64;
+        self.requests_seen += requests.len() as u64;
+        let actions = self.keep_valid(actions, Action::check);
+        let requests = self.keep_valid(requests, Request::check);
+        if !actions.is_empty() {
             for a in &actions {
                 if a.status == 0 {
                     match a.action_type {
@@ -170,9 +210,7 @@ impl Clockwork {
             }
             self.take_actions(host, &complete, &mut problems);
         }
-        if let Some(c) = &batch.requests {
-            let requests: Vec<Request> = (0..c.request_id.len()).map(|i| request_at(c, i)).collect();
-            self.requests_seen += requests.len() as u64;
+        if !requests.is_empty() {
             if let Some(h) = self.request_log.handle {
                 let rows: Vec<_> = requests.iter().map(tsv::request_row).collect();
                 match host.write_rows(h, &cols(tsv::request_columns(&rows))) {

@@ -194,6 +194,8 @@ pub fn summary(p: &Clockwork) -> Value {
         "window_s": p.settings.window_s,
         "requests_seen": p.requests_seen,
         "actions_seen": p.actions_seen,
+        "invalid_rows": p.invalid_rows,
+        "last_invalid": p.last_invalid,
         "pending": p.analysis.pending(),
         "late_rows": p.analysis.late_rows,
         "in_time_derived": p.in_time.derived,

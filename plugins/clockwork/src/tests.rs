@@ -1,62 +1,78 @@
 //! The hooks end to end against the fake host: event columns in, the two
 //! files and the metrics out; a sink that cannot be opened loses only the file.
 
-use sonde_plugin_sdk::types::{ActionColumns, EventBatch, HttpRequest, RequestColumns};
+use sonde_plugin_sdk::types::{EventBatch, HttpRequest, Value};
 
 use crate::plugin::Clockwork;
-use crate::rows::{Action, Request};
+use crate::rows::{Action, Request, actions_table, requests_table};
 use crate::settings::Settings;
 use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
 const T0: u64 = 2_000_000_000_000;
 
+fn int(v: impl TryInto<i64>) -> Value {
+    Value::Int(v.try_into().unwrap_or(i64::MAX))
+}
+
+/// A request as a controller sends it: its fields by column name.
+fn request_fields(r: &Request) -> Vec<(&'static str, Value)> {
+    vec![
+        ("request_id", int(r.request_id)),
+        ("user_id", int(r.user_id)),
+        ("model_id", int(r.model_id)),
+        ("slo_factor", Value::Float(r.slo_factor)),
+        ("arrival_ns", int(r.arrival)),
+        ("departure_ns", int(r.departure)),
+        ("deadline_ns", int(r.deadline)),
+        ("result", int(r.result)),
+        ("arrival_copies", int(r.arrival_copies)),
+        ("departure_copies", int(r.departure_copies)),
+        ("action_id", int(r.action_id)),
+        ("client_sent_ns", int(r.client_sent)),
+        ("client_received_ns", int(r.client_received)),
+    ]
+}
+
+fn action_fields(a: &Action) -> Vec<(&'static str, Value)> {
+    vec![
+        ("action_id", int(a.action_id)),
+        ("action_type", int(a.action_type)),
+        ("status", int(a.status)),
+        ("worker_id", int(a.worker_id)),
+        ("gpu_id", int(a.gpu_id)),
+        ("model_id", int(a.model_id)),
+        ("batch_size", int(a.batch_size)),
+        ("expected_exec_duration_ns", int(a.expected_exec_duration)),
+        ("worker_exec_duration_ns", int(a.worker_exec_duration)),
+        ("sent_ns", int(a.sent)),
+        ("expected_exec_complete_ns", int(a.expected_exec_complete)),
+        ("worker_exec_complete_ns", int(a.worker_exec_complete)),
+        ("expected_gpu_clock_mhz", int(a.expected_gpu_clock)),
+        ("gpu_clock_before_mhz", int(a.gpu_clock_before)),
+        ("gpu_clock_after_mhz", int(a.gpu_clock_after)),
+        ("copy_output_complete_ns", int(a.copy_output_complete)),
+        ("action_received_ns", int(a.action_received)),
+        ("result_sent_ns", int(a.result_sent)),
+        ("result_received_ns", int(a.result_received)),
+        ("result_processed_ns", int(a.result_processed)),
+        ("requests_queued", int(a.requests_queued)),
+        ("copies_loaded", int(a.copies_loaded)),
+        ("requests_in_time", int(a.requests_in_time)),
+    ]
+}
+
+/// The rows in the two tables, as the host hands them over.
 fn batch(reqs: &[Request], acts: &[Action]) -> EventBatch {
-    EventBatch {
-        requests: Some(RequestColumns {
-            origin: reqs.iter().map(|_| 0).collect(),
-            request_id: reqs.iter().map(|r| r.request_id).collect(),
-            user_id: reqs.iter().map(|r| r.user_id).collect(),
-            model_id: reqs.iter().map(|r| r.model_id).collect(),
-            slo_factor: reqs.iter().map(|r| r.slo_factor).collect(),
-            arrival: reqs.iter().map(|r| r.arrival).collect(),
-            departure: reqs.iter().map(|r| r.departure).collect(),
-            deadline: reqs.iter().map(|r| r.deadline).collect(),
-            result: reqs.iter().map(|r| r.result).collect(),
-            arrival_copies: reqs.iter().map(|r| r.arrival_copies).collect(),
-            departure_copies: reqs.iter().map(|r| r.departure_copies).collect(),
-            action_id: reqs.iter().map(|r| r.action_id).collect(),
-            client_sent: reqs.iter().map(|r| r.client_sent).collect(),
-            client_received: reqs.iter().map(|r| r.client_received).collect(),
-        }),
-        actions: Some(ActionColumns {
-            origin: acts.iter().map(|_| 0).collect(),
-            action_id: acts.iter().map(|a| a.action_id).collect(),
-            action_type: acts.iter().map(|a| a.action_type).collect(),
-            status: acts.iter().map(|a| a.status).collect(),
-            worker_id: acts.iter().map(|a| a.worker_id).collect(),
-            gpu_id: acts.iter().map(|a| a.gpu_id).collect(),
-            model_id: acts.iter().map(|a| a.model_id).collect(),
-            batch_size: acts.iter().map(|a| a.batch_size).collect(),
-            expected_exec_duration: acts.iter().map(|a| a.expected_exec_duration).collect(),
-            worker_exec_duration: acts.iter().map(|a| a.worker_exec_duration).collect(),
-            sent: acts.iter().map(|a| a.sent).collect(),
-            expected_exec_complete: acts.iter().map(|a| a.expected_exec_complete).collect(),
-            worker_exec_complete: acts.iter().map(|a| a.worker_exec_complete).collect(),
-            expected_gpu_clock: acts.iter().map(|a| a.expected_gpu_clock).collect(),
-            gpu_clock_before: acts.iter().map(|a| a.gpu_clock_before).collect(),
-            gpu_clock_after: acts.iter().map(|a| a.gpu_clock_after).collect(),
-            copy_output_complete: acts.iter().map(|a| a.copy_output_complete).collect(),
-            action_received: acts.iter().map(|a| a.action_received).collect(),
-            result_sent: acts.iter().map(|a| a.result_sent).collect(),
-            result_received: acts.iter().map(|a| a.result_received).collect(),
-            result_processed: acts.iter().map(|a| a.result_processed).collect(),
-            requests_queued: acts.iter().map(|a| a.requests_queued).collect(),
-            copies_loaded: acts.iter().map(|a| a.copies_loaded).collect(),
-            requests_in_time: acts.iter().map(|a| a.requests_in_time).collect(),
-        }),
-        ..Default::default()
+    let mut b = EventBatch::default();
+    let (rt, at) = (requests_table(), actions_table());
+    for r in reqs {
+        b.push_row(&rt, 0, &request_fields(r)).unwrap();
     }
+    for a in acts {
+        b.push_row(&at, 0, &action_fields(a)).unwrap();
+    }
+    b
 }
 
 fn workload() -> (Vec<Request>, Vec<Action>) {
@@ -234,4 +250,65 @@ fn the_batch_route_answers_a_controllers_queue() {
     assert_eq!(v["gpus"][0]["evict_order"], serde_json::json!([3]));
     let r = crate::routes::handle(&mut p, &mut host, &req("GET", "/nope", vec![]));
     assert_eq!(r.status, 404);
+}
+
+#[test]
+fn rows_are_read_by_column_name_and_rows_that_cannot_be_right_are_counted() {
+    let mut host = FakeHost {
+        now: T0,
+        ..Default::default()
+    };
+    let mut p = Clockwork::start(&mut host, Settings::default());
+    assert_eq!(
+        host.sinks[0]
+            .default_dir
+            .as_ref()
+            .map(|d| (d.env.as_str(), d.dir.as_str())),
+        Some(("CLOCKWORK_LOG_DIR", "/local")),
+        "the plugin, not the host, says where Clockwork's logs go"
+    );
+    let (reqs, acts) = workload();
+    let mut b = batch(&reqs, &acts);
+    // A request leaving before it arrived, and an action with an unprocessed
+    // result (0 = when it was received), as a controller may send them.
+    b.push_row(
+        &requests_table(),
+        0,
+        &[
+            ("request_id", int(99)),
+            ("model_id", int(3)),
+            ("arrival_ns", int(T0 + 5 * MS)),
+            ("departure_ns", int(T0)),
+        ],
+    )
+    .unwrap();
+    b.push_row(
+        &actions_table(),
+        0,
+        &[
+            ("action_id", int(77)),
+            ("action_type", int(3)),
+            ("model_id", int(3)),
+            ("sent_ns", int(T0)),
+            ("result_received_ns", int(T0 + MS)),
+        ],
+    )
+    .unwrap();
+    // Columns in another order (a table read by name): the same rows.
+    let t = b.table("actions").next().unwrap();
+    let evict = crate::rows::actions(&t).unwrap().pop().unwrap();
+    assert_eq!((evict.result_processed, evict.batch_size), (T0 + MS, 1));
+    p.on_events(&mut host, &b).unwrap();
+    assert_eq!(
+        (p.requests_seen, p.actions_seen),
+        (reqs.len() as u64 + 1, acts.len() as u64 + 1)
+    );
+    assert_eq!(p.invalid_rows, 1);
+    assert!(
+        p.last_invalid
+            .as_deref()
+            .unwrap()
+            .contains("request 99: departure_ns is before arrival_ns")
+    );
+    assert_eq!(crate::routes::summary(&p)["invalid_rows"], 1);
 }

@@ -49,6 +49,7 @@ pub fn manifest(settings: &Settings) -> Manifest {
             .to_string(),
         samples: settings.wanted_samples(),
         events: vec![EventKind::Progress, EventKind::Timings, EventKind::Points],
+        ..Default::default()
     }
 }
 

@@ -60,6 +60,7 @@ pub fn manifest(settings: &Settings) -> Manifest {
             EventKind::NodeEvents,
             EventKind::Points,
         ],
+        ..Default::default()
     }
 }
 

@@ -3,12 +3,13 @@
 //! The probe inside the MPI ranks (`probes/mpi/`, a PMPI library loaded with
 //! LD_PRELOAD) samples each thread's MPI state (not in MPI, MPI work, MPI
 //! stall) with the MPI function and call site on a wall-clock timer, and
-//! sends the counts to sonde's ingest; the host hands them to this plugin as
-//! `mpi-sample-columns`. Here they become, per job:
+//! sends the counts to sonde's ingest as rows of the `mpi_samples` event
+//! table, which this plugin declares (`table`). Here they become, per job:
 //! time per state per rank and thread, Work and Stall per MPI function and
 //! call site, the imbalance across ranks; exported as metrics, served to the
 //! dashboard panel, and written as folded stacks through a file sink.
 //!
+//! - `table`: the `mpi_samples` table's declaration and the checks of its rows.
 //! - `settings`: the settings JSON, validated key by key.
 //! - `profile`: bins, summaries, imbalance, folded text, flame graph (plain data).
 //! - `pprof`: the profile as a gzip'd pprof `profile.proto` (work, stall in ns).
@@ -22,12 +23,13 @@ pub mod pprof;
 pub mod profile;
 pub mod routes;
 pub mod settings;
+pub mod table;
 pub mod trace;
 
 #[cfg(test)]
 mod tests;
 
-use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, StartInfo};
+use sonde_plugin_sdk::types::{EventBatch, HttpRequest, HttpResponse, Manifest, StartInfo};
 use sonde_plugin_sdk::{Host, Plugin};
 
 pub use crate::plugin::Mpi;
@@ -39,7 +41,9 @@ pub fn manifest() -> Manifest {
         description: "MPI state profile: not in MPI / MPI work / MPI stall by rank, thread, MPI function and call site"
             .to_string(),
         samples: None,
-        events: vec![EventKind::MpiSamples],
+        events: Vec::new(),
+        tables: vec![table::samples_table()],
+        reads: Vec::new(),
     }
 }
 
@@ -58,8 +62,7 @@ impl Plugin for Mpi {
     }
 
     fn on_events(&mut self, _host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
-        Mpi::on_events(self, &batch);
-        Ok(())
+        Mpi::on_events(self, &batch)
     }
 
     fn on_timer(&mut self, host: &mut impl Host, id: u64) -> Result<(), String> {

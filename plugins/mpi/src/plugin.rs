@@ -11,6 +11,7 @@ use sonde_plugin_sdk::types::{
 
 use crate::profile::{JobProfile, NOT_IN_MPI, STALL, Sample, WORK, folded_file_name, state_name};
 use crate::settings::Settings;
+use crate::table::{SAMPLES, check};
 use sonde_plugin_sdk::Host;
 
 pub struct Mpi {
@@ -62,11 +63,21 @@ impl Mpi {
         }
     }
 
-    pub fn on_events(&mut self, batch: &EventBatch) {
-        let Some(c) = &batch.mpi_samples else { return };
-        let name = |i: u32| batch.names.get(i as usize).map(String::as_str).unwrap_or("");
-        for i in 0..c.time.len() {
-            let Some(o) = batch.origins.get(c.origin[i] as usize) else {
+    /// Takes the batch's `mpi_samples` rows; `Err` when the table's columns
+    /// are not what this plugin declared (never, unless the host changed them).
+    pub fn on_events(&mut self, batch: &EventBatch) -> Result<(), String> {
+        for t in batch.table(SAMPLES) {
+            self.take(batch, &t)?;
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, batch: &EventBatch, t: &sonde_plugin_sdk::Table) -> Result<(), String> {
+        let (thread, time, state) = (t.u32s("thread")?, t.timestamps("time_ns")?, t.u8s("state")?);
+        let (function, callsite) = (t.strings("function")?, t.strings("callsite")?);
+        let (count, period_ns) = (t.u32s("count")?, t.u64s("period_ns")?);
+        for (i, &origin) in t.origin().iter().enumerate() {
+            let Some(o) = batch.origins.get(origin as usize) else {
                 self.skipped_rows += 1;
                 continue;
             };
@@ -86,15 +97,15 @@ impl Mpi {
                 rank: o.rank,
                 node: &o.node,
                 world_size,
-                thread: c.thread[i],
-                time: c.time[i],
-                state: c.state[i],
-                function: name(c.function[i]),
-                callsite: name(c.callsite[i]),
-                count: c.count[i],
-                period_ns: c.period_ns[i],
+                thread: thread[i],
+                time: time[i],
+                state: state[i],
+                function: function[i],
+                callsite: callsite[i],
+                count: count[i],
+                period_ns: period_ns[i],
             };
-            if s.state > STALL {
+            if check(s.state, s.function, s.count, s.period_ns).is_err() {
                 self.skipped_rows += 1;
                 continue;
             }
@@ -108,6 +119,7 @@ impl Mpi {
                 self.dropped_samples += u64::from(s.count);
             }
         }
+        Ok(())
     }
 
     /// Forgets the job seen longest ago when a new one would pass `max_jobs`.
@@ -273,6 +285,7 @@ impl Mpi {
                         format: SinkFormat::Raw,
                         mode: SinkMode::Replace,
                         columns: Vec::new(),
+                        default_dir: None,
                     };
                     match host.open_sink(&spec) {
                         Ok(h) => {

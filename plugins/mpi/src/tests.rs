@@ -1,11 +1,12 @@
 //! Native tests of the plugin's logic through its hooks, with a fake host.
 
-use sonde_plugin_sdk::types::{Attribute, EventBatch, HttpRequest, MpiSampleColumns, Origin};
+use sonde_plugin_sdk::types::{Attribute, EventBatch, HttpRequest, Origin, Value};
 
 use crate::plugin::Mpi;
 use crate::profile::{folded_file_name, state_name};
 use crate::routes;
 use crate::settings::Settings;
+use crate::table::samples_table;
 use sonde_plugin_sdk::testing::FakeHost;
 
 const MS: u64 = 1_000_000;
@@ -14,24 +15,13 @@ const MS: u64 = 1_000_000;
 type Row<'a> = (&'a str, i32, u32, u8, &'a str, &'a str, u32);
 
 fn batch(rows: &[Row]) -> EventBatch {
+    batch_at(rows, 1_000 * MS)
+}
+
+/// The rows as the host hands them over, all flushed at `time`.
+fn batch_at(rows: &[Row], time: u64) -> EventBatch {
     let mut b = EventBatch::default();
-    let mut c = MpiSampleColumns {
-        origin: vec![],
-        thread: vec![],
-        time: vec![],
-        state: vec![],
-        function: vec![],
-        callsite: vec![],
-        count: vec![],
-        period_ns: vec![],
-    };
-    let intern = |names: &mut Vec<String>, s: &str| match names.iter().position(|n| n == s) {
-        Some(i) => i as u32,
-        None => {
-            names.push(s.to_string());
-            names.len() as u32 - 1
-        }
-    };
+    let decl = samples_table();
     for &(job, rank, thread, state, function, callsite, count) in rows {
         let o = match b.origins.iter().position(|o| o.job == job && o.rank == rank) {
             Some(i) => i as u32,
@@ -48,18 +38,21 @@ fn batch(rows: &[Row]) -> EventBatch {
                 b.origins.len() as u32 - 1
             }
         };
-        c.origin.push(o);
-        c.thread.push(thread);
-        c.time.push(1_000 * MS);
-        c.state.push(state);
-        let f = intern(&mut b.names, function);
-        c.function.push(f);
-        let s = intern(&mut b.names, callsite);
-        c.callsite.push(s);
-        c.count.push(count);
-        c.period_ns.push(MS);
+        b.push_row(
+            &decl,
+            o,
+            &[
+                ("thread", Value::Int(thread.into())),
+                ("time_ns", Value::Int(time as i64)),
+                ("state", Value::Int(state.into())),
+                ("function", Value::Str(function.into())),
+                ("callsite", Value::Str(callsite.into())),
+                ("count", Value::Int(count.into())),
+                ("period_ns", Value::Int(MS as i64)),
+            ],
+        )
+        .unwrap();
     }
-    b.mpi_samples = Some(c);
     b
 }
 
@@ -110,7 +103,7 @@ fn started(settings: &str) -> (FakeHost, Mpi) {
 #[test]
 fn stall_shares_follow_the_imbalance_and_work_stays_apart() {
     let (_, mut m) = started("{}");
-    m.on_events(&batch(&imbalanced()));
+    m.on_events(&batch(&imbalanced())).unwrap();
     let s = m.jobs["job"].summary("job");
     let shares: Vec<f64> = s.ranks.iter().map(|r| r.stall_share).collect();
     // rank r: stall (300 - 100r) of (100(r+1) + 30 + 300 - 100r) = 430 ticks
@@ -146,7 +139,7 @@ fn stall_shares_follow_the_imbalance_and_work_stays_apart() {
 #[test]
 fn metrics_per_rank_state_and_function_are_emitted_for_changed_jobs_only() {
     let (mut host, mut m) = started("{}");
-    m.on_events(&batch(&imbalanced()));
+    m.on_events(&batch(&imbalanced())).unwrap();
     m.emit_metrics(&mut host).unwrap();
     let share = |host: &FakeHost, r: &str| {
         host.last("mpi.stall.share", &[("sonde.job", "job"), ("mpi.rank", r)])
@@ -169,7 +162,8 @@ fn metrics_per_rank_state_and_function_are_emitted_for_changed_jobs_only() {
     let n = host.points.len();
     m.emit_metrics(&mut host).unwrap();
     assert_eq!(host.points.len(), n, "nothing changed: nothing emitted");
-    m.on_events(&batch(&[("job", 3, 0, 2, "MPI_Barrier", "x", 430)]));
+    m.on_events(&batch(&[("job", 3, 0, 2, "MPI_Barrier", "x", 430)]))
+        .unwrap();
     m.emit_metrics(&mut host).unwrap();
     assert!(
         (share(&host, "3") - 0.5).abs() < 1e-12,
@@ -199,7 +193,7 @@ fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
 #[test]
 fn the_folded_file_is_written_through_a_replace_sink_and_adds_up() {
     let (mut host, mut m) = started("{}");
-    m.on_events(&batch(&imbalanced()));
+    m.on_events(&batch(&imbalanced())).unwrap();
     m.write_files(&mut host);
     let name = folded_file_name("job");
     assert_eq!(name, "mpi-job.folded");
@@ -224,7 +218,7 @@ fn the_folded_file_is_written_through_a_replace_sink_and_adds_up() {
     let written = m.files_written;
     m.write_files(&mut host);
     assert_eq!(m.files_written, written);
-    m.on_events(&batch(&[("job", 0, 1, 1, "MPI_Send", "a;b", 1)]));
+    m.on_events(&batch(&[("job", 0, 1, 1, "MPI_Send", "a;b", 1)])).unwrap();
     m.write_files(&mut host);
     assert_eq!(host.sinks.len(), 1);
     assert!(
@@ -280,7 +274,7 @@ fn two_paths() -> Vec<Row<'static>> {
 #[test]
 fn the_flame_graph_of_stall_has_both_paths_for_one_rank_or_all() {
     let (_host, mut m) = started("{}");
-    m.on_events(&batch(&two_paths()));
+    m.on_events(&batch(&two_paths())).unwrap();
     let (code, body) = get(&mut m, "/flame", "job=job&state=stall&rank=0");
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -343,7 +337,7 @@ fn fields(b: &[u8]) -> Vec<(u64, u64, &[u8])> {
 fn the_pprof_profile_has_work_and_stall_in_nanoseconds_with_named_frames() {
     use std::io::Read;
     let (_host, mut m) = started("{}");
-    m.on_events(&batch(&two_paths()));
+    m.on_events(&batch(&two_paths())).unwrap();
     let r = routes::handle(
         &mut m,
         &HttpRequest {
@@ -396,7 +390,7 @@ fn the_pprof_profile_has_work_and_stall_in_nanoseconds_with_named_frames() {
 #[test]
 fn the_trace_has_a_process_per_rank_and_the_state_per_interval() {
     let (_host, mut m) = started("{}");
-    m.on_events(&batch(&two_paths()));
+    m.on_events(&batch(&two_paths())).unwrap();
     let (code, body) = get(&mut m, "/trace", "job=job");
     assert_eq!(code, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -426,9 +420,9 @@ fn the_trace_has_a_process_per_rank_and_the_state_per_interval() {
 fn without_a_sink_the_profile_is_still_served_and_the_failure_logged_once() {
     let (mut host, mut m) = started("{}");
     host.fail_open_sink = Some("sink directory /x does not exist".into());
-    m.on_events(&batch(&imbalanced()));
+    m.on_events(&batch(&imbalanced())).unwrap();
     m.write_files(&mut host);
-    m.on_events(&batch(&imbalanced()));
+    m.on_events(&batch(&imbalanced())).unwrap();
     m.write_files(&mut host);
     assert_eq!(
         host.logs.iter().filter(|(_, l)| l.contains("does not exist")).count(),
@@ -447,7 +441,7 @@ fn without_a_sink_the_profile_is_still_served_and_the_failure_logged_once() {
 fn routes_answer_for_the_latest_or_the_named_job() {
     let (_, mut m) = started("{}");
     assert_eq!(get(&mut m, "/profile", "").0, 404);
-    m.on_events(&batch(&imbalanced()));
+    m.on_events(&batch(&imbalanced())).unwrap();
     let (code, body) = get(&mut m, "/profile", "");
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -475,30 +469,32 @@ fn routes_answer_for_the_latest_or_the_named_job() {
 #[test]
 fn bounds_filters_and_bad_rows() {
     let (_, mut m) = started(r#"{"max_bins":3,"max_jobs":2}"#);
-    m.on_events(&batch(&imbalanced()));
+    m.on_events(&batch(&imbalanced())).unwrap();
     assert_eq!(m.jobs["job"].bins.len(), 3);
     assert!(m.dropped_samples > 0);
     assert_eq!(m.jobs["job"].dropped_samples, m.dropped_samples);
     // A third job pushes out the one seen longest ago.
-    let mut b = batch(&[("a", 0, 0, 0, "", "", 1)]);
-    b.mpi_samples.as_mut().unwrap().time[0] = 2_000 * MS;
-    m.on_events(&b);
-    let mut b = batch(&[("b", 0, 0, 0, "", "", 1), ("b", 0, 0, 7, "", "", 1)]);
-    b.mpi_samples.as_mut().unwrap().time[0] = 3_000 * MS;
-    m.on_events(&b);
+    m.on_events(&batch_at(&[("a", 0, 0, 0, "", "", 1)], 2_000 * MS))
+        .unwrap();
+    m.on_events(&batch_at(
+        &[("b", 0, 0, 0, "", "", 1), ("b", 0, 0, 7, "", "", 1)],
+        3_000 * MS,
+    ))
+    .unwrap();
     assert_eq!(m.jobs.keys().collect::<Vec<_>>(), vec!["a", "b"]);
     assert_eq!(m.skipped_rows, 1, "state 7 is not a state");
 
     let (_, mut m) = started(r#"{"job":"b"}"#);
-    m.on_events(&batch(&imbalanced()));
-    m.on_events(&batch(&[("b", 1, 0, 0, "", "", 1)]));
+    m.on_events(&batch(&imbalanced())).unwrap();
+    m.on_events(&batch(&[("b", 1, 0, 0, "", "", 1)])).unwrap();
     assert_eq!(m.jobs.keys().collect::<Vec<_>>(), vec!["b"]);
 }
 
 #[test]
 fn a_not_in_mpi_row_never_carries_a_function() {
     let (_, mut m) = started("{}");
-    m.on_events(&batch(&[("j", 0, 0, 0, "MPI_Send", "x", 2), ("j", 0, 0, 0, "", "", 3)]));
+    m.on_events(&batch(&[("j", 0, 0, 0, "MPI_Send", "x", 2), ("j", 0, 0, 0, "", "", 3)]))
+        .unwrap();
     let p = &m.jobs["j"];
     assert_eq!(p.bins.len(), 1);
     assert_eq!(*p.bins.values().next().unwrap(), 5 * MS);

@@ -41,6 +41,7 @@ pub fn manifest() -> Manifest {
                 .to_string(),
         samples: None,
         events: vec![EventKind::Heartbeats, EventKind::Progress, EventKind::NodeEvents],
+        ..Default::default()
     }
 }
 

@@ -37,6 +37,8 @@ fn open(host: &mut impl Host, name: &str, format: SinkFormat, mode: SinkMode, co
         format,
         mode,
         columns: columns.iter().map(|c| c.to_string()).collect(),
+        // Where `sinks.dir` (or `[sinks.plugins.sink_progress_log]`) says.
+        default_dir: None,
     };
     match host.open_sink(&spec) {
         Ok(handle) => Some(handle),

@@ -10,6 +10,9 @@
 //!   contract's `host` interface, and [`WasmHost`], the real one.
 //! - `testing` (feature `testing`): `testing::FakeHost` for native tests.
 //! - `settings`: reading a plugin's settings JSON with errors that name the key.
+//! - `tables`: event tables: declaring one ([`column`]), reading a batch's
+//!   rows by column name ([`Table`]), and building rows as the host does
+//!   (`EventBatch::push_row`, for tests).
 //! - `series`, `samples`, `points`, `metrics`: the sampled-series table, a
 //!   view over the series-major sample layout, a point buffer and a
 //!   metric-handle cache. `attrs`, `http`: conveniences on generated types.
@@ -43,24 +46,24 @@ wit_bindgen::generate!({
     // them. Records holding a WIT enum (metric-desc, sink-spec, log-record)
     // have no sensible default and get none.
     additional_type_attributes: {
-        "sonde:plugin/types@0.1.0/point-batch": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/sample-batch": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/sample-request": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/origin": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/progress-columns": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/timing-columns": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/request-columns": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/action-columns": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/mpi-sample-columns": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/heartbeat-columns": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/point-columns": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/node-event": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/custom-event": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/event-batch": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/decision": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/http-request": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/start-info": [#[derive(Default)]],
-        "sonde:plugin/types@0.1.0/manifest": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/point-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/sample-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/sample-request": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/origin": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/progress-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/timing-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/heartbeat-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/point-columns": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/table-rows": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/table-decl": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/node-event": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/custom-event": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/event-batch": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/decision": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/sink-dir": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/http-request": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/start-info": [#[derive(Default)]],
+        "sonde:plugin/types@0.2.0/manifest": [#[derive(Default)]],
     },
 });
 
@@ -74,6 +77,7 @@ mod points;
 mod samples;
 mod series;
 pub mod settings;
+mod tables;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -97,12 +101,13 @@ pub use plugin::Plugin;
 pub use points::PointBuffer;
 pub use samples::{SampleView, SeriesSamples};
 pub use series::SeriesTable;
+pub use tables::{Table, column};
 
 /// Exports a type implementing [`Guest`] as the component's `hooks`:
 /// `sonde_plugin_sdk::export!(MyPlugin);` at the plugin crate's root.
 ///
 /// It exports nothing on non-wasm targets: the export symbols' names
-/// (`sonde:plugin/hooks@0.1.0#start`) are not valid in a native linker's
+/// (`sonde:plugin/hooks@0.2.0#start`) are not valid in a native linker's
 /// version script, and a native build of a plugin only exists to run its
 /// unit tests.
 #[macro_export]
@@ -121,4 +126,16 @@ macro_rules! export {
 
 /// The contract version these bindings were generated from, as the host
 /// reports it in `start-info.contract-version`.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";
+
+#[cfg(test)]
+mod contract_tests {
+    /// The version above is the WIT's package version: written there once,
+    /// checked here (the type selectors above must name it too, or the
+    /// bindings do not build).
+    #[test]
+    fn the_contract_version_is_the_wits() {
+        let wit = include_str!("../../../wit/sonde-plugin.wit");
+        assert!(wit.contains(&format!("package sonde:plugin@{};", super::CONTRACT_VERSION)));
+    }
+}

@@ -37,7 +37,7 @@ impl Plugin for Sysmetrics {
             version: env!("CARGO_PKG_VERSION").to_string(),
             description: "Host samples as OpenTelemetry system.* and hw.* metrics".to_string(),
             samples: Some(self.settings.sample_request()),
-            events: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -1,8 +1,12 @@
 """Serving in Clockwork's terms: a controller reports each finished request
 and each action (load, infer, evict) it sent to a worker. Each becomes a span
-named `serving.request` / `serving.action` with the `serving.*` attributes
-the host's `ingest/otlp/serving.rs` reads; rows use the field names of the
-JSON ingest's serving rows (`request_id`, `arrival_ns`, ...).
+named `serving.request` / `serving.action` that carries a row of the event
+table `requests` / `actions`, which sonde's clockwork plugin declares: the
+attribute `sonde.table` names the table and every other attribute is a column,
+by the table's column names (`request_id`, `arrival_ns`, ...: the same as in
+`POST /api/ingest` rows). The span's start and end are the arrival and
+departure (the send and the result's receipt), for tracing backends; sonde
+reads the times from the columns.
 
     ctl = sonde.serving.Controller("clockwork")
     ctl.request(request_id=1, model_id=3, arrival_ns=a, departure_ns=d, result=0)
@@ -12,62 +16,68 @@ JSON ingest's serving rows (`request_id`, `arrival_ns`, ...).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .agent import ProfilerAgent
 
 LOAD, INFER, EVICT = 1, 2, 3
 RESULT_OK, RESULT_TIMEOUT = 0, 4
 
-REQUEST_ATTRS = {
-    "request_id": "serving.request.id",
-    "user_id": "serving.user.id",
-    "model_id": "serving.model.id",
-    "slo_factor": "serving.slo_factor",
-    "deadline_ns": "serving.deadline",
-    "result": "serving.result",
-    "arrival_copies": "serving.copies.arrival",
-    "departure_copies": "serving.copies.departure",
-    "action_id": "serving.action.id",
-    "client_sent_ns": "serving.client.sent",
-    "client_received_ns": "serving.client.received",
-}
+# The OTLP attribute that makes a record or span a row of the table it names.
+TABLE_ATTR = "sonde.table"
 
-ACTION_ATTRS = {
-    "action_id": "serving.action.id",
-    "action_type": "serving.action.type",
-    "status": "serving.action.status",
-    "worker_id": "serving.worker.id",
-    "gpu_id": "serving.gpu.id",
-    "model_id": "serving.model.id",
-    "batch_size": "serving.batch_size",
-    "expected_exec_duration_ns": "serving.expected.duration",
-    "worker_exec_duration_ns": "serving.worker.duration",
-    "expected_exec_complete_ns": "serving.expected.complete",
-    "worker_exec_complete_ns": "serving.worker.complete",
-    "expected_gpu_clock_mhz": "serving.gpu_clock.expected",
-    "gpu_clock_before_mhz": "serving.gpu_clock.before",
-    "gpu_clock_after_mhz": "serving.gpu_clock.after",
-    "copy_output_complete_ns": "serving.worker.copy_output_complete",
-    "action_received_ns": "serving.worker.action_received",
-    "result_sent_ns": "serving.worker.result_sent",
-    "result_processed_ns": "serving.result_processed",
-    "requests_queued": "serving.requests_queued",
-    "copies_loaded": "serving.copies_loaded",
-    "requests_in_time": "serving.requests_in_time",
-}
+# The columns of the clockwork plugin's tables (`plugins/clockwork/src/rows.rs`).
+REQUEST_COLUMNS = (
+    "request_id",
+    "user_id",
+    "model_id",
+    "slo_factor",
+    "arrival_ns",
+    "departure_ns",
+    "deadline_ns",
+    "result",
+    "arrival_copies",
+    "departure_copies",
+    "action_id",
+    "client_sent_ns",
+    "client_received_ns",
+)
 
-# The span's own start and end carry these; they are not attributes.
-_REQUEST_TIMES = ("arrival_ns", "departure_ns")
-_ACTION_TIMES = ("sent_ns", "result_received_ns")
+ACTION_COLUMNS = (
+    "action_id",
+    "action_type",
+    "status",
+    "worker_id",
+    "gpu_id",
+    "model_id",
+    "batch_size",
+    "expected_exec_duration_ns",
+    "worker_exec_duration_ns",
+    "sent_ns",
+    "expected_exec_complete_ns",
+    "worker_exec_complete_ns",
+    "expected_gpu_clock_mhz",
+    "gpu_clock_before_mhz",
+    "gpu_clock_after_mhz",
+    "copy_output_complete_ns",
+    "action_received_ns",
+    "result_sent_ns",
+    "result_received_ns",
+    "result_processed_ns",
+    "requests_queued",
+    "copies_loaded",
+    "requests_in_time",
+)
 
 
-def attributes(row: Mapping[str, Any], mapping: Mapping[str, str], times: tuple) -> Dict[str, Any]:
-    """OTLP attributes of a row; an unknown field is a ValueError (nothing is silently lost)."""
-    unknown = sorted(k for k in row if k not in mapping and k not in times)
+def attributes(table: str, row: Mapping[str, Any], columns: Tuple[str, ...]) -> Dict[str, Any]:
+    """OTLP attributes of a row of `table`; an unknown field is a ValueError (nothing is silently lost)."""
+    unknown = sorted(k for k in row if k not in columns)
     if unknown:
-        raise ValueError(f"unknown serving field(s) {unknown}; known: {sorted(mapping) + list(times)}")
-    return {mapping[k]: v for k, v in row.items() if k in mapping and v is not None}
+        raise ValueError(f"unknown serving field(s) {unknown}; known: {list(columns)}")
+    attrs: Dict[str, Any] = {TABLE_ATTR: table}
+    attrs.update({k: v for k, v in row.items() if v is not None})
+    return attrs
 
 
 class Controller:
@@ -84,7 +94,7 @@ class Controller:
         for k in ("request_id", "model_id"):
             if k not in row:
                 raise ValueError(f"a serving request needs {k}")
-        attrs = attributes(row, REQUEST_ATTRS, _REQUEST_TIMES)
+        attrs = attributes("requests", dict(row, arrival_ns=arrival_ns, departure_ns=departure_ns), REQUEST_COLUMNS)
         self._tracer.start_span("serving.request", start_time=arrival_ns, attributes=attrs).end(end_time=departure_ns)
 
     def action(self, *, sent_ns: int, result_received_ns: int, **row: Any) -> None:
@@ -92,7 +102,7 @@ class Controller:
         for k in ("action_id", "action_type", "model_id"):
             if k not in row:
                 raise ValueError(f"a serving action needs {k}")
-        attrs = attributes(row, ACTION_ATTRS, _ACTION_TIMES)
+        attrs = attributes("actions", dict(row, sent_ns=sent_ns, result_received_ns=result_received_ns), ACTION_COLUMNS)
         self._tracer.start_span("serving.action", start_time=sent_ns, attributes=attrs).end(end_time=result_received_ns)
 
     def end(self) -> None:

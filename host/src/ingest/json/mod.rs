@@ -1,8 +1,7 @@
 //! json/: `POST /api/ingest`, batches of progress (batch index), timings,
-//! points and events as JSON, for jobs that do not run an OpenTelemetry SDK.
-//! This file is the endpoint and the body; the two row kinds with their own
-//! vocabulary have their own files: `serving.rs` (a serving controller's
-//! requests and actions) and `mpi.rs` (the MPI probe's state bins).
+//! points, events and rows of event tables as JSON, for jobs that do not run
+//! an OpenTelemetry SDK. This file is the endpoint and the body; `stacks.rs`
+//! keeps the call stacks a probe sends by id.
 //!
 //! ```json
 //! {
@@ -13,39 +12,37 @@
 //!   "events":   [{"name": "checkpoint.saved", "body": "step 12", "attributes": {"path": "/ckpt/12"}}],
 //!   "heartbeats": [{"time_ns": 1732300000000000000}],
 //!   "node_events": [{"kind": "failed", "exit_code": 137, "reason": "OOM killed"}],
-//!   "requests": [{"request_id": 68, "user_id": 0, "model_id": 30, "slo_factor": 0, "arrival_ns": 1598832443782277698,
-//!                 "departure_ns": 1598832443793706643, "deadline_ns": 1598832443882277698, "result": 0,
-//!                 "arrival_copies": 0, "departure_copies": 2, "action_id": 2}],
-//!   "actions":  [{"action_id": 2, "action_type": 2, "status": 0, "worker_id": 0, "gpu_id": 1, "model_id": 30,
-//!                 "batch_size": 1, "expected_exec_duration_ns": 5637000, "worker_exec_duration_ns": 5669663,
-//!                 "sent_ns": 1598832443782208983, "expected_exec_complete_ns": 1598832443788813152,
-//!                 "worker_exec_complete_ns": 1598832443789039629, "expected_gpu_clock_mhz": 1380,
-//!                 "gpu_clock_before_mhz": 1380, "gpu_clock_after_mhz": 1380, "copy_output_complete_ns": 0,
-//!                 "action_received_ns": 1598832443782379105, "result_sent_ns": 1598832443789049534,
-//!                 "result_received_ns": 1598832443789460587, "result_processed_ns": 1598832443789472683,
-//!                 "requests_queued": 2, "copies_loaded": 0, "requests_in_time": 1}],
-//!   "mpi_samples": [{"thread": 0, "state": "stall", "function": "MPI_Barrier", "callsite": "app+0x4f2", "count": 12, "period_ns": 1000000}]
+//!   "requests": [{"request_id": 68, "model_id": 30, "arrival_ns": 1598832443782277698, "departure_ns": 1598832443793706643}]
 //! }
 //! ```
-//! `requests` / `actions` are serving telemetry (one row per finished request
-//! or action, controller clock; see `ingest::ServedRequest`): in a request `request_id`,
-//! `model_id`, `arrival_ns` and `departure_ns` are required; in an action
-//! `action_id`, `action_type`, `model_id`, `sent_ns` and `result_received_ns`
-//! (the rest default to 0, `batch_size` to 1, `result_processed_ns` to
-//! `result_received_ns`; an infer action without `requests_in_time` gets it
-//! from the requests that name it, in the clockwork plugin).
-//! `mpi_samples` rows (from the MPI probe) are described in `json/mpi.rs`.
+//! Every other key names an **event table** a running plugin declared
+//! (`requests` above, which a bundled plugin declares): its value is a list of rows,
+//! each an object whose fields are the table's columns by name, typed by the
+//! declaration (`ingest/tables.rs`; `null` is a field left out). `GET
+//! /api/tables` lists the declared tables and their columns.
+//!
 //! Every list is optional; `time_ns` defaults to the time of receipt. Unknown
 //! fields are refused (a typo must not silently drop data). Answers: 202 with
-//! the row count; 400 malformed JSON or unknown field (with line and column);
-//! 413 body over `ingest.max_body_bytes`; 415 not JSON; 422 invalid values
-//! or a name or attribute over its `ingest.max_*` limit (`key` names the row
-//! and field, `reason` the limit; see `ingest/limits.rs`); 429 when the hub is
-//! full; 401 without the token when one is configured.
+//! the row count; 400 malformed JSON or an unknown field in a fixed list
+//! (with line and column); 413 body over `ingest.max_body_bytes`; 415 not
+//! JSON; 422 invalid values or a name or attribute over its `ingest.max_*`
+//! limit (`key` names the row and field, `reason` the limit; see
+//! `ingest/limits.rs`); 429 when the hub is full; 401 without the token when
+//! one is configured.
+//!
+//! Rows of event tables are refused one by one: an unknown table, a missing
+//! or unknown column, a value of the wrong type refuses that row (or that
+//! table's rows) and keeps everything else of the body. The answer is then
+//! 422 with `accepted` (the rows kept: do not send them again), `refused_rows`
+//! and `refused` (up to 100 of `{key, reason}`, `key` as `table[row].column`).
+//! An invalid row of a fixed list (timings, points, ...) refuses the body:
+//! 422 with `accepted: 0`.
+//!
+//! On an agent, rows of a table none of its plugins declares are kept as sent
+//! and forwarded to the master, which types them (what fails there is counted
+//! in its `skipped_rows`).
 
-pub mod mpi;
-pub mod mpi_stacks;
-pub mod serving;
+pub mod stacks;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -58,21 +55,23 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::json;
 
-use self::mpi::{JsonMpiModule, JsonMpiSample, JsonMpiStack};
-use self::mpi_stacks::{MpiStacks, ProbeStacks};
-use self::serving::{JsonAction, JsonRequest};
+use self::stacks::{CallStacks, JsonModule, JsonStack, ProbeStacks, STACK_FIELD, StackRef};
 use super::error::{Invalid, invalid};
 use super::limits::Limits;
+use super::tables::{Cell, TableRegistry, TableRows, type_row, unknown_table};
 use super::{CustomEvent, ForeignPoint, ForeignSeries, IngestHub, NodeEvent, Origin, Progress, Report, Timing};
 use crate::model::{AttrValue, Attributes, SeriesKind, now_ns};
 
 /// Rows one request may carry.
 pub const MAX_ROWS: usize = 100_000;
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
+/// Most refused rows listed in one answer.
+const MAX_LISTED: usize = 100;
+
+#[derive(Default)]
 pub struct Body {
     pub origin: JsonOrigin,
     pub progress: Vec<JsonProgress>,
@@ -81,12 +80,48 @@ pub struct Body {
     pub events: Vec<JsonEvent>,
     pub heartbeats: Vec<JsonHeartbeat>,
     pub node_events: Vec<JsonNodeEvent>,
-    pub requests: Vec<JsonRequest>,
-    pub actions: Vec<JsonAction>,
-    pub mpi_samples: Vec<JsonMpiSample>,
-    /// The MPI probe's new call stacks and its module map (`mpi.rs`).
-    pub mpi_stacks: Vec<JsonMpiStack>,
-    pub mpi_modules: Vec<JsonMpiModule>,
+    /// A probe's new call stacks and its module map (`stacks.rs`).
+    pub mpi_stacks: Vec<JsonStack>,
+    pub mpi_modules: Vec<JsonModule>,
+    /// Every other key: rows of the event table it names, in body order.
+    pub tables: Vec<(String, Vec<serde_json::Map<String, serde_json::Value>>)>,
+}
+
+// By hand rather than derived: the keys that are not the body's own are
+// tables, known only at run time, and each list is read straight into its
+// type (no intermediate tree of the whole body).
+impl<'de> Deserialize<'de> for Body {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct BodyVisitor;
+        impl<'de> Visitor<'de> for BodyVisitor {
+            type Value = Body;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an ingest body (a JSON object)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Body, A::Error> {
+                let mut b = Body::default();
+                while let Some(key) = m.next_key::<String>()? {
+                    match key.as_str() {
+                        "origin" => b.origin = m.next_value()?,
+                        "progress" => b.progress = m.next_value()?,
+                        "timings" => b.timings = m.next_value()?,
+                        "points" => b.points = m.next_value()?,
+                        "events" => b.events = m.next_value()?,
+                        "heartbeats" => b.heartbeats = m.next_value()?,
+                        "node_events" => b.node_events = m.next_value()?,
+                        "mpi_stacks" => b.mpi_stacks = m.next_value()?,
+                        "mpi_modules" => b.mpi_modules = m.next_value()?,
+                        _ => {
+                            let rows = m.next_value()?;
+                            b.tables.push((key, rows));
+                        }
+                    }
+                }
+                Ok(b)
+            }
+        }
+        d.deserialize_map(BodyVisitor)
+    }
 }
 
 #[derive(Deserialize)]
@@ -220,6 +255,40 @@ fn attributes(limits: &Limits, field: &str, m: BTreeMap<String, serde_json::Valu
         .collect()
 }
 
+/// A JSON value as a cell of a row; `None` for `null` (the field is left out).
+fn cell(v: serde_json::Value) -> Result<Option<Cell>, String> {
+    use serde_json::Value as V;
+    Ok(Some(match v {
+        V::Null => return Ok(None),
+        V::Bool(b) => Cell::B(b),
+        V::String(s) => Cell::S(s),
+        V::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => Cell::U(u),
+            (_, Some(i)) => Cell::I(i),
+            _ => Cell::F(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        V::Array(_) | V::Object(_) => return Err("must be a number, a string or a boolean".into()),
+    }))
+}
+
+/// What a body became: its report, the table rows it refused (the rest is
+/// kept), and the rows that named a call stack.
+pub struct Converted {
+    pub report: Report,
+    /// Why rows were refused: one entry per row, or per table nobody declares.
+    pub refused: Vec<Invalid>,
+    /// How many rows those are.
+    pub refused_rows: usize,
+    pub stacks: ProbeStacks,
+}
+
+/// Where a body's table rows are typed: the declared tables, and whether
+/// rows of other tables are kept as sent (an agent).
+pub struct TableRules<'a> {
+    pub registry: &'a TableRegistry,
+    pub keep_unknown: bool,
+}
+
 impl Body {
     pub fn rows(&self) -> usize {
         self.progress.len()
@@ -228,29 +297,70 @@ impl Body {
             + self.events.len()
             + self.heartbeats.len()
             + self.node_events.len()
-            + self.requests.len()
-            + self.actions.len()
-            + self.mpi_samples.len()
+            + self.tables.iter().map(|t| t.1.len()).sum::<usize>()
     }
 
-    /// Validates every row and converts; the first invalid row names itself.
-    /// Takes the MPI probe's stacks, modules and each row's stack id out of
-    /// the body (they are not rows: `mpi_stacks.rs` keeps them).
-    pub fn take_probe_stacks(&mut self) -> Result<ProbeStacks, Invalid> {
+    /// Validates every row and converts. An invalid row of a fixed list
+    /// refuses the body (`Err`, naming it); rows of tables are refused one
+    /// by one (`Converted::refused`).
+    pub fn convert(self, now: u64, limits: &Limits, tables: &TableRules) -> Result<Converted, Invalid> {
         for (i, s) in self.mpi_stacks.iter().enumerate() {
             s.check(i)?;
         }
         for (i, m) in self.mpi_modules.iter().enumerate() {
             m.check(i)?;
         }
-        Ok(ProbeStacks {
-            modules: std::mem::take(&mut self.mpi_modules),
-            stacks: std::mem::take(&mut self.mpi_stacks),
-            rows: self.mpi_samples.iter().map(|s| (s.thread, s.stack)).collect(),
+        let mut probe = ProbeStacks {
+            modules: self.mpi_modules,
+            stacks: self.mpi_stacks,
+            refs: Vec::new(),
+        };
+        let table_rows = self.tables;
+        let fixed = Body {
+            origin: self.origin,
+            progress: self.progress,
+            timings: self.timings,
+            points: self.points,
+            events: self.events,
+            heartbeats: self.heartbeats,
+            node_events: self.node_events,
+            ..Default::default()
+        };
+        if fixed.rows() + table_rows.iter().map(|t| t.1.len()).sum::<usize>() > MAX_ROWS {
+            return Err(invalid(
+                "(body)",
+                format!(
+                    "{} rows; at most {MAX_ROWS} per request",
+                    fixed.rows() + table_rows.iter().map(|t| t.1.len()).sum::<usize>()
+                ),
+            ));
+        }
+        let mut report = fixed.into_report(now, limits)?;
+        let mut refused = Vec::new();
+        let mut refused_rows = 0;
+        for (table, rows) in table_rows {
+            let (sent, kept) = (rows.len(), report.rows());
+            add_table_rows(
+                &mut report,
+                &mut refused,
+                &mut probe.refs,
+                &table,
+                rows,
+                now,
+                limits,
+                tables,
+            );
+            refused_rows += sent - (report.rows() - kept);
+        }
+        Ok(Converted {
+            report,
+            refused,
+            refused_rows,
+            stacks: probe,
         })
     }
 
-    pub fn into_report(self, now: u64, limits: &Limits) -> Result<Report, Invalid> {
+    fn into_report(self, now: u64, limits: &Limits) -> Result<Report, Invalid> {
         if self.rows() > MAX_ROWS {
             return Err(invalid(
                 "(body)",
@@ -361,16 +471,120 @@ impl Body {
                 reason: e.reason,
             });
         }
-        for (i, q) in self.requests.into_iter().enumerate() {
-            r.requests.push(q.convert(i)?);
-        }
-        for (i, a) in self.actions.into_iter().enumerate() {
-            r.actions.push(a.convert(i)?);
-        }
-        for (i, s) in self.mpi_samples.into_iter().enumerate() {
-            r.mpi_samples.push(s.into_sample(i, now)?);
-        }
         Ok(r)
+    }
+}
+
+/// Types one table's rows from a body into `report`; refused rows (or the
+/// whole table, when no plugin declares it) go to `refused`. A row's `stack`
+/// is taken out and remembered in `refs`.
+#[allow(clippy::too_many_arguments)]
+fn add_table_rows(
+    report: &mut Report,
+    refused: &mut Vec<Invalid>,
+    refs: &mut Vec<StackRef>,
+    table: &str,
+    rows: Vec<serde_json::Map<String, serde_json::Value>>,
+    now: u64,
+    limits: &Limits,
+    rules: &TableRules,
+) {
+    if rows.is_empty() {
+        return;
+    }
+    let decl = rules.registry.get(table);
+    if decl.is_none() && !rules.keep_unknown {
+        let mut e = unknown_table(table, rules.registry);
+        e.reason = format!("{} rows refused: {}", rows.len(), e.reason);
+        refused.push(e);
+        return;
+    }
+    let group = report.tables.len();
+    let mut typed = decl.clone().map(TableRows::typed);
+    for (i, mut row) in rows.into_iter().enumerate() {
+        let at = |column: &str| format!("{table}[{i}].{column}");
+        let stack = match row.remove(STACK_FIELD) {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => match v.as_u64().and_then(|v| u32::try_from(v).ok()) {
+                Some(id) => Some(id),
+                None => {
+                    refused.push(invalid(
+                        at(STACK_FIELD),
+                        format!("{v}: must be a call-stack id (0 to 4294967295)"),
+                    ));
+                    continue;
+                }
+            },
+        };
+        let thread = row.get("thread").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+        let mut fields = Vec::with_capacity(row.len());
+        let mut bad = None;
+        for (k, v) in row {
+            match cell(v) {
+                Ok(Some(c)) => fields.push((k, c)),
+                Ok(None) => {}
+                Err(reason) => {
+                    bad = Some(invalid(at(&k), reason));
+                    break;
+                }
+            }
+        }
+        if let Some(e) = bad {
+            refused.push(e);
+            continue;
+        }
+        let row_index = match (&decl, &mut typed) {
+            (Some(decl), Some(t)) => {
+                match type_row(
+                    decl,
+                    fields.iter().map(|(k, c)| (k.as_str(), c.clone())),
+                    now,
+                    limits.attribute_value,
+                ) {
+                    Ok(cells) => {
+                        t.rows.push(cells);
+                        t.received.push(now);
+                        t.rows.len() - 1
+                    }
+                    Err((column, reason)) => {
+                        refused.push(invalid(at(&column), reason));
+                        continue;
+                    }
+                }
+            }
+            _ => {
+                // Kept as sent (an agent): the master types it.
+                let strings_fit = fields
+                    .iter()
+                    .all(|(_, c)| !matches!(c, Cell::S(s) if s.len() > limits.attribute_value));
+                if !strings_fit {
+                    refused.push(invalid(at("(text)"), "a text over ingest.max_attribute_value_bytes"));
+                    continue;
+                }
+                report.add_row_as_sent(table, fields, now);
+                let g = report.tables.len() - 1;
+                if let Some(id) = stack {
+                    refs.push(StackRef {
+                        group: g,
+                        row: report.tables[g].rows.len() - 1,
+                        thread,
+                        id,
+                    });
+                }
+                continue;
+            }
+        };
+        if let Some(id) = stack {
+            refs.push(StackRef {
+                group,
+                row: row_index,
+                thread,
+                id,
+            });
+        }
+    }
+    if let Some(t) = typed.filter(|t| !t.rows.is_empty()) {
+        report.tables.push(t);
     }
 }
 
@@ -381,8 +595,8 @@ pub struct IngestState {
     pub limits: Limits,
     /// The current `api.token` (it can change live): required on POST when set.
     pub token: Arc<dyn Fn() -> Option<String> + Send + Sync>,
-    /// The MPI probe's call stacks per process, named here.
-    pub mpi_stacks: Arc<MpiStacks>,
+    /// The call stacks probes send by id, per process, named here.
+    pub stacks: Arc<CallStacks>,
 }
 
 /// `POST /api/ingest` (and `GET /api/ingest` for the counters).
@@ -461,34 +675,21 @@ async fn ingest(
             None,
         );
     }
-    let mut parsed: Body = match serde_json::from_slice(&body) {
+    let parsed: Body = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return reject(StatusCode::BAD_REQUEST, format!("malformed ingest body: {e}"), None),
     };
-    let report = match parsed
-        .take_probe_stacks()
-        .and_then(|stacks| Ok((stacks, parsed.into_report(now_ns(), &st.limits)?)))
-    {
-        Ok((stacks, r)) if stacks.is_empty() => r,
-        // Naming a new module's addresses reads its file: off the async workers.
-        Ok((stacks, mut r)) => {
-            let table = st.mpi_stacks.clone();
-            match tokio::task::spawn_blocking(move || {
-                table.apply(&r.origin, stacks, &mut r.mpi_samples);
-                r
-            })
-            .await
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    return reject(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        format!("naming MPI stacks: {e}"),
-                        None,
-                    );
-                }
-            }
-        }
+    let rules = TableRules {
+        registry: st.hub.tables(),
+        keep_unknown: st.hub.keeps_unknown_tables(),
+    };
+    let Converted {
+        report,
+        refused,
+        refused_rows,
+        stacks,
+    } = match parsed.convert(now_ns(), &st.limits, &rules) {
+        Ok(c) => c,
         Err(e) => {
             return reject(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -497,19 +698,63 @@ async fn ingest(
             );
         }
     };
-    match st.hub.submit(&report) {
+    let report = if stacks.is_empty() {
+        report
+    } else {
+        // Naming a new module's addresses reads its file: off the async workers.
+        let table = st.stacks.clone();
+        let mut report = report;
+        match tokio::task::spawn_blocking(move || {
+            let origin = report.origin.clone();
+            table.apply(&origin, stacks, &mut report);
+            report
+        })
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                return reject(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("naming call stacks: {e}"),
+                    None,
+                );
+            }
+        }
+    };
+    let n = match st.hub.submit(&report) {
         Ok(n) => {
             counters.rows.fetch_add(n as u64, Relaxed);
-            (StatusCode::ACCEPTED, Json(json!({"accepted": n}))).into_response()
+            n
         }
         Err(full) => {
             counters.refused_rows.fetch_add(report.rows() as u64, Relaxed);
             let mut r = error(StatusCode::TOO_MANY_REQUESTS, full, None);
             r.headers_mut()
                 .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-            r
+            return r;
         }
+    };
+    if refused.is_empty() {
+        return (StatusCode::ACCEPTED, Json(json!({"accepted": n}))).into_response();
     }
+    // Some rows of tables were refused; the rest of the body was taken.
+    counters.rejected.fetch_add(1, Relaxed);
+    counters.skipped_rows.fetch_add(refused_rows as u64, Relaxed);
+    let listed: Vec<serde_json::Value> = refused
+        .iter()
+        .take(MAX_LISTED)
+        .map(|e| json!({"key": e.field, "reason": e.reason}))
+        .collect();
+    let first = &refused[0];
+    let body = json!({
+        "error": format!("{refused_rows} row(s) refused, {n} accepted (do not send those again): {first}"),
+        "key": first.field,
+        "reason": first.reason,
+        "accepted": n,
+        "refused_rows": refused_rows,
+        "refused": listed,
+    });
+    (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response()
 }
 
 #[cfg(test)]
@@ -555,7 +800,6 @@ mod tests {
     #[test]
     fn bad_input_is_refused_naming_the_problem() {
         for (body, want) in [
-            (r#"{"progres":[]}"#, "unknown field `progres`"),
             (
                 r#"{"timings":[{"name":"a","start_ns":1,"end_ns":2,"extra":1}]}"#,
                 "unknown field `extra`",
@@ -660,49 +904,124 @@ mod tests {
         assert!(parse(&ok).is_ok());
     }
 
+    /// A registry holding the table `requests` of a few columns.
+    fn requests_table() -> TableRegistry {
+        use crate::plugin::bindings::types::{ColumnDecl, ColumnDefault as D, ColumnType as T, TableDecl};
+        let col = |name: &str, type_, default| ColumnDecl {
+            name: name.into(),
+            type_,
+            default,
+            labels: vec![],
+        };
+        crate::ingest::tables::tests::registry_with(vec![TableDecl {
+            name: "requests".into(),
+            description: String::new(),
+            columns: vec![
+                col("request_id", T::U64, D::Required),
+                col("slo_factor", T::F64, D::Zero),
+                col("arrival_ns", T::Timestamp, D::Received),
+                col("callsite", T::String, D::Zero),
+                col("thread", T::U32, D::Zero),
+            ],
+        }])
+    }
+
+    fn convert(body: &str, registry: &TableRegistry, keep_unknown: bool) -> Converted {
+        let b: Body = serde_json::from_str(body).unwrap();
+        let rules = TableRules { registry, keep_unknown };
+        b.convert(99, &Limits::default(), &rules).unwrap()
+    }
+
     #[test]
-    fn serving_rows_convert_and_bad_ones_name_row_and_field() {
-        let r = parse(
-            r#"{"requests":[{"request_id":68,"model_id":30,"arrival_ns":10,"departure_ns":20,"deadline_ns":110}],
-                "actions":[{"action_id":2,"action_type":2,"model_id":30,"sent_ns":5,"result_received_ns":30,"requests_in_time":1}]}"#,
-        )
-        .unwrap();
-        assert_eq!(r.rows(), 2);
-        assert_eq!((r.requests[0].request_id, r.requests[0].deadline), (68, 110));
-        assert_eq!((r.actions[0].batch_size, r.actions[0].result_processed), (1, 30));
-        for (body, want) in [
-            (
-                r#"{"requests":[{"request_id":1,"model_id":1,"arrival_ns":10,"departure_ns":20},{"request_id":2,"model_id":1,"arrival_ns":30,"departure_ns":20}]}"#,
-                "requests[1].departure_ns: is before arrival_ns",
-            ),
-            (
-                r#"{"requests":[{"request_id":1,"model_id":1,"arrival_ns":1,"departure_ns":2,"slo_factor":-1}]}"#,
-                "requests[0].slo_factor",
-            ),
-            (
-                r#"{"actions":[{"action_id":1,"action_type":2,"model_id":1,"sent_ns":9,"result_received_ns":3}]}"#,
-                "actions[0].result_received_ns: is before sent_ns",
-            ),
-            (
-                r#"{"actions":[{"action_id":1,"action_type":2,"model_id":1,"sent_ns":1,"result_received_ns":3,"batch_size":2,"requests_in_time":3}]}"#,
-                "actions[0].requests_in_time",
-            ),
-            (
-                r#"{"actions":[{"action_id":1,"action_type":2,"model_id":1,"sent_ns":1,"result_received_ns":3,"batch_size":0}]}"#,
-                "actions[0].batch_size: must be >= 1",
-            ),
-            (
-                r#"{"requests":[{"request_id":1,"model_id":1,"arrival_ns":1}]}"#,
-                "missing field `departure_ns`",
-            ),
-            (
-                r#"{"actions":[{"action_id":1,"action_type":300,"model_id":1,"sent_ns":1,"result_received_ns":1}]}"#,
-                "invalid value",
-            ),
-        ] {
-            let err = parse(body).unwrap_err();
-            assert!(err.contains(want), "{body}: {err}");
+    fn a_key_naming_a_declared_table_is_its_rows_and_bad_rows_go_alone() {
+        let reg = requests_table();
+        let c = convert(
+            r#"{"origin":{"job":"serve"},
+                "timings":[{"name":"t","start_ns":1,"end_ns":2}],
+                "requests":[{"request_id":68,"slo_factor":2},
+                            {"request_id":-1},
+                            {"slo_factor":1},
+                            {"request_id":70,"arival_ns":5},
+                            {"request_id":71,"slo_factor":"fast"},
+                            {"request_id":72,"slo_factor":null,"arrival_ns":7}],
+                "reqests":[{"request_id":1}]}"#,
+            &reg,
+            false,
+        );
+        assert_eq!(c.report.timings.len(), 1, "the rest of the body is kept");
+        assert_eq!(
+            (c.report.rows(), c.refused_rows),
+            (3, 5),
+            "every row kept or refused, none lost"
+        );
+        let t = &c.report.tables[0];
+        assert_eq!(
+            t.columns,
+            vec!["request_id", "slo_factor", "arrival_ns", "callsite", "thread"]
+        );
+        let got: Vec<(u64, f64, u64)> = t.rows.iter().map(|r| (r[0].u(), r[1].f(), r[2].u())).collect();
+        assert_eq!(
+            got,
+            vec![(68, 2.0, 99), (72, 0.0, 7)],
+            "defaults: zero, the time of receipt; null = left out"
+        );
+        let refused: Vec<String> = c.refused.iter().map(|e| e.to_string()).collect();
+        let want = [
+            "requests[1].request_id: -1: must be an integer from 0",
+            "requests[2].request_id: missing",
+            "requests[3].arival_ns: not a column of table \"requests\" (its columns: request_id, slo_factor",
+            "requests[4].slo_factor: \"fast\": must be a finite number",
+            "reqests: 1 rows refused: no running plugin declares a table named \"reqests\" (declared now: requests)",
+        ];
+        assert_eq!(refused.len(), want.len(), "{refused:#?}");
+        for (got, want) in refused.iter().zip(want) {
+            assert!(got.starts_with(want), "{got}\n  wanted {want}");
         }
+    }
+
+    #[test]
+    fn an_agent_keeps_rows_of_tables_it_has_no_plugin_for() {
+        let c = convert(
+            r#"{"requests":[{"request_id":1,"anything":"x"}]}"#,
+            &TableRegistry::default(),
+            true,
+        );
+        assert!(c.refused.is_empty());
+        let t = &c.report.tables[0];
+        assert!(t.decl.is_none());
+        assert_eq!(t.columns, vec!["anything", "request_id"]);
+        assert_eq!(c.report.rows(), 1);
+    }
+
+    #[test]
+    fn rows_of_tables_become_batch_columns() {
+        use std::sync::Arc;
+        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let hub = IngestHub::with_tables(
+            100,
+            Arc::new(move |b: &crate::plugin::bindings::types::EventBatch| {
+                s2.lock().push(b.clone());
+                1
+            }),
+            Arc::new(requests_table()),
+            false,
+        );
+        let c = convert(
+            r#"{"origin":{"job":"j","rank":2},"requests":[{"request_id":5,"callsite":"a+0x1"},{"request_id":6}]}"#,
+            hub.tables(),
+            false,
+        );
+        assert_eq!(hub.submit(&c.report), Ok(2));
+        hub.flush();
+        let b = &seen.lock()[0];
+        let t = &b.tables[0];
+        use crate::plugin::bindings::types::TableColumn as C;
+        assert_eq!(b.origins[0].rank, 2);
+        assert_eq!(t.columns[0], C::U64s(vec![5, 6]));
+        let C::Strings(cs) = &t.columns[3] else { panic!() };
+        assert_eq!(b.names[cs[0] as usize], "a+0x1");
+        assert_eq!(b.names[cs[1] as usize], "");
     }
 
     #[test]
@@ -724,50 +1043,27 @@ mod tests {
     }
 
     #[test]
-    fn samples_become_mpi_columns_with_interned_names() {
-        use std::sync::Arc;
-        let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let s2 = seen.clone();
-        let hub = IngestHub::new(
-            100,
-            Arc::new(move |b: &crate::plugin::bindings::types::EventBatch| {
-                s2.lock().push(b.clone());
-                1
-            }),
-        );
-        let body: Body = serde_json::from_str(
-            r#"{"origin":{"job":"j","rank":2},"mpi_samples":[
-                {"thread":1,"time_ns":5,"state":"stall","function":"MPI_Barrier","callsite":"a+0x1","count":4,"period_ns":1000},
-                {"thread":1,"time_ns":5,"state":"not_in_mpi","count":6,"period_ns":1000}]}"#,
-        )
-        .unwrap();
-        let report = body.into_report(0, &Limits::default()).unwrap();
-        assert_eq!(hub.submit(&report), Ok(2));
-        hub.flush();
-        let b = &seen.lock()[0];
-        let c = b.mpi_samples.as_ref().unwrap();
-        assert_eq!(b.origins[0].rank, 2);
-        assert_eq!(c.state, vec![2, 0]);
-        assert_eq!(c.count, vec![4, 6]);
-        assert_eq!(b.names[c.function[0] as usize], "MPI_Barrier");
-        assert_eq!(b.names[c.callsite[0] as usize], "a+0x1");
-        assert_eq!(b.names[c.function[1] as usize], "");
-    }
-
-    #[test]
     fn probe_stacks_name_their_rows_and_bad_ones_are_refused_by_field() {
-        let mut body: Body = serde_json::from_str(
+        let reg = requests_table();
+        let mut c = convert(
             r#"{"origin":{"job":"j","rank":0,"attributes":{"process.pid":"9"}},
-                "mpi_samples":[{"thread":0,"state":2,"function":"MPI_Recv","callsite":"a+0x1","stack":3,"count":1,"period_ns":1}],
+                "requests":[{"request_id":1,"thread":0,"callsite":"a+0x1","stack":3},
+                            {"request_id":2,"stack":-4}],
                 "mpi_stacks":[{"thread":0,"id":3,"frames":[4112,4128]}],
                 "mpi_modules":[{"path":"/nonexistent/app","build_id":"ab","base":4096,"start":4096,"end":8192}]}"#,
-        )
-        .unwrap();
-        let stacks = body.take_probe_stacks().unwrap();
-        let mut report = body.into_report(0, &Limits::default()).unwrap();
-        let table = MpiStacks::default();
-        table.apply(&report.origin, stacks, &mut report.mpi_samples);
-        assert_eq!(report.mpi_samples[0].callsite, "app+0x20;app+0x10");
+            &reg,
+            false,
+        );
+        assert_eq!(c.stacks.refs.len(), 1);
+        assert!(
+            c.refused[0].to_string().starts_with("requests[1].stack: -4"),
+            "{:?}",
+            c.refused
+        );
+        let table = CallStacks::default();
+        let origin = c.report.origin.clone();
+        table.apply(&origin, c.stacks, &mut c.report);
+        assert_eq!(c.report.tables[0].rows[0][3], Cell::S("app+0x20;app+0x10".into()));
         for (bad, field) in [
             (r#""mpi_stacks":[{"id":1,"frames":[]}]"#, "mpi_stacks[0].frames"),
             (
@@ -779,8 +1075,12 @@ mod tests {
                 "mpi_modules[0].end",
             ),
         ] {
-            let mut b: Body = serde_json::from_str(&format!("{{{bad}}}")).unwrap();
-            let e = b.take_probe_stacks().err().unwrap();
+            let b: Body = serde_json::from_str(&format!("{{{bad}}}")).unwrap();
+            let rules = TableRules {
+                registry: &reg,
+                keep_unknown: false,
+            };
+            let e = b.convert(0, &Limits::default(), &rules).err().unwrap();
             assert_eq!(e.field, field);
         }
     }

@@ -12,10 +12,21 @@
 //! | log record named `sonde.node_event` without a kind | kept as a custom event named `sonde.node_event` (nothing is lost) |
 //! | gauge or sum `sonde.progress` with point attribute `sonde.progress.name` (e.g. "clock") | progress of that name = the value (an integer >= 0) at the point's time |
 //! | `sonde.progress` point without a name, or a negative / non-finite value | skipped and counted |
-//! | log record named `sonde.mpi.sample` with ints `sonde.mpi.thread`, `.state` (0–2), `.count`, `.period_ns` and texts `.function`, `.callsite` | an MPI probe bin, as the probe posts it (how a sonde agent forwards them); one missing or out of range: kept as a custom event |
+//! | log record or span with the attribute `sonde.table` = NAME | a row of the event table NAME: every other attribute is a field, by column name (below) |
 //!
 //! A record's time is its `time_unix_nano`, else `observed_time_unix_nano`,
 //! else the time of receipt (as for every log record).
+//!
+//! A row of an event table (`ingest/tables.rs`) is a log record or a span
+//! marked with `sonde.table`; its attributes are the row's fields, typed by
+//! the table's declaration: an int for integer and timestamp columns (or a
+//! decimal string, for a u64 above an int's range), a double or an int for
+//! f64, a bool, a string. A record's time is its `received` time (a
+//! `received` default); a span's start and end are not fields (send them as
+//! attributes too when the table wants them). A row that does not fit the
+//! declaration is skipped and counted with the reason in sonde's debug log;
+//! it never becomes a timing or a custom event. This is how a sonde agent
+//! forwards table rows to its master.
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -23,8 +34,8 @@ use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 
 use super::resource::{as_int, as_text, attrs, find, origin};
-use super::serving;
-use crate::ingest::{CustomEvent, MpiSample, NodeEvent, Progress, Report, Timing};
+use crate::ingest::tables::Cell;
+use crate::ingest::{CustomEvent, NodeEvent, Progress, Report, Timing};
 use crate::model::{AttrValue, now_ns};
 
 pub const HEARTBEAT_EVENT: &str = "sonde.heartbeat";
@@ -34,25 +45,35 @@ pub const NODE_EVENT_EXIT_CODE: &str = "sonde.node_event.exit_code";
 pub const NODE_EVENT_REASON: &str = "sonde.node_event.reason";
 pub const PROGRESS_METRIC: &str = "sonde.progress";
 pub const PROGRESS_NAME: &str = "sonde.progress.name";
-pub const MPI_SAMPLE: &str = "sonde.mpi.sample";
+/// The attribute that makes a log record or span a row of the event table it names.
+pub const TABLE: &str = "sonde.table";
 /// Span attribute a sonde agent sets on the timings it forwards: their batch
 /// index is not also a progress report (the agent forwards progress as it came).
 pub const FORWARDED: &str = "sonde.forwarded";
 
-fn mpi_sample(time: u64, kvs: &[KeyValue]) -> Option<MpiSample> {
-    let int = |k: &str| match get(kvs, k)? {
-        any_value::Value::IntValue(i) => Some(*i),
-        _ => None,
+/// When `kvs` mark a row of an event table (`sonde.table`), adds it to `r`
+/// as sent (the hub types it) and returns true.
+fn take_row(r: &mut Report, kvs: &[KeyValue], received: u64) -> bool {
+    let Some(any_value::Value::StringValue(table)) = get(kvs, TABLE) else {
+        return false;
     };
-    Some(MpiSample {
-        thread: u32::try_from(int("sonde.mpi.thread")?).ok()?,
-        time,
-        state: u8::try_from(int("sonde.mpi.state")?).ok().filter(|s| *s <= 2)?,
-        function: text(get(kvs, "sonde.mpi.function")).unwrap_or_default(),
-        callsite: text(get(kvs, "sonde.mpi.callsite")).unwrap_or_default(),
-        count: u32::try_from(int("sonde.mpi.count")?).ok()?,
-        period_ns: u64::try_from(int("sonde.mpi.period_ns")?).ok()?,
-    })
+    let fields = kvs
+        .iter()
+        .filter(|kv| kv.key != TABLE)
+        .filter_map(|kv| {
+            let v = match kv.value.as_ref()?.value.as_ref()? {
+                any_value::Value::StringValue(s) => Cell::S(s.clone()),
+                any_value::Value::BoolValue(b) => Cell::B(*b),
+                any_value::Value::IntValue(i) => Cell::I(*i),
+                any_value::Value::DoubleValue(d) => Cell::F(*d),
+                // Not a value a column holds: kept, so the row is refused with its name.
+                other => Cell::S(format!("{other:?}").chars().take(64).collect()),
+            };
+            Some((kv.key.clone(), v))
+        })
+        .collect();
+    r.add_row_as_sent(table, fields, received);
+    true
 }
 
 fn get<'a>(kvs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
@@ -84,13 +105,6 @@ fn attr(v: &AnyValue) -> Option<AttrValue> {
 /// Returns false when it is neither (the caller keeps it as a custom event).
 pub fn take_log(r: &mut Report, name: &str, time: u64, l: &LogRecord) -> bool {
     match name {
-        MPI_SAMPLE => match mpi_sample(time, &l.attributes) {
-            Some(m) => {
-                r.mpi_samples.push(m);
-                true
-            }
-            None => false,
-        },
         HEARTBEAT_EVENT => {
             r.heartbeats.push(time);
             true
@@ -139,7 +153,8 @@ pub fn progress(attributes: &[KeyValue], time: u64, value: f64) -> Option<Progre
 /// Span attributes that carry the batch index of a timing.
 pub const BATCH_ATTRIBUTES: [&str; 2] = ["sonde.batch_idx", "batch_idx"];
 
-/// Converts a traces request: every span becomes a timing.
+/// Converts a traces request: every span becomes a timing, or a row of the
+/// event table it names.
 pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
     req.resource_spans
         .iter()
@@ -150,7 +165,7 @@ pub fn trace_reports(req: &ExportTraceServiceRequest) -> Vec<Report> {
             };
             for ss in &rs.scope_spans {
                 for s in &ss.spans {
-                    if serving::span(&mut r, s) != serving::Taken::No {
+                    if take_row(&mut r, &s.attributes, s.start_time_unix_nano) {
                         continue;
                     }
                     let step = find(&s.attributes, &BATCH_ATTRIBUTES)
@@ -194,7 +209,11 @@ pub fn log_reports(req: &ExportLogsServiceRequest) -> Vec<Report> {
             };
             for sl in &rl.scope_logs {
                 for l in &sl.log_records {
-                    if serving::log_record(&mut r, l) != serving::Taken::No {
+                    let time = [l.time_unix_nano, l.observed_time_unix_nano]
+                        .into_iter()
+                        .find(|t| *t > 0)
+                        .unwrap_or_else(now_ns);
+                    if take_row(&mut r, &l.attributes, time) {
                         continue;
                     }
                     let name = if !l.event_name.is_empty() {
@@ -204,10 +223,6 @@ pub fn log_reports(req: &ExportLogsServiceRequest) -> Vec<Report> {
                             .and_then(as_text)
                             .unwrap_or_else(|| "log".into())
                     };
-                    let time = [l.time_unix_nano, l.observed_time_unix_nano]
-                        .into_iter()
-                        .find(|t| *t > 0)
-                        .unwrap_or_else(now_ns);
                     if take_log(&mut r, &name, time, l) {
                         continue;
                     }
@@ -384,5 +399,62 @@ mod tests {
         );
         assert_eq!(skipped, 2, "the unnamed and the negative point");
         assert!(reports[0].points.is_empty(), "progress never doubles as a point");
+    }
+
+    #[test]
+    fn records_and_spans_marked_with_a_table_are_its_rows_as_sent() {
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+        let logs = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: resource(),
+                scope_logs: vec![ScopeLogs {
+                    log_records: vec![
+                        record(
+                            "",
+                            70,
+                            vec![
+                                kv("sonde.table", s("steps")),
+                                kv("step", any_value::Value::IntValue(4)),
+                                kv("loss", any_value::Value::DoubleValue(0.5)),
+                            ],
+                            None,
+                        ),
+                        record("app.started", 80, vec![], None),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let r = &log_reports(&logs)[0];
+        assert_eq!(r.custom.len(), 1, "an unmarked record stays a custom event");
+        let t = &r.tables[0];
+        assert_eq!(
+            (t.table.as_str(), t.columns.clone(), t.received.clone()),
+            ("steps", vec!["step".to_string(), "loss".to_string()], vec![70])
+        );
+        assert_eq!(t.rows[0], vec![Cell::I(4), Cell::F(0.5)]);
+        let traces = ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: resource(),
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![Span {
+                        name: "serving.request".into(),
+                        start_time_unix_nano: 5,
+                        end_time_unix_nano: 9,
+                        attributes: vec![
+                            kv("sonde.table", s("requests")),
+                            kv("request_id", s("18446744073709551615")),
+                        ],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let r = &trace_reports(&traces)[0];
+        assert!(r.timings.is_empty(), "a row, not a timing");
+        assert_eq!(r.tables[0].rows[0], vec![Cell::S("18446744073709551615".into())]);
     }
 }

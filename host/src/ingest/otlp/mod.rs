@@ -17,8 +17,8 @@
 //! | span | a timing: name, start, end; step = span attribute `sonde.batch_idx` / `batch_idx`, else -1 |
 //! | span with `sonde.batch_idx` | also progress: that batch index is current from the span's start (not for spans a sonde agent forwarded, marked `sonde.forwarded`) |
 //! | log record | a custom event: name = `event_name` or attribute `event.name` (else "log"), body as text |
-//! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event`, `sonde.mpi.sample` | named progress, heartbeats, node events, MPI probe bins: see `events.rs` |
-//! | span or log record named `serving.request` / `serving.action` | a serving request / action row (attributes in `serving.rs`), not a timing or custom event |
+//! | metric `sonde.progress` with point attribute `sonde.progress.name`; log records `sonde.heartbeat`, `sonde.node_event` | named progress, heartbeats, node events: see `events.rs` |
+//! | span or log record with the attribute `sonde.table` = NAME | a row of the event table NAME a plugin declared (attributes = fields by column name; `events.rs`), not a timing or custom event |
 //!
 //! Where each part of the mapping lives:
 //!
@@ -27,8 +27,7 @@
 //!  json.rs      OTLP/JSON bodies rewritten as protobuf (one format after it)
 //!  wire.rs      metrics read in place from their bytes (the hot path)   ──► resource, events
 //!  events.rs    spans and log records (prost-decoded) → timings, custom
-//!               events, heartbeats, node events; named progress          ──► resource, serving
-//!  serving.rs   spans / log records named `serving.*` → serving rows
+//!               events, heartbeats, node events, table rows; named progress ──► resource
 //!  resource.rs  resource → origin, key-values → attributes
 //! ```
 //! Metrics requests, the bulk of what arrives, are read in place (no prost
@@ -48,7 +47,6 @@ pub mod events;
 pub mod json;
 pub mod receiver;
 pub mod resource;
-pub mod serving;
 pub mod wire;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;

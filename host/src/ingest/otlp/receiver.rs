@@ -77,6 +77,12 @@ impl Receiver {
             return Err(Refusal::Unauthorized);
         }
         let cut: u64 = reports.iter_mut().map(|r| self.limits.clip(r)).sum();
+        // Rows of event tables are typed here; what does not fit is skipped, never refused.
+        let refused = self.hub.type_tables(&mut reports, self.limits.attribute_value);
+        for e in refused.iter().take(10) {
+            tracing::debug!("OTLP row of an event table skipped: {e}");
+        }
+        let skipped = skipped + refused.len();
         match self.hub.submit_all(&reports) {
             Ok(n) => {
                 c.truncated.fetch_add(cut, Relaxed);
@@ -247,7 +253,7 @@ impl TraceService for Receiver {
         let reports = events::trace_reports(&m);
         let spans = reports
             .iter()
-            .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
+            .map(|r| r.timings.len() + r.tables.iter().map(|t| t.rows.len()).sum::<usize>())
             .sum();
         let fwd = forward_body(self, Signal::Traces, &m, spans);
         self.take(auth.as_deref(), reports, 0, fwd).map_err(grpc_status)?;
@@ -437,7 +443,7 @@ async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyRe
             let reports = events::trace_reports(m);
             let spans = reports
                 .iter()
-                .map(|r| r.timings.len() + r.requests.len() + r.actions.len())
+                .map(|r| r.timings.len() + r.tables.iter().map(|t| t.rows.len()).sum::<usize>())
                 .sum();
             (reports, spans)
         })

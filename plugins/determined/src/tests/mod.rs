@@ -328,7 +328,11 @@ fn measurements_are_tied_to_the_batch_current_at_their_time_with_late_reports() 
     host.now = ms(2000);
     p.on_samples(&mut host, cpu_samples(&[1600], &[0.6])).unwrap();
     tick(&mut p, &mut host, 2200);
-    assert_eq!(p.counters().late_batch_reports, 0, "1250 arrived at 1500, within the lag");
+    assert_eq!(
+        p.counters().late_batch_reports,
+        0,
+        "1250 arrived at 1500, within the lag"
+    );
     p.on_events(&mut host, progress(solo(), &[(0, 1550, 2)]));
     assert_eq!(p.counters().late_batch_reports, 1, "1550 arrived at 2200, 650 ms later");
     assert!(host.logged("arrived 650 ms after its time, past lag_ms = 500"));

@@ -268,6 +268,7 @@ impl Host for FakeHost {
             return Err(reason.clone());
         }
         sink_file::check_name(&spec.name)?;
+        sink_file::check_default_dir(spec)?;
         if self.sinks.len() >= sink_file::MAX_SINKS {
             return Err(format!("too many sinks open ({})", sink_file::MAX_SINKS));
         }

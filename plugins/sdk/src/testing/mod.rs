@@ -28,6 +28,7 @@ mod tests {
             format,
             mode,
             columns: columns.iter().map(|c| c.to_string()).collect(),
+            default_dir: None,
         }
     }
 

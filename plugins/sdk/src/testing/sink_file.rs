@@ -26,6 +26,28 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// A default directory the host accepts: a variable name of `[A-Z0-9_]`, an
+/// absolute path (or none). The fake writes no file, so the directory is not
+/// looked at.
+pub fn check_default_dir(spec: &SinkSpec) -> Result<(), String> {
+    let Some(d) = &spec.default_dir else { return Ok(()) };
+    if d.env.len() > 128
+        || !d
+            .env
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    {
+        return Err(format!("default-dir.env {:?}: use at most 128 of [A-Z0-9_]", d.env));
+    }
+    if !d.dir.is_empty() && !d.dir.starts_with('/') {
+        return Err(format!(
+            "default-dir.dir {}: must be an absolute path (or empty for sinks.dir)",
+            d.dir
+        ));
+    }
+    Ok(())
+}
+
 /// The text an append sink starts with when its file is new.
 pub fn header_on_open(spec: &SinkSpec) -> String {
     if spec.mode == SinkMode::Append && spec.format != SinkFormat::Raw && !spec.columns.is_empty() {

@@ -1,7 +1,11 @@
 //! Which mode the testbed runs in, and the settings each mode reads.
 
 use serde_json::{Map, Value};
-use sonde_plugin_sdk::types::{EventKind, SampleRequest};
+use sonde_plugin_sdk::column;
+use sonde_plugin_sdk::types::{ColumnDefault, ColumnType, EventKind, SampleRequest, TableDecl};
+
+/// The event table echo declares (`Mode::tables`).
+pub const ROWS_TABLE: &str = "testbed_rows";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -85,15 +89,29 @@ impl Mode {
             Mode::Echo => vec![
                 EventKind::Progress,
                 EventKind::Timings,
-                EventKind::Requests,
-                EventKind::Actions,
-                EventKind::MpiSamples,
                 EventKind::Heartbeats,
                 EventKind::Points,
                 EventKind::NodeEvents,
                 EventKind::Custom,
             ],
             Mode::Passthrough => vec![EventKind::Points],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Event tables each mode declares: echo, `testbed_rows` (`n` of the
+    /// type the `rows_n_type` setting names, and a `label`), so the host's
+    /// tests can send it rows, and make two echoes disagree on a table.
+    pub fn tables(self, settings: &Settings) -> Vec<TableDecl> {
+        match self {
+            Mode::Echo => vec![TableDecl::new(
+                ROWS_TABLE,
+                "rows for the host's tests",
+                vec![
+                    column("n", settings.rows_n_type, ColumnDefault::Required),
+                    column("label", ColumnType::String, ColumnDefault::Zero),
+                ],
+            )],
             _ => Vec::new(),
         }
     }
@@ -113,6 +131,9 @@ pub struct Settings {
     pub period_ms: u32,
     /// `deliver_every_ms`: default 200 for echo, 100 for the other modes.
     pub deliver_every_ms: Option<u32>,
+    /// `rows_n_type` (echo): "u64" (default) or "f64", the type of
+    /// `testbed_rows.n`.
+    pub rows_n_type: ColumnType,
     /// The settings JSON exactly as given.
     pub raw: String,
 }
@@ -154,6 +175,11 @@ impl Settings {
                 Some(ms) => {
                     Some(u32::try_from(ms).map_err(|_| format!("setting `deliver_every_ms` is too large: {ms}"))?)
                 }
+            },
+            rows_n_type: match map.get("rows_n_type").and_then(Value::as_str) {
+                None | Some("u64") => ColumnType::U64,
+                Some("f64") => ColumnType::F64,
+                Some(other) => return Err(format!("setting `rows_n_type`: {other:?} is not \"u64\" or \"f64\"")),
             },
             raw,
         })
@@ -243,7 +269,12 @@ mod tests {
         let echo = Mode::Echo.sample_request(&d).unwrap();
         assert_eq!((echo.period_ms, echo.deliver_every_ms), (100, 200));
         assert!(echo.metrics.is_empty());
-        assert_eq!(Mode::Echo.event_kinds().len(), 9);
+        assert_eq!(Mode::Echo.event_kinds().len(), 6);
+        assert_eq!(Mode::Echo.tables(&d)[0].columns[0].type_, ColumnType::U64);
+        let f = Settings::parse(r#"{"rows_n_type":"f64"}"#).unwrap();
+        assert_eq!(Mode::Echo.tables(&f)[0].columns[0].type_, ColumnType::F64);
+        assert!(Settings::parse(r#"{"rows_n_type":"u8"}"#).is_err());
+        assert!(Mode::Noop.tables(&d).is_empty());
         // passthrough takes points only and asks for no samples.
         assert_eq!(Mode::Passthrough.sample_request(&d), None);
         assert_eq!(Mode::Passthrough.event_kinds(), vec![EventKind::Points]);

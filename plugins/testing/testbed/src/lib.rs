@@ -4,7 +4,8 @@
 //!
 //! - noop: asks for nothing, every hook returns at once (call overhead).
 //! - sum: sums every sampled value, emits `testbed.sum` (per-item cost).
-//! - echo: calls every host import; routes over the state store (host checks).
+//! - echo: calls every host import; routes over the state store (host checks);
+//!   declares the event table `testbed_rows` and counts its rows with the rest.
 //! - spin: loops forever in on-samples, on-timer and on-request (deadlines).
 //! - membomb: allocates 1 MiB chunks forever in on-samples (memory cap).
 //! - trap: panics in every hook but start (trap containment, quarantine).
@@ -69,6 +70,7 @@ fn open_sink(name: &str) -> Result<u32, String> {
         format: SinkFormat::Tsv,
         mode: SinkMode::Append,
         columns: vec!["t".into(), "name".into(), "value".into()],
+        default_dir: None,
     })
     .map_err(|e| format!("sink `{name}`: {e}"))
 }
@@ -159,6 +161,8 @@ impl Testbed {
             description: format!("sonde testbed in {} mode", self.mode.name()),
             samples: self.mode.sample_request(&self.settings),
             events: self.mode.event_kinds(),
+            tables: self.mode.tables(&self.settings),
+            reads: Vec::new(),
         }
     }
 

@@ -58,18 +58,18 @@ pub fn records_json(records: &[(u64, Vec<u8>)]) -> String {
     serde_json::Value::Array(list).to_string()
 }
 
-/// How many events a batch carries, over every kind.
+/// How many events a batch carries, over every kind and table.
 pub fn count_events(batch: &EventBatch) -> usize {
     let columns = [
         batch.progress.as_ref().map(|c| c.origin.len()),
         batch.timings.as_ref().map(|c| c.origin.len()),
-        batch.requests.as_ref().map(|c| c.origin.len()),
-        batch.actions.as_ref().map(|c| c.origin.len()),
-        batch.mpi_samples.as_ref().map(|c| c.origin.len()),
         batch.heartbeats.as_ref().map(|c| c.origin.len()),
         batch.points.as_ref().map(|c| c.origin.len()),
     ];
-    columns.iter().flatten().sum::<usize>() + batch.node_events.len() + batch.custom.len()
+    columns.iter().flatten().sum::<usize>()
+        + batch.node_events.len()
+        + batch.custom.len()
+        + batch.tables.iter().map(|t| t.origin.len()).sum::<usize>()
 }
 
 /// The value stored under `timer_count`: a decimal count, 0 when absent or unreadable.

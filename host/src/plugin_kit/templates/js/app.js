@@ -40,6 +40,8 @@ export const hooks = {
       description: 'Counts samples and progress events; GET /hello shows them',
       samples: { periodMs: 1000, deliverEveryMs: 1000, metrics: ['system.cpu.'] },
       events: ['progress'],
+      tables: [],
+      reads: [],
     };
   },
 

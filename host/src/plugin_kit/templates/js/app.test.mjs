@@ -9,7 +9,7 @@ const hello = () => JSON.parse(new TextDecoder().decode(hooks.onRequest({
 }).body));
 
 test('GET /hello reports what the hooks were given', () => {
-  const manifest = hooks.start({ name: '{{name}}', hostVersion: '0', contractVersion: '0.1.0', settings: '{}', restarts: 0 });
+  const manifest = hooks.start({ name: '{{name}}', hostVersion: '0', contractVersion: '0.2.0', settings: '{}', restarts: 0 });
   assert.deepEqual(manifest.events, ['progress']);
   hooks.onSamples({ newSeries: [], timestamps: [1n, 2n], series: [0, 1, 2, 3], values: new Float64Array(8) });
   hooks.onEvents({

@@ -32,6 +32,8 @@ class Hooks(exports.Hooks):
             description="Counts samples and progress events; GET /hello shows them",
             samples=types.SampleRequest(period_ms=1000, deliver_every_ms=1000, metrics=["system.cpu."]),
             events=[types.EventKind.PROGRESS],
+            tables=[],
+            reads=[],
         )
 
     def configure(self, settings: str) -> None:

@@ -43,6 +43,7 @@ impl Plugin for Counts {
                 metrics: vec!["system.cpu.".into()],
             }),
             events: vec![EventKind::Progress],
+            ..Default::default()
         }
     }
 
