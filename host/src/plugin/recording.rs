@@ -670,7 +670,10 @@ mod tests {
         let text = text.replace("/points/value/1", "/points/value/9");
         let mut reader = Reader::new(text.as_bytes()).unwrap();
         let e = reader.next_line().unwrap_err();
-        assert_eq!(e, r#"line 2: non_finite names "/points/value/9", which is not a float of the batch"#);
+        assert_eq!(
+            e,
+            r#"line 2: non_finite names "/points/value/9", which is not a float of the batch"#
+        );
     }
 
     #[test]
