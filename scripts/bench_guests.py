@@ -12,7 +12,8 @@ again from the cache:
 - examples: the guests of plugins/examples/ next to their Rust twins, doing real work on the
   same input: step-outliers in Python and Rust on 80 training steps a second (8 ranks),
   serving-limiter in JavaScript and Rust on 200 serving requests a second (4 models, 1 s
-  windows), posted to /api/ingest every 100 ms. Per plugin: size, load cold and cached, the
+  windows; the bundled clockwork plugin runs beside them, as it declares the `requests` table
+  they read), posted to /api/ingest every 100 ms. Per plugin: size, load cold and cached, the
   linear memory's peak, the mean and p99 of a hook call, the cost per event row (call time /
   rows), the ratio to its Rust twin, and whether the twins decided the same.
 
@@ -162,7 +163,9 @@ def examples(sonde, seconds):
     work = tempfile.mkdtemp(prefix="sonde-examples-")
     try:
         wasm = build_examples(work)
-        harness.plugin_dirs(work, bundled=False, extra=wasm)
+        # The limiters read the `requests` event table, which the bundled clockwork plugin declares.
+        clockwork = os.path.join(harness.BUNDLED, "clockwork.wasm")
+        harness.plugin_dirs(work, bundled=False, extra={**wasm, "clockwork": clockwork})
         data = os.path.join(work, "data")
         os.makedirs(data)
         settings = [f"plugin.{n}.settings={LIMITER_SETTINGS}" for n in ("limiter-js", "limiter-rs")]

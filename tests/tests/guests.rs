@@ -5,8 +5,10 @@
 //!   of training steps in, a `slow-step` decision for a step over 2x its
 //!   rank's rolling median;
 //! - serving-limiter (JavaScript, componentize-js, beside its Rust twin):
-//!   serving requests in, at most one `slo-misses` decision per model and
-//!   window, with the misses counted by cause.
+//!   serving requests in (rows of the `requests` event table, which the
+//!   bundled clockwork plugin declares and the twins read), at most one
+//!   `slo-misses` decision per model and window, with the misses counted by
+//!   cause.
 //!
 //! Each guest is built from its folder with its toolchain, loaded into a
 //! running sonde beside its twin, fed input that must make a decision and
@@ -14,7 +16,7 @@
 //! and both must decide it again when the recording is replayed through them
 //! with `sonde plugin test`. The guests' native tests run first. The Python
 //! and JavaScript components are compiled once into the shared cache
-//! (`target/test-plugin-cache`), which the replays reuse.
+//! (`target/test-plugin-cache`), which the replays must reuse (checked).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,20 +36,28 @@ fn example(path: &str) -> PathBuf {
 const CALL_TIMEOUT_MS: &str = "2000";
 
 /// A guest and its Rust twin (component, plugin name), running side by side
-/// in one sonde, each with `settings` (a TOML inline table).
+/// in one sonde, each with `settings` (a TOML inline table), beside the
+/// plugins in `also` (with their own default settings): the declarers of the
+/// event tables the twins only read.
 struct Twins {
     plugins: [(PathBuf, &'static str); 2],
     s: Sonde,
 }
 
 impl Twins {
-    fn start(dir: &Path, plugins: [(PathBuf, &'static str); 2], settings: &str) -> Twins {
+    fn start(
+        dir: &Path,
+        plugins: [(PathBuf, &'static str); 2],
+        settings: &str,
+        also: &[(PathBuf, &'static str)],
+    ) -> Twins {
         let mut args: Vec<String> = vec![format!("plugins.call_timeout_ms={CALL_TIMEOUT_MS}")];
         args.extend(plugins.iter().map(|(_, n)| format!("plugin.{n}.settings={settings}")));
         let args: Vec<&str> = args.iter().flat_map(|a| ["--set", a.as_str()]).collect();
+        let all: Vec<(PathBuf, &str)> = plugins.iter().chain(also).cloned().collect();
         // Long enough for a guest's first compile in a debug build.
-        let s = Sonde::start_waiting(dir, &plugins, &args, &[], free_port(), Duration::from_secs(600));
-        for (_, name) in &plugins {
+        let s = Sonde::start_waiting(dir, &all, &args, &[], free_port(), Duration::from_secs(600));
+        for (_, name) in &all {
             assert_eq!(s.json(&format!("/api/plugins/{name}"))["state"], "running");
         }
         Twins { plugins, s }
@@ -111,6 +121,12 @@ impl Twins {
                 .unwrap();
             assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
             let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+            // The running sonde compiled it into the shared cache: a guest's cold compile
+            // (minutes in a debug host) happens once per suite, not again for its replay.
+            assert_eq!(
+                r["status"]["compiled_from_cache"], true,
+                "{name}: compiled again for the replay"
+            );
             let got: Vec<Value> = r["decisions"]
                 .as_array()
                 .unwrap()
@@ -162,6 +178,7 @@ fn step_outliers_in_python_and_rust_flag_the_same_slow_steps() {
         &tmp.path().join("sonde"),
         [(py, "outliers-py"), (rs, "outliers-rs")],
         "{}",
+        &[],
     );
 
     let t0 = now_ns();
@@ -243,6 +260,8 @@ fn serving_limiter_in_javascript_and_rust_fold_bursts_into_one_decision_per_wind
         &tmp.path().join("sonde"),
         [(js, "limiter-js"), (rs, "limiter-rs")],
         "{window_ms=2000, lag_ms=500}",
+        // It declares the `requests` table the twins read: without a declarer the ingest takes no rows.
+        &[(plugin_file("bundled/clockwork.wasm"), "clockwork")],
     );
     // Two whole windows ahead of now, so every request is in before either closes.
     let window = 2_000_000_000;

@@ -185,7 +185,7 @@ fn a_recorded_training_run_replays_to_the_decisions_the_live_plugin_made() {
 /// series, 100 ms apart, from `t0`.
 fn synthetic_recording(dir: &Path, t0: u64, ticks: u64) -> PathBuf {
     let mut lines = vec![
-        json!({"header": {"format": "sonde-recording", "version": 1, "host_version": "test", "contract": "0.1.0",
+        json!({"header": {"format": "sonde-recording", "version": 2, "host_version": "test", "contract": "0.2.0",
                           "started_ns": t0, "seconds": ticks / 10, "period_ms": 100}}),
         json!({"series": {"time_ns": t0, "series": [
             {"id": 0, "metric": "system.cpu.utilization", "unit": "1", "kind": "gauge", "attributes": []},
@@ -335,6 +335,17 @@ fn plugin_test_says_what_is_wrong_and_exits_non_zero() {
     let garbage = tmp.path().join("garbage.jsonl");
     std::fs::write(&garbage, "{\"tick\": 1}\n").unwrap();
     bad(&testbed, &garbage, &[], 2, "garbage.jsonl: line 1");
+    // A recording of contract 0.1's format (its serving and MPI columns, no tables).
+    let v1 = tmp.path().join("v1.jsonl");
+    let text = std::fs::read_to_string(&rec).unwrap();
+    std::fs::write(&v1, text.replacen(r#""version":2"#, r#""version":1"#, 1)).unwrap();
+    bad(
+        &testbed,
+        &v1,
+        &[],
+        2,
+        "a recording of format version 1, made for contract 0.1",
+    );
     bad(&testbed, &tmp.path().join("missing.jsonl"), &[], 2, "missing.jsonl");
     bad(
         &testbed,

@@ -1,6 +1,7 @@
 // serving-limiter: a sonde plugin in JavaScript (componentize-js) that
 // rate-limits and reshapes serving decisions. A serving controller reports
-// every finished request (contract 0.1: the `requests` event columns); a
+// every finished request as a row of the `requests` event table, which the
+// bundled clockwork plugin declares and this plugin only reads; a
 // request that timed out, failed, or left after its deadline missed its
 // SLO. Instead of one decision per miss, the plugin counts them per model
 // and `window_ms` window, and once a window has ended (plus `lag_ms` for
@@ -9,7 +10,7 @@
 // `serving_limiter.miss_rate`. `GET /windows` shows the recent decisions.
 // The logic is in limiter.js; this file is the contract's side.
 
-import { cancelTimer, declareMetric, emitDecision, emitPoints, now, setTimer } from 'sonde:plugin/host@0.1.0';
+import { cancelTimer, declareMetric, emitDecision, emitPoints, now, setTimer } from 'sonde:plugin/host@0.2.0';
 
 import { Limiter, parseSettings, reason } from './limiter.js';
 
@@ -64,6 +65,14 @@ function closeDue() {
   });
 }
 
+// The values of column `name` of one table's rows: columns are read by name,
+// since the declaring plugin orders them (and may add more).
+function column(rows, name) {
+  const c = rows.columnNames.indexOf(name);
+  if (c < 0) throw `table ${rows.name} has no column ${name}`;
+  return rows.columns[c].val;
+}
+
 function answer(status, body) {
   return {
     status,
@@ -80,7 +89,9 @@ export const hooks = {
     return {
       version: '0.1.0',
       description: 'At most one SLO-miss decision per model and window, with counts (JavaScript)',
-      events: ['requests'],
+      events: [],
+      tables: [],
+      reads: ['requests'],
     };
   },
 
@@ -99,10 +110,15 @@ export const hooks = {
   onSamples(_batch) {},
 
   onEvents(batch) {
-    const r = batch.requests;
-    if (r === undefined || r === null) return;
-    for (let i = 0; i < r.requestId.length; i++) {
-      state.observe(Number(r.modelId[i]), r.departure[i], r.deadline[i], r.result[i]);
+    for (const rows of batch.tables) {
+      if (rows.name !== 'requests') continue;
+      const model = column(rows, 'model_id');
+      const departure = column(rows, 'departure_ns');
+      const deadline = column(rows, 'deadline_ns');
+      const result = column(rows, 'result');
+      for (let i = 0; i < rows.origin.length; i++) {
+        state.observe(Number(model[i]), departure[i], deadline[i], result[i]);
+      }
     }
     closeDue();
   },

@@ -65,6 +65,8 @@ class Hooks(exports.Hooks):
             description="Flags training steps slower than factor x their rank's rolling median (Python)",
             samples=None,
             events=[types.EventKind.TIMINGS],
+            tables=[],
+            reads=[],
         )
 
     def configure(self, settings: str) -> None:

@@ -1,8 +1,9 @@
 //! serving-limiter in Rust: at most one `slo-misses` decision per model and
 //! `window_ms` window, with the misses counted by cause (timed out, failed,
 //! late against the deadline), and the gauge `serving_limiter.miss_rate`;
-//! `GET /windows` shows the recent decisions. Input: the serving requests of
-//! contract 0.1 (the `requests` event columns).
+//! `GET /windows` shows the recent decisions. Input: the rows of the
+//! `requests` event table, which the bundled clockwork plugin declares; this
+//! plugin only reads it (`manifest.reads`), by column name.
 //!
 //! The twin of `../js/app.js`: the same settings, decisions, metric and
 //! route, so `./dev bench-guests` measures the two languages doing the same
@@ -13,12 +14,14 @@ mod limiter;
 use std::collections::BTreeMap;
 
 use sonde_plugin_sdk::types::{
-    Attribute, Decision, EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, MetricDesc, MetricKind,
-    PointBatch, StartInfo,
+    Attribute, Decision, EventBatch, HttpRequest, HttpResponse, Manifest, MetricDesc, MetricKind, PointBatch, StartInfo,
 };
 use sonde_plugin_sdk::{Host, Plugin};
 
 pub use limiter::{Limiter, Settings, WindowMisses};
+
+/// The serving requests' event table, declared by the clockwork plugin.
+pub const REQUESTS: &str = "requests";
 
 pub struct ServingLimiter {
     state: Limiter,
@@ -87,7 +90,9 @@ impl Plugin for ServingLimiter {
             version: env!("CARGO_PKG_VERSION").into(),
             description: "At most one SLO-miss decision per model and window, with counts (Rust)".into(),
             samples: None,
-            events: vec![EventKind::Requests],
+            events: Vec::new(),
+            tables: Vec::new(),
+            reads: vec![REQUESTS.into()],
         }
     }
 
@@ -105,10 +110,16 @@ impl Plugin for ServingLimiter {
     }
 
     fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
-        let Some(r) = &batch.requests else { return Ok(()) };
-        for i in 0..r.request_id.len() {
-            self.state
-                .observe(r.model_id[i], r.departure[i], r.deadline[i], r.result[i]);
+        for t in batch.table(REQUESTS) {
+            let (model, departure, deadline, result) = (
+                t.u64s("model_id")?,
+                t.timestamps("departure_ns")?,
+                t.timestamps("deadline_ns")?,
+                t.s32s("result")?,
+            );
+            for i in 0..t.len() {
+                self.state.observe(model[i], departure[i], deadline[i], result[i]);
+            }
         }
         self.close_due(host)
     }
@@ -133,29 +144,49 @@ sonde_plugin_sdk::export_plugin!(ServingLimiter);
 
 #[cfg(test)]
 mod tests {
+    use sonde_plugin_sdk::column;
     use sonde_plugin_sdk::testing::FakeHost;
-    use sonde_plugin_sdk::types::RequestColumns;
+    use sonde_plugin_sdk::types::{ColumnDefault, ColumnType, TableDecl, Value};
 
     use super::*;
 
     const MS: u64 = 1_000_000;
     const T0: u64 = 1_000_000_000 * MS;
 
+    /// The columns this plugin reads, by name (clockwork declares more, in its own order).
+    fn requests_decl() -> TableDecl {
+        use ColumnDefault::{Required, Zero};
+        use ColumnType::*;
+        TableDecl::new(
+            REQUESTS,
+            "",
+            vec![
+                column("request_id", U64, Required),
+                column("model_id", U64, Required),
+                column("departure_ns", Timestamp, Required),
+                column("deadline_ns", Timestamp, Zero),
+                column("result", S32, Zero),
+            ],
+        )
+    }
+
     fn requests(model: u64, departures: &[u64], late: usize) -> EventBatch {
-        let mut r = RequestColumns::default();
-        for (i, &d) in departures.iter().enumerate() {
-            r.origin.push(0);
-            r.request_id.push(i as u64);
-            r.model_id.push(model);
-            r.departure.push(d);
-            r.deadline.push(if i < late { d - 1 } else { d + MS });
-            r.result.push(0);
-        }
-        EventBatch {
+        let decl = requests_decl();
+        let mut b = EventBatch {
             origins: vec![Default::default()],
-            requests: Some(r),
             ..Default::default()
+        };
+        for (i, &d) in departures.iter().enumerate() {
+            let deadline = if i < late { d - 1 } else { d + MS };
+            let fields = [
+                ("request_id", Value::Int(i as i64)),
+                ("model_id", Value::Int(model as i64)),
+                ("departure_ns", Value::Int(d as i64)),
+                ("deadline_ns", Value::Int(deadline as i64)),
+            ];
+            b.push_row(&decl, 0, &fields).unwrap();
         }
+        b
     }
 
     #[test]

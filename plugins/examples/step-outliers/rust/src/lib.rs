@@ -61,6 +61,8 @@ impl Plugin for StepOutliers {
             description: "Flags training steps slower than factor x their rank's rolling median (Rust)".into(),
             samples: None,
             events: vec![EventKind::Timings],
+            tables: Vec::new(),
+            reads: Vec::new(),
         }
     }
 
