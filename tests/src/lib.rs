@@ -589,6 +589,29 @@ pub fn shell(dir: &Path, cmd: &str) {
     );
 }
 
+/// `sonde plugin test WASM --events REC ARGS... --json`, compiling into the
+/// tests' shared cache: (exit code, the JSON report if any (else null), stderr).
+pub fn plugin_test(wasm: &Path, rec: &Path, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(sonde_bin())
+        .args(["plugin", "test"])
+        .arg(wasm)
+        .arg("--events")
+        .arg(rec)
+        .arg("--cache-dir")
+        .arg(repo().join("target/test-plugin-cache"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        report,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `sonde record --seconds N --api API --out OUT`, the real command.
 pub fn sonde_record(api: &str, seconds: u64, out: &Path) -> std::process::Output {
     Command::new(sonde_bin())

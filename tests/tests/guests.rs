@@ -19,7 +19,6 @@
 //! (`target/test-plugin-cache`), which the replays must reuse (checked).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -110,17 +109,16 @@ impl Twins {
     /// Replays `rec` through both with `settings` (JSON); each must decide `want` (the bodies, in order).
     fn replay(&self, rec: &Path, settings: &str, want: &[Value]) {
         for (wasm, name) in &self.plugins {
-            let out = Command::new(sonde_bin())
-                .args(["plugin", "test"])
-                .arg(wasm)
-                .args(["--name", name, "--settings", settings, "--json", "--events"])
-                .arg(rec)
-                .args(["--call-timeout-ms", CALL_TIMEOUT_MS, "--cache-dir"])
-                .arg(repo().join("target/test-plugin-cache"))
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
-            let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let args = [
+                "--name",
+                name,
+                "--settings",
+                settings,
+                "--call-timeout-ms",
+                CALL_TIMEOUT_MS,
+            ];
+            let (code, r, stderr) = plugin_test(wasm, rec, &args);
+            assert_eq!(code, 0, "{name}: {stderr}");
             // The running sonde compiled it into the shared cache: a guest's cold compile
             // (minutes in a debug host) happens once per suite, not again for its replay.
             assert_eq!(

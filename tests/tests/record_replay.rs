@@ -19,28 +19,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sonde_e2e::*;
 
-/// `sonde plugin test WASM --events REC ARGS... --json`: (exit code, the JSON report if any, stderr).
-fn plugin_test(wasm: &Path, rec: &Path, args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(sonde_bin())
-        .args(["plugin", "test"])
-        .arg(wasm)
-        .arg("--events")
-        .arg(rec)
-        .arg("--cache-dir")
-        .arg(repo().join("target/test-plugin-cache"))
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    (
-        out.status.code().unwrap_or(-1),
-        report,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// An attribute of a log record as rotel prints it: `key=Str(value)` → value.
 fn attr(log: &SeenLog, key: &str) -> Option<String> {
     log.attrs.iter().find_map(|a| {
@@ -452,4 +430,46 @@ fn recordings_are_bounded_and_one_at_a_time() {
     let ticks = |s: &Sonde| s.json("/api/status")["sampler"]["period"]["ticks"].as_u64().unwrap();
     let before = ticks(&s);
     assert!(wait_for(Duration::from_secs(10), || ticks(&s) > before));
+}
+
+#[test]
+fn a_recorded_event_table_replays_to_a_plugin_of_contract_0_1_as_its_columns() {
+    let tmp = tempfile::tempdir().unwrap();
+    // clockwork declares the `requests` table: without a declarer the ingest takes no rows.
+    let s = Sonde::start(
+        &tmp.path().join("sonde"),
+        &[(plugin_file("bundled/clockwork.wasm"), "clockwork")],
+        &[],
+    );
+    let rec = tmp.path().join("requests.jsonl");
+    let out = record_while(&s, 2, &rec, || {
+        let rows: Vec<Value> = (0..3u64)
+            .map(|i| json!({"request_id": 68 + i, "model_id": 30, "arrival_ns": 10 + i, "departure_ns": 20 + i}))
+            .collect();
+        let body = json!({"origin": {"job": "serving", "role": "controller"}, "requests": rows});
+        let (code, text) = post_json(&s.api, "/api/ingest", &body);
+        assert_eq!(code, 202, "{text}");
+    });
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&rec).unwrap();
+    assert!(
+        text.contains(r#""tables":[{"name":"requests""#),
+        "no table in the recording"
+    );
+
+    // legacy01 (contract 0.1) subscribes to 0.1's `requests` kind: the replay hands it the
+    // recorded table's rows as 0.1's request columns, as a running sonde would.
+    let (code, r, stderr) = plugin_test(
+        &plugin_file("testing/legacy01.wasm"),
+        &rec,
+        &["--name", "legacy01", "--route", "/seen"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(r["status"]["contract"], "0.1.0", "{}", r["status"]);
+    assert_eq!(
+        r["routes"][0]["body"]["requests"],
+        json!([[68, 30, 10, 20], [69, 30, 11, 21], [70, 30, 12, 22]]),
+        "{}",
+        r["routes"][0]
+    );
 }
