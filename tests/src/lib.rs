@@ -612,6 +612,21 @@ pub fn plugin_test(wasm: &Path, rec: &Path, args: &[&str]) -> (i32, serde_json::
     )
 }
 
+/// Removes the compiled form of the component with this sha256 from the tests'
+/// shared compile cache (`target/test-plugin-cache`). For guests built by a
+/// test: componentize-py and componentize-js do not build the same bytes twice,
+/// so each run's guests are new cache entries (about 35 MB each in a debug
+/// host) that no later run can use, and the cache would grow by every run.
+pub fn forget_compiled(sha256: &str) {
+    assert_eq!(sha256.len(), 64, "not a sha256: {sha256:?}");
+    let cache = repo().join("target/test-plugin-cache");
+    for e in std::fs::read_dir(&cache).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(sha256) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// `sonde record --seconds N --api API --out OUT`, the real command.
 pub fn sonde_record(api: &str, seconds: u64, out: &Path) -> std::process::Output {
     Command::new(sonde_bin())

@@ -34,7 +34,7 @@ fn example(path: &str) -> PathBuf {
 /// state with it); what is tested here is the decisions, not the time.
 const CALL_TIMEOUT_MS: &str = "2000";
 
-/// A guest and its Rust twin (component, plugin name), running side by side
+/// A guest and its Rust twin (component, plugin name; the guest first), running side by side
 /// in one sonde, each with `settings` (a TOML inline table), beside the
 /// plugins in `also` (with their own default settings): the declarers of the
 /// event tables the twins only read.
@@ -133,6 +133,13 @@ impl Twins {
                 .collect();
             assert_eq!(got, want, "{name} replayed");
         }
+        // The guest's build is new bytes every time: its compiled form serves no later run.
+        let guest = self.plugins[0].1;
+        forget_compiled(
+            self.s.json(&format!("/api/plugins/{guest}"))["sha256"]
+                .as_str()
+                .unwrap(),
+        );
     }
 
     fn post(&self, body: &Value) {
