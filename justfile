@@ -181,7 +181,7 @@ bench-verdicts *ARGS: setup plugins mpi-probe
     cargo build -p sonde
     python3 scripts/bench_verdicts.py {{ARGS}}
 
-# the `sonde plugin new` template in Rust, Python and JavaScript side by side in one sonde: component size, load time cold and cached, linear memory, on-samples call cost and its ratio to Rust (--sonde target/debug/sonde for a debug host)
+# guests beside Rust in one sonde: the `sonde plugin new` templates (size, load cold and cached, memory, on-samples cost, ratio to Rust) and the plugins/examples/ guests next to their Rust twins doing the same work (also cost per event row, same decisions); --only templates|examples, --sonde target/debug/sonde for a debug host
 bench-guests *ARGS: setup
     cargo build -p sonde --release
     python3 scripts/bench_guests.py {{ARGS}}

@@ -3,7 +3,9 @@
 # components where the host looks for them:
 #   target/plugins/bundled/   plugins `sonde` runs by default (sysmetrics, determined, paramserver, clockwork, dlrover, mpi, bottleneck)
 #   target/plugins/testing/   components for the host's tests (testbed, wrongworld, legacy01)
-#   target/plugins/examples/  the SDK's example plugins (plugins/sdk/examples/), each a component
+#   target/plugins/examples/  the SDK's example plugins (plugins/sdk/examples/), each a component, and the
+#                             Rust halves of plugins/examples/ (step_outliers, serving_limiter; their Python
+#                             and JavaScript twins are built by the tests and ./dev bench-guests)
 # Runnable from any directory. Files are replaced only when their content
 # changed, so a host watching these folders does not see spurious reloads.
 set -euo pipefail
@@ -63,3 +65,5 @@ install_component legacy01 testing
 for example in "${examples[@]}"; do
     install_component "$example" examples examples
 done
+install_component step_outliers examples
+install_component serving_limiter examples

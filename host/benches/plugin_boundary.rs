@@ -39,6 +39,7 @@ fn instance(mode: &str, tmp: &Path) -> (Store<PluginState>, Plugin) {
             ..Default::default()
         },
         Arc::new(PluginMetrics::default()),
+        Default::default(),
     );
     let mut store = Store::new(&engine.engine, data);
     store.limiter(|s| &mut s.memory);

@@ -69,6 +69,21 @@ enum Command {
         /// Where the compiled form goes.
         output: PathBuf,
     },
+    /// Record what a running sonde hands its plugins, for `sonde plugin test`.
+    Record {
+        /// How long to record, 1 to 600 seconds.
+        #[arg(long)]
+        seconds: u64,
+        /// The running sonde's API.
+        #[arg(long, default_value = "http://127.0.0.1:7878")]
+        api: String,
+        /// The file to write (default: sonde-recording-<unix seconds>.jsonl).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The largest recording the sonde should make (default 64 MiB, at most 256 MiB).
+        #[arg(long)]
+        max_bytes: Option<usize>,
+    },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -87,22 +102,143 @@ enum PluginCommand {
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
+    /// Replay a recording (`sonde record`) through a plugin, in the host's sandbox, and print what it emitted.
+    Test {
+        /// The plugin component.
+        wasm: PathBuf,
+        /// The recording to replay.
+        #[arg(long)]
+        events: PathBuf,
+        /// The plugin's settings, a JSON object (as `[plugin.NAME] settings`).
+        #[arg(long, default_value = "{}")]
+        settings: String,
+        /// The plugin's name (default: the file name without .wasm).
+        #[arg(long)]
+        name: Option<String>,
+        /// Ask a route of the plugin after the replay: PATH or "METHOD PATH" (repeatable).
+        #[arg(long = "route", value_name = "PATH")]
+        routes: Vec<String>,
+        /// Print everything as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Where compiled plugins are cached (default: $XDG_CACHE_HOME/sonde/plugin-cache).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// The plugin's memory cap (plugins.memory_limit_mb, default 64).
+        #[arg(long)]
+        memory_limit_mb: Option<u32>,
+        /// The deadline of one hook call (plugins.call_timeout_ms, default 100).
+        #[arg(long)]
+        call_timeout_ms: Option<u32>,
+    },
 }
 
 /// Runs a subcommand: nothing of the host starts.
 fn run_command(command: Command) -> ExitCode {
-    let (name, lang, dir, sdk) = match command {
-        Command::Plugin(PluginCommand::New { name, lang, dir, sdk }) => (name, lang, dir, sdk),
-        Command::CompilePlugin { input, output } => {
-            return match sonde::plugin::engine::compile_file(&input, &output) {
-                Ok(()) => ExitCode::SUCCESS,
+    match command {
+        Command::Plugin(PluginCommand::New { name, lang, dir, sdk }) => plugin_new(name, lang, dir, sdk),
+        Command::CompilePlugin { input, output } => match sonde::plugin::engine::compile_file(&input, &output) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sonde compile-plugin: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Plugin(PluginCommand::Test {
+            wasm,
+            events,
+            settings,
+            name,
+            routes,
+            json,
+            cache_dir,
+            memory_limit_mb,
+            call_timeout_ms,
+        }) => {
+            let settings = match serde_json::from_str(&settings) {
+                Ok(v) => v,
                 Err(e) => {
-                    eprintln!("sonde compile-plugin: {e:#}");
-                    ExitCode::FAILURE
+                    eprintln!("sonde plugin test: --settings is not JSON: {e}");
+                    return ExitCode::from(2);
                 }
             };
+            let mut limits = sonde::plugin::config::PluginsConfig::default();
+            limits.memory_limit_mb = memory_limit_mb.unwrap_or(limits.memory_limit_mb);
+            limits.call_timeout_ms = call_timeout_ms.unwrap_or(limits.call_timeout_ms);
+            let run = sonde::plugin_kit::replay::TestRun {
+                wasm,
+                recording: events,
+                settings,
+                name,
+                routes,
+                cache_dir: cache_dir.unwrap_or_else(sonde::plugin_kit::replay::default_cache_dir),
+                limits,
+            };
+            plugin_test(&run, json)
         }
-    };
+        Command::Record {
+            seconds,
+            api,
+            out,
+            max_bytes,
+        } => {
+            let r = sonde::plugin_kit::record::Record {
+                api,
+                seconds,
+                max_bytes,
+                out: out.unwrap_or_else(sonde::plugin_kit::record::default_out),
+            };
+            eprintln!("recording {} s from {} ...", r.seconds, r.api);
+            match sonde::plugin_kit::record::record(&r) {
+                Ok(saved) => {
+                    println!(
+                        "{}: {} bytes, {} ticks, {} event batches",
+                        r.out.display(),
+                        saved.bytes,
+                        saved.ticks,
+                        saved.event_batches
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sonde record: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// `sonde plugin test`: 0 when the replay ran through, 1 when the plugin
+/// refused to start or trapped, 2 for a bad file or argument.
+fn plugin_test(run: &sonde::plugin_kit::replay::TestRun, json: bool) -> ExitCode {
+    use sonde::plugin_kit::{replay, report};
+    match replay::run(run) {
+        Ok(r) => {
+            print!("{}", if json { report::json(&r) } else { report::text(&r) });
+            if json {
+                println!();
+            }
+            match &r.trap {
+                Some(t) => {
+                    eprintln!("sonde plugin test: {t}");
+                    ExitCode::FAILURE
+                }
+                None => ExitCode::SUCCESS,
+            }
+        }
+        Err(replay::TestError::Input(e)) => {
+            eprintln!("sonde plugin test: {e}");
+            ExitCode::from(2)
+        }
+        Err(replay::TestError::Plugin(e)) => {
+            eprintln!("sonde plugin test: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn plugin_new(name: String, lang: sonde::plugin_kit::Lang, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> ExitCode {
     let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
     let new = sonde::plugin_kit::NewPlugin { name, lang, dir, sdk };
     match sonde::plugin_kit::write(&new) {

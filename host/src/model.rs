@@ -2,12 +2,18 @@
 //!
 //! These are the host-side mirrors of the WIT types in `wit/sonde-plugin.wit`,
 //! kept free of wasmtime so that the sampler and the exporters do not depend
-//! on the plugin runtime.
+//! on the plugin runtime. What the sampler hands the plugins (series, ticks)
+//! is serde-serializable: a recording (`plugin::recording`) is written from
+//! these types and read back into them.
 
 use std::sync::Arc;
 
-/// An attribute value (the WIT `value` variant).
-#[derive(Clone, Debug, PartialEq)]
+use serde::{Deserialize, Serialize};
+
+/// An attribute value (the WIT `value` variant). In JSON, the bare value
+/// (`"eth0"`, `3`, `0.5`, `true`); an integer stays an integer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
 pub enum AttrValue {
     Str(String),
     Int(i64),
@@ -52,14 +58,15 @@ impl From<bool> for AttrValue {
 pub type Attributes = Vec<(String, AttrValue)>;
 
 /// How a sampled series behaves (the WIT `series-kind`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum SeriesKind {
     Gauge,
     Counter,
 }
 
 /// One series the sampler produces (the WIT `series-info`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SeriesInfo {
     /// Dense index into `Tick::values`; stable for the life of the process.
     pub id: u32,
@@ -70,12 +77,28 @@ pub struct SeriesInfo {
 }
 
 /// One sampling tick: every series read at (about) the same instant.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Tick {
     /// Wall-clock time of the reading, ns since the Unix epoch.
     pub time_ns: u64,
-    /// Indexed by `SeriesInfo::id`; NaN where a value could not be read.
+    /// Indexed by `SeriesInfo::id`; NaN where a value could not be read
+    /// (`null` in JSON, which has no NaN).
+    #[serde(with = "nan_as_null")]
     pub values: Vec<f64>,
+}
+
+/// Sampled values in JSON: a value that could not be read (NaN) is `null`.
+mod nan_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(values: &[f64], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(values.iter().map(|v| v.is_finite().then_some(*v)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+        let values: Vec<Option<f64>> = Vec::deserialize(d)?;
+        Ok(values.into_iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+    }
 }
 
 /// OpenTelemetry instrument kinds (the WIT `metric-kind`).

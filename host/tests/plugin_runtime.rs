@@ -602,7 +602,7 @@ fn event_batches_and_live_settings_cross_the_boundary() {
     assert!(
         e.rt.block_on(e.manager.configure("absent", &ok))
             .unwrap_err()
-            .contains("no running plugin")
+            .contains("the plugin is not running")
     );
 }
 

@@ -597,6 +597,96 @@ pub fn shell(dir: &Path, cmd: &str) {
     );
 }
 
+/// `sonde plugin test WASM --events REC ARGS... --json`, compiling into the
+/// tests' shared cache: (exit code, the JSON report if any (else null), stderr).
+pub fn plugin_test(wasm: &Path, rec: &Path, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(sonde_bin())
+        .args(["plugin", "test"])
+        .arg(wasm)
+        .arg("--events")
+        .arg(rec)
+        .arg("--cache-dir")
+        .arg(repo().join("target/test-plugin-cache"))
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        report,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Removes the compiled form of the component with this sha256 from the tests'
+/// shared compile cache (`target/test-plugin-cache`). For guests built by a
+/// test: componentize-py and componentize-js do not build the same bytes twice,
+/// so each run's guests are new cache entries (about 35 MB each in a debug
+/// host) that no later run can use, and the cache would grow by every run.
+pub fn forget_compiled(sha256: &str) {
+    assert_eq!(sha256.len(), 64, "not a sha256: {sha256:?}");
+    let cache = repo().join("target/test-plugin-cache");
+    for e in std::fs::read_dir(&cache).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(sha256) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// `sonde record --seconds N --api API --out OUT`, the real command.
+pub fn sonde_record(api: &str, seconds: u64, out: &Path) -> std::process::Output {
+    Command::new(sonde_bin())
+        .args(["record", "--seconds", &seconds.to_string(), "--api", api, "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+/// Records `seconds` of `s` into `out` with `sonde record` while `during`
+/// runs (started once the recording is); returns what the command did.
+pub fn record_while(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) -> std::process::Output {
+    let recorder = {
+        let (api, out) = (s.api.clone(), out.to_path_buf());
+        std::thread::spawn(move || sonde_record(&api, seconds, &out))
+    };
+    let on = wait_for(Duration::from_secs(20), || {
+        !s.json("/api/status")["recording"].is_null()
+    });
+    assert!(on, "no recording started:\n{}", s.output());
+    during();
+    recorder.join().unwrap()
+}
+
+/// Whether componentize-py (the Python guests' toolchain) is installed;
+/// when not, says the calling test is skipped.
+pub fn have_componentize_py() -> bool {
+    let ok = Command::new("componentize-py")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: componentize-py is not installed; `./dev guest-toolchains` installs it");
+    }
+    ok
+}
+
+/// The JavaScript guests' toolchain as `./dev guest-toolchains` installs it
+/// (`tests/guest-js/node_modules`, componentize-js pinned there); when it is
+/// missing, says the calling test is skipped.
+pub fn guest_js_toolchain() -> Option<PathBuf> {
+    let dir = repo().join("tests/guest-js/node_modules");
+    if dir.join(".bin/componentize-js").exists() {
+        return Some(dir);
+    }
+    eprintln!(
+        "SKIPPED: {} is missing; `./dev guest-toolchains` installs it",
+        dir.display()
+    );
+    None
+}
+
 /// Waits until the file stops growing for `quiet` (or `limit` passes).
 pub fn wait_quiet(path: &Path, quiet: Duration, limit: Duration) {
     let t0 = Instant::now();

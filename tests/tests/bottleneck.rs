@@ -3,7 +3,8 @@
 //! real Open MPI job, each with one bottleneck injected. Each test checks
 //! that at least 90 % of the affected steps get the injected cause's verdict
 //! and that no unaffected step gets it; the MPI test, that the slow rank is
-//! named the straggler.
+//! named the straggler, live and again when the recorded run is replayed
+//! through the plugin with `sonde plugin test`.
 //!
 //! Ground truth comes from the injector's own record (which steps it slowed
 //! and how), never from sonde. Where the cause is CPU contention, the
@@ -321,24 +322,34 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, _) = start_sonde(tmp.path());
-    // imbalance.c: rank r computes r+1 units of 50 ms per step, then all
-    // meet in MPI_Allreduce and MPI_Barrier; rank 3 is the slow one.
-    let status = mpirun_probed(4, &sonde.api, "inject")
-        .args(["-x", "MPI_SONDE_HZ=200"])
-        .arg(repo().join("target/mpi/imbalance"))
-        .args(["150", "50"])
-        .env_remove("SONDE_BIN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "mpirun failed");
+    // The run is recorded (`sonde record`) for the replay at the end: 30 s of
+    // steps when the machine is quiet, and the straggler's verdict after them.
+    let rec = tmp.path().join("mpi.jsonl");
     let mut job = Value::Null;
-    let ok = wait_for(Duration::from_secs(30), || {
-        job = sonde.json(&format!("/api/plugins/bottleneck/jobs/{JOB}?limit=100000"));
-        !job["straggler"].is_null()
+    let recorded = record_while(&sonde, 50, &rec, || {
+        // imbalance.c: rank r computes r+1 units of 50 ms per step, then all
+        // meet in MPI_Allreduce and MPI_Barrier; rank 3 is the slow one.
+        let status = mpirun_probed(4, &sonde.api, "inject")
+            .args(["-x", "MPI_SONDE_HZ=200"])
+            .arg(repo().join("target/mpi/imbalance"))
+            .args(["150", "50"])
+            .env_remove("SONDE_BIN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "mpirun failed");
+        let ok = wait_for(Duration::from_secs(30), || {
+            job = sonde.json(&format!("/api/plugins/bottleneck/jobs/{JOB}?limit=100000"));
+            !job["straggler"].is_null()
+        });
+        assert!(ok, "no persistent straggler: {job}");
     });
-    assert!(ok, "no persistent straggler: {job}");
+    assert!(
+        recorded.status.success(),
+        "{}",
+        String::from_utf8_lossy(&recorded.stderr)
+    );
     assert_eq!(job["straggler"]["rank"], 3, "{}", job["straggler"]);
     let rows = job["rows"].as_array().unwrap();
     let of = |rank: i64| rows.iter().filter(move |r| r["rank"] == rank).collect::<Vec<_>>();
@@ -370,4 +381,23 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
                 .starts_with("rank 3 is the straggler")
     });
     assert!(named, "no straggler decision naming rank 3: {:?}", decisions(&sonde));
+
+    // Replayed alone with `sonde plugin test` (no mpi plugin: bottleneck only
+    // reads the `mpi_samples` table, whose rows the recording holds), the
+    // plugin names the same straggler from the same input.
+    let route = format!("/jobs/{JOB}?limit=100000");
+    let wasm = plugin_file("bundled/bottleneck.wasm");
+    let (code, r, stderr) = plugin_test(&wasm, &rec, &["--name", "bottleneck", "--route", &route]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(r["delivered"]["events"].as_u64().unwrap() > 0, "{}", r["delivered"]);
+    let replayed = &r["routes"][0]["body"];
+    assert_eq!(replayed["straggler"]["rank"], 3, "{}", replayed["straggler"]);
+    let named = r["decisions"].as_array().unwrap().iter().any(|d| {
+        d["kind"] == "straggler"
+            && d["reason"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("rank 3 is the straggler")
+    });
+    assert!(named, "the replay named no straggler: {}", r["decisions"]);
 }

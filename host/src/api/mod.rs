@@ -17,6 +17,7 @@ pub mod errors;
 pub mod history;
 pub mod live;
 pub mod openapi;
+pub mod record;
 pub mod stream;
 pub mod web;
 
@@ -126,6 +127,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/admin/plugins/{name}/{action}", post(admin::action))
         .route("/api/decisions", get(decisions))
+        .route("/api/record", get(record::record))
         .route("/api/tables", get(tables))
         .route("/api/cluster/nodes", get(cluster::nodes))
         .route("/api/jobs", get(cluster::jobs))
@@ -222,6 +224,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
             "stats": st.pipeline.stats(),
         },
         "plugins": plugins,
+        "recording": st.plugins.recorder().running(),
         "cluster": {
             "role": st.cluster.role,
             "node": st.cluster.node,

@@ -121,7 +121,7 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/status",
-            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief, cluster, storage (history, remote_write, query: requests, errors, last_error)",
+            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief, the recording running (GET /api/record) or null, cluster, storage (history, remote_write, query: requests, errors, last_error)",
         ),
         op(
             "get",
@@ -247,6 +247,23 @@ fn operations() -> Vec<Op> {
             "the latest decision per plugin, kind and subject",
         )
         .query("plugin", "string", "only this plugin's"),
+        op(
+            "get",
+            "/api/record",
+            "record for `seconds` exactly what the host hands its plugins (sampling ticks with their series, event batches) and answer with the recording: JSON lines (application/x-ndjson), format sonde-recording version 2 (docs/plugins.md), which `sonde plugin test FILE.wasm --events RECORDING` replays",
+        )
+        .query("seconds", "integer", "how long to record, 1..=600 (required)")
+        .query(
+            "max_bytes",
+            "integer",
+            "the largest recording, 4096..=268435456 (default 67108864); a recording that passes it is dropped",
+        )
+        .responses(&[
+            (200, "the recording, after `seconds`"),
+            (400, "a bad or missing parameter"),
+            (409, "a recording is already running (one at a time)"),
+            (413, "the recording passed max_bytes before `seconds` were over; nothing is returned"),
+        ]),
         op(
             "get",
             "/api/tables",

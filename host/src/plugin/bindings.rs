@@ -5,12 +5,17 @@
 //! Every import is synchronous and infallible from the guest's view: the
 //! host functions never trap a plugin on purpose; they return `err` values
 //! the plugin can handle.
+//!
+//! Every generated type is serde-serializable: a recording (`plugin::recording`)
+//! holds the event batches exactly as plugins receive them, so its format
+//! follows the contract.
 
 wasmtime::component::bindgen!({
     world: "plugin",
     path: "../wit",
-    // Lets tests compare what the host hands plugins (batches, columns).
-    additional_derives: [PartialEq],
+    // Serde: a recording is written in the host's own types (plugin/recording.rs).
+    // PartialEq: tests compare what the host hands plugins (batches, columns).
+    additional_derives: [PartialEq, serde::Serialize, serde::Deserialize],
 });
 
 pub use self::exports::sonde::plugin::hooks;

@@ -15,6 +15,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::sonde::plugin::host;
 use super::bindings::types;
+use super::clock::Clock;
 use super::limits::{HostIo, Limited, MemoryCap};
 use super::metrics::PluginMetrics;
 use crate::model::{AttrValue, Attributes, LogRecord, MetricKind, MetricSeries, Point, Scope, Severity, now_ns};
@@ -34,6 +35,8 @@ pub struct PluginState {
     /// after a trap, so counters keep their start time.
     pub registry: MetricRegistry,
     pub timers: Timers,
+    /// What `now` answers and timers count in: the wall clock, or a recording's under `sonde plugin test`.
+    pub clock: Clock,
     /// Set when the plugin called `request-samples`.
     pub samples_changed: Option<Option<types::SampleRequest>>,
     pub state: StateNs,
@@ -63,6 +66,7 @@ impl PluginState {
         state: StateNs,
         sinks_cfg: SinksConfig,
         metrics: Arc<PluginMetrics>,
+        clock: Clock,
     ) -> Self {
         Self {
             name: name.to_string(),
@@ -79,6 +83,7 @@ impl PluginState {
             outbox: Outbox::default(),
             registry,
             timers: Timers::default(),
+            clock,
             samples_changed: None,
             state,
             sinks_cfg,
@@ -197,7 +202,12 @@ pub struct Timers {
 }
 
 impl Timers {
-    pub fn set(&mut self, after: Duration, repeat: bool) -> u64 {
+    /// A timer due `after` from `now` (the plugin's clock), repeating or not.
+    /// `on_sampler_grid`: a repeating timer is put on the monotonic clock's
+    /// grid (the wall clock's timers; a replay's recorded clock has no
+    /// sampler to meet, and its timers must fire at the same recorded times
+    /// in every replay).
+    pub fn set(&mut self, now: Instant, after: Duration, repeat: bool, on_sampler_grid: bool) -> u64 {
         self.next_id += 1;
         let id = self.next_id;
         // A repeating timer of 0 ms would spin: give it at least 1 ms.
@@ -207,8 +217,11 @@ impl Timers {
             after
         };
         self.live.insert(id, repeat.then_some(after));
-        let now = Instant::now();
-        let at = if repeat { on_grid(now, after) } else { now + after };
+        let at = if repeat && on_sampler_grid {
+            on_grid(now, after)
+        } else {
+            now + after
+        };
         self.heap.push(Reverse((at, id)));
         id
     }
@@ -319,11 +332,17 @@ impl host::Host for PluginState {
     }
 
     fn now(&mut self) -> u64 {
-        now_ns()
+        self.clock.now_ns()
     }
 
     fn set_timer(&mut self, after_ms: u64, repeat: bool) -> u64 {
-        self.timers.set(Duration::from_millis(after_ms), repeat)
+        self.timers
+            .set(
+                self.clock.instant(),
+                Duration::from_millis(after_ms),
+                repeat,
+                matches!(self.clock, Clock::Wall),
+            )
     }
 
     fn cancel_timer(&mut self, id: u64) {
@@ -532,10 +551,10 @@ mod tests {
     #[test]
     fn repeating_timers_fire_on_the_grid_of_their_period() {
         let mut t = Timers::default();
-        let a = t.set(Duration::from_millis(100), true);
+        let a = t.set(Instant::now(), Duration::from_millis(100), true, true);
         std::thread::sleep(Duration::from_millis(7));
         let set_b = Instant::now();
-        t.set(Duration::from_millis(100), true);
+        t.set(Instant::now(), Duration::from_millis(100), true, true);
         let first = t.next_deadline().unwrap();
         let due: Vec<Instant> = t.heap.iter().map(|r| r.0.0).collect();
         // Both on the same 100 ms grid, whenever they were set (unless the
@@ -557,11 +576,12 @@ mod tests {
     #[test]
     fn timers_fire_in_order_repeat_and_cancel() {
         let mut t = Timers::default();
-        let once = t.set(Duration::from_millis(0), false);
-        let every = t.set(Duration::from_millis(10), true);
-        let gone = t.set(Duration::from_millis(5), false);
+        let t0 = Instant::now();
+        let once = t.set(t0, Duration::from_millis(0), false, false);
+        let every = t.set(t0, Duration::from_millis(10), true, false);
+        let gone = t.set(t0, Duration::from_millis(5), false, false);
         t.cancel(gone);
-        let now = Instant::now() + Duration::from_millis(25);
+        let now = t0 + Duration::from_millis(25);
         let mut fired = Vec::new();
         while let Some(id) = t.pop_due(now) {
             fired.push(id);

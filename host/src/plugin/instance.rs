@@ -20,18 +20,19 @@ use wasmtime::Store;
 use wasmtime::component::Linker;
 
 use super::bindings::types;
+use super::clock::Clock;
 use super::config::{PluginConfig, PluginsConfig};
 use super::deadline::CallTimer;
 use super::engine::PluginEngine;
 use super::host_api::{MetricRegistry, PluginState};
 use super::limits::{self, Limits};
 use super::metrics::PluginMetrics;
+use super::output::Output;
 use super::sandbox::wasi_ctx;
 use super::tables::{Owner, TableDecl, TableRegistry};
 use super::world::{World, WorldPre};
 use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
 use crate::model::{LogBatch, LogRecord, MetricBatch, SeriesInfo, Severity, Tick, now_ns};
-use crate::pipeline::PipelineHandle;
 use crate::state::StateStore;
 
 /// What the rest of the host hands to every plugin.
@@ -39,7 +40,10 @@ use crate::state::StateStore;
 pub struct Shared {
     pub engine: PluginEngine,
     pub linker: Arc<Linker<PluginState>>,
-    pub pipeline: PipelineHandle,
+    /// Where emitted points and log records go.
+    pub output: Output,
+    /// The plugins' clock (`now`, timers): the wall clock but under `sonde plugin test`.
+    pub clock: Clock,
     pub state: StateStore,
     pub decisions: DecisionBoard,
     /// `sinks.dir` and the per-plugin directories (`crate::sinks::resolve`).
@@ -149,41 +153,9 @@ impl PluginHandle {
 /// (so a failure is reported before anything is replaced), then moves the
 /// instance to its own thread.
 pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<PluginHandle, String> {
-    let metrics = Arc::new(PluginMetrics::default());
-    let status = Arc::new(Mutex::new(PluginStatus::new(
-        &prep.name,
-        &prep.file,
-        &prep.sha256,
-        &prep.contract,
-    )));
-    status.lock().compiled_from_cache = prep.from_cache;
-    let limits = Limits::from(pcfg, &cfg);
-    let timer = shared.engine.call_timer().map_err(|e| format!("{e:#}"))?;
-    let mut actor = Actor {
-        owner: Owner {
-            plugin: prep.name.clone(),
-            instance: NEXT_INSTANCE.fetch_add(1, Relaxed),
-        },
-        name: prep.name.clone(),
-        pre: prep.pre,
-        cfg,
-        limits,
-        shared,
-        timer,
-        metrics: metrics.clone(),
-        status: status.clone(),
-        wants_samples: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        wants_events: Arc::new(Mutex::new(Subscription::default())),
-        live: None,
-        registry: Some(MetricRegistry::default()),
-        restarts: 0,
-        traps: VecDeque::new(),
-        backoff_until: None,
-        acc: Default::default(),
-        last_stderr: Default::default(),
-    };
-    actor.instantiate()?;
-    status.lock().load_ms = prep.began.elapsed().as_secs_f64() * 1000.0;
+    let (name, sha256) = (prep.name.clone(), prep.sha256.clone());
+    let actor = Actor::started(prep, cfg, pcfg, shared, true)?;
+    let (status, metrics) = (actor.status.clone(), actor.metrics.clone());
     let (tx, rx) = crossbeam_channel::bounded(actor.limits.queue);
     let wants_samples = actor.wants_samples.clone();
     let wants_events = actor.wants_events.clone();
@@ -191,7 +163,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     let owner = actor.owner.clone();
     let tables = actor.shared.tables.clone();
     let thread = std::thread::Builder::new()
-        .name(format!("plugin-{}", prep.name))
+        .name(format!("plugin-{name}"))
         .stack_size(4 << 20)
         .spawn(move || {
             // Not niced: call deadlines are wall-clock, so a niced plugin on a busy
@@ -206,8 +178,8 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
             format!("spawning thread: {e}")
         })?;
     Ok(PluginHandle {
-        name: prep.name,
-        sha256: prep.sha256,
+        name,
+        sha256,
         tx,
         status,
         metrics,
@@ -216,6 +188,75 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         acc,
         thread: Some(thread),
     })
+}
+
+/// A plugin driven by its caller, one call at a time on the caller's thread:
+/// what `sonde plugin test` replays a recording through. The same instance,
+/// store, sandbox, limits and trap handling as [`spawn`], without the thread
+/// and its queue; after a trap the instance is not re-created (the caller
+/// reports the trap instead). Timers fire on `shared.clock`.
+pub struct Driven {
+    actor: Actor,
+}
+
+/// Instantiates the plugin and calls `start`; Err says why it did not start.
+pub fn drive(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Shared) -> Result<Driven, String> {
+    Ok(Driven {
+        actor: Actor::started(prep, cfg, pcfg, shared, false)?,
+    })
+}
+
+impl Driven {
+    /// One hook call for `work` (a `Stop` is refused: use [`stop`](Self::stop)).
+    pub fn handle(&mut self, work: Work) {
+        if !matches!(work, Work::Stop(_)) {
+            self.actor.handle(work);
+        }
+    }
+
+    /// The sample batch this plugin would be handed after `tick`, if its
+    /// request (manifest or `request-samples`) makes one complete now.
+    pub fn samples(&self, tick: &Arc<Tick>, series: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
+        if !self.actor.wants_samples.load(Relaxed) {
+            return None;
+        }
+        self.actor.acc.lock().push(tick, series)
+    }
+
+    /// The event kinds and tables the plugin subscribed to.
+    pub fn wants_events(&self) -> Subscription {
+        self.actor.wants_events.lock().clone()
+    }
+
+    /// When the next timer is due, on the plugin's clock.
+    pub fn next_timer(&mut self) -> Option<Instant> {
+        self.actor
+            .live
+            .as_mut()
+            .and_then(|l| l.store.data_mut().timers.next_deadline())
+    }
+
+    /// Calls `on-timer` for every timer due by the plugin's clock.
+    pub fn fire_due_timers(&mut self) {
+        self.actor.fire_timers();
+    }
+
+    /// Whether an instance is alive (false after a trap or a refused start).
+    pub fn is_running(&self) -> bool {
+        self.actor.live.is_some()
+    }
+
+    /// Its status as `/api/plugins` would show it, with its self-metrics.
+    pub fn status(&self) -> PluginStatus {
+        let mut s = self.actor.status.lock().clone();
+        s.metrics = self.actor.metrics.snapshot();
+        s
+    }
+
+    /// Calls `stop` (the plugin flushes what it holds) and ends the instance.
+    pub fn stop(&mut self) {
+        self.actor.stop();
+    }
 }
 
 struct Live {
@@ -243,6 +284,8 @@ struct Actor {
     restarts: u32,
     traps: VecDeque<Instant>,
     backoff_until: Option<Instant>,
+    /// Whether a trap is followed by a new instance after a backoff (false when driven).
+    restarts_after_trap: bool,
     acc: Arc<Mutex<SampleAcc>>,
     last_stderr: super::sandbox::LastLines,
 }
@@ -256,6 +299,46 @@ enum CallFailure {
 }
 
 impl Actor {
+    /// A plugin's actor with its first instance started; Err holds why it did not start.
+    fn started(
+        prep: Prepared,
+        cfg: PluginConfig,
+        pcfg: &PluginsConfig,
+        shared: Shared,
+        restarts_after_trap: bool,
+    ) -> Result<Actor, String> {
+        let status = PluginStatus::new(&prep.name, &prep.file, &prep.sha256, &prep.contract);
+        let timer = shared.engine.call_timer().map_err(|e| format!("{e:#}"))?;
+        let mut actor = Actor {
+            owner: Owner {
+                plugin: prep.name.clone(),
+                instance: NEXT_INSTANCE.fetch_add(1, Relaxed),
+            },
+            name: prep.name,
+            pre: prep.pre,
+            limits: Limits::from(pcfg, &cfg),
+            cfg,
+            shared,
+            timer,
+            metrics: Arc::new(PluginMetrics::default()),
+            status: Arc::new(Mutex::new(status)),
+            wants_samples: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            wants_events: Arc::new(Mutex::new(Subscription::default())),
+            live: None,
+            registry: Some(MetricRegistry::default()),
+            restarts: 0,
+            traps: VecDeque::new(),
+            backoff_until: None,
+            restarts_after_trap,
+            acc: Default::default(),
+            last_stderr: Default::default(),
+        };
+        actor.status.lock().compiled_from_cache = prep.from_cache;
+        actor.instantiate()?;
+        actor.status.lock().load_ms = prep.began.elapsed().as_secs_f64() * 1000.0;
+        Ok(actor)
+    }
+
     /// Creates a store and instance and calls `start`. Err holds the reason.
     fn instantiate(&mut self) -> Result<(), String> {
         // The first start runs on the loader's thread, which may be outside the runtime.
@@ -270,6 +353,7 @@ impl Actor {
             self.shared.state.namespace(&self.name),
             self.shared.sinks.clone(),
             self.metrics.clone(),
+            self.shared.clock.clone(),
         );
         let mut store = Store::new(&self.shared.engine.engine, data);
         limits::enforce(&mut store, self.limits.call_timeout);
@@ -399,16 +483,17 @@ impl Actor {
         if !out.points.is_empty() {
             let points = std::mem::take(&mut out.points);
             self.metrics.points_emitted.fetch_add(points.len() as u64, Relaxed);
-            self.shared.pipeline.submit_metrics(MetricBatch {
+            self.shared.output.submit_metrics(MetricBatch {
                 scope: scope.clone(),
                 points,
             });
         }
         let mut logs = std::mem::take(&mut out.logs);
+        let now = self.shared.clock.now_ns();
         for d in std::mem::take(&mut out.decisions) {
-            self.shared.decisions.record(&self.name, &d);
+            self.shared.decisions.record_at(&self.name, &d, now);
             logs.push(LogRecord {
-                time_ns: now_ns(),
+                time_ns: now,
                 severity: Severity::Info,
                 event_name: "sonde.decision".into(),
                 body: d.body.clone(),
@@ -420,7 +505,7 @@ impl Actor {
             });
         }
         if !logs.is_empty() {
-            self.shared.pipeline.submit_logs(LogBatch { scope, records: logs });
+            self.shared.output.submit_logs(LogBatch { scope, records: logs });
         }
         if !out.sinks.is_empty() {
             let mut st = self.status.lock();
@@ -471,7 +556,12 @@ impl Actor {
         st.last_trap = Some(reason.clone());
         st.last_trap_at_ns = now_ns();
         st.traps = self.metrics.traps.load(Relaxed);
-        if self.traps.len() >= self.limits.max_traps {
+        if !self.restarts_after_trap {
+            // Driven (`sonde plugin test`): the trap is the answer; nothing restarts.
+            st.state = RunState::Failed;
+            st.reason = Some(format!("trapped: {reason}"));
+            self.backoff_until = None;
+        } else if self.traps.len() >= self.limits.max_traps {
             st.state = RunState::Quarantined;
             st.reason = Some(format!(
                 "quarantined after {} traps within {} s; last: {reason}",
@@ -547,7 +637,7 @@ impl Actor {
 
     fn fire_timers(&mut self) {
         loop {
-            let now = Instant::now();
+            let now = self.shared.clock.instant();
             let Some(id) = self.live.as_mut().and_then(|l| l.store.data_mut().timers.pop_due(now)) else {
                 return;
             };

@@ -24,6 +24,8 @@ use super::config::{PluginConfig, PluginsConfig, check_plugin_name};
 use super::engine::PluginEngine;
 use super::host_api::PluginState;
 use super::instance::{self, PluginHandle, Prepared, Shared, Subscription, Work};
+use super::output::Output;
+use super::recording::Recorder;
 use super::tables::TableRegistry;
 use super::world::WorldPre;
 use super::{DecisionBoard, PluginStatus, RunState, SamplePlan};
@@ -70,18 +72,14 @@ pub struct PluginManager {
     series: Mutex<Option<Arc<[SeriesInfo]>>>,
     /// Serialises scans (watcher thread, API reloads).
     scan_lock: Mutex<()>,
+    /// Sees every tick and event batch while `GET /api/record` runs.
+    recorder: Recorder,
 }
 
 impl PluginManager {
     pub fn new(cfg: &Config, pipeline: PipelineHandle) -> Result<Arc<Self>> {
         let engine = PluginEngine::new(&cfg.host.data_dir.join("cache"))?;
-        let mut linker = Linker::<PluginState>::new(&engine.engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
-        // Both contract versions the host speaks: their interfaces differ by name.
-        Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)
-            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-        super::v0_1::Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)
-            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let linker = linker(&engine)?;
         let state = StateStore::open(&cfg.host.data_dir.join("state.redb"))?;
         let dir = cfg.plugins.dir.clone();
         std::fs::create_dir_all(&dir).with_context(|| format!("creating the plugins directory {}", dir.display()))?;
@@ -89,7 +87,8 @@ impl PluginManager {
             shared: Shared {
                 engine,
                 linker: Arc::new(linker),
-                pipeline,
+                output: Output::Pipeline(pipeline),
+                clock: Default::default(),
                 state,
                 decisions: DecisionBoard::default(),
                 sinks: cfg.sinks.clone(),
@@ -103,7 +102,13 @@ impl PluginManager {
             pending: Mutex::new(HashMap::new()),
             series: Mutex::new(None),
             scan_lock: Mutex::new(()),
+            recorder: Recorder::default(),
         }))
+    }
+
+    /// The tap `GET /api/record` records through.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
     }
 
     pub fn dir(&self) -> &Path {
@@ -258,19 +263,9 @@ impl PluginManager {
     }
 
     fn prepare(&self, name: &str, path: &Path, bytes: &[u8], sha: &str) -> Result<Prepared, String> {
-        let began = Instant::now();
-        let loaded = self.shared.engine.load_component(bytes).map_err(|e| format!("{e:#}"))?;
-        debug_assert_eq!(loaded.sha256, sha);
-        let pre = WorldPre::link(&self.shared.linker, &loaded.component, &loaded.contract)?;
-        Ok(Prepared {
-            name: name.to_string(),
-            pre,
-            sha256: loaded.sha256,
-            contract: loaded.contract,
-            file: path.to_path_buf(),
-            from_cache: loaded.from_cache,
-            began,
-        })
+        let p = prepare(&self.shared, name, path, bytes)?;
+        debug_assert_eq!(p.sha256, sha);
+        Ok(p)
     }
 
     fn stop_wait(&self, pcfg: &PluginsConfig) -> Duration {
@@ -319,6 +314,7 @@ impl PluginManager {
     /// plugin that wants samples collects the shared tick; when its batch is
     /// complete the batch is queued (a full queue drops it, counted).
     pub fn on_tick(&self, tick: &Tick, series: &[SeriesInfo]) {
+        self.recorder.tick(tick, series);
         // Recursive read: never queue behind a waiting writer (a scan about to
         // insert) while the ingest hub holds a read lock; only a writer that
         // holds the lock, for a map insert or remove, can delay this thread.
@@ -362,24 +358,18 @@ impl PluginManager {
     /// and tables it asked for (the interning tables are shared). Returns how
     /// many plugins it was offered to.
     pub fn publish_events(&self, batch: &types::EventBatch) -> usize {
-        let present = event_kinds(batch);
-        if present.is_empty() && batch.tables.is_empty() {
+        if event_kinds(batch).is_empty() && batch.tables.is_empty() {
             return 0;
         }
+        self.recorder.events(batch);
         let mut offered = 0;
         for e in self.plugins.read().values() {
             let Some(h) = &e.handle else { continue };
             let wants = h.wants_events.lock().clone();
-            if !present.iter().any(|k| wants.kinds.contains(k))
-                && !batch.tables.iter().any(|t| wants.tables.contains(&t.name))
-            {
-                continue;
+            if let Some((b, count)) = events_for(batch, &wants) {
+                h.offer(Work::Events(Box::new(b), count));
+                offered += 1;
             }
-            let mut b = batch.clone();
-            keep_kinds(&mut b, &wants);
-            let count = event_count(&b);
-            h.offer(Work::Events(Box::new(b), count));
-            offered += 1;
         }
         offered
     }
@@ -423,25 +413,27 @@ impl PluginManager {
 
     /// Hands new settings (JSON) to a running plugin's `configure` hook and
     /// waits for its verdict; a refusal keeps the old settings and names why.
+    /// The reason does not name the plugin: the caller reports it under the
+    /// key `plugin.<name>.settings`, and the plugin's own message names none.
     pub async fn configure(&self, name: &str, settings: &serde_json::Value) -> Result<(), String> {
         if !settings.is_object() {
-            return Err(format!("plugin.{name}.settings: must be an object"));
+            return Err("must be an object".into());
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         {
             let plugins = self.plugins.read();
             let Some(h) = plugins.get(name).and_then(|e| e.handle.as_ref()) else {
-                return Err(format!("no running plugin named {name:?}"));
+                return Err("the plugin is not running".into());
             };
             if !h.offer(Work::Configure(settings.to_string(), tx)) {
-                return Err(format!("plugin {name} is busy: its queue is full"));
+                return Err("the plugin is busy: its queue is full".into());
             }
         }
         let wait = Duration::from_millis(self.cfg.read().0.call_timeout_ms as u64 * 4 + 2000);
         match tokio::time::timeout(wait, rx).await {
-            Ok(Ok(r)) => r.map_err(|e| format!("plugin.{name}.settings: refused by the plugin: {e}")),
-            Ok(Err(_)) => Err(format!("plugin {name} stopped before answering")),
-            Err(_) => Err(format!("plugin {name} did not answer in time")),
+            Ok(Ok(r)) => r.map_err(|e| format!("refused by the plugin: {e}")),
+            Ok(Err(_)) => Err("the plugin stopped before answering".into()),
+            Err(_) => Err("the plugin did not answer in time".into()),
         }
     }
 
@@ -519,6 +511,51 @@ impl PluginManager {
             let _ = t.join();
         }
     }
+}
+
+/// The linker every plugin is instantiated with: WASI (what the sandbox
+/// grants) and the `host` functions of both contract versions.
+pub fn linker(engine: &PluginEngine) -> Result<Linker<PluginState>> {
+    let mut linker = Linker::<PluginState>::new(&engine.engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    // Both contract versions the host speaks: their interfaces differ by name.
+    Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    super::v0_1::Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+    Ok(linker)
+}
+
+/// Compiles (or loads from the cache) and links one plugin file; Err says
+/// why it is not a plugin this host can run.
+pub fn prepare(shared: &Shared, name: &str, path: &Path, bytes: &[u8]) -> Result<Prepared, String> {
+    let began = Instant::now();
+    let loaded = shared.engine.load_component(bytes).map_err(|e| format!("{e:#}"))?;
+    let pre = WorldPre::link(&shared.linker, &loaded.component, &loaded.contract)?;
+    Ok(Prepared {
+        name: name.to_string(),
+        pre,
+        sha256: loaded.sha256,
+        contract: loaded.contract,
+        file: path.to_path_buf(),
+        from_cache: loaded.from_cache,
+        began,
+    })
+}
+
+/// What a plugin subscribed to `wants` is handed of `batch` (its kinds'
+/// column groups and its tables), with its row count; None when the batch
+/// holds none of them.
+pub fn events_for(batch: &types::EventBatch, wants: &Subscription) -> Option<(types::EventBatch, u64)> {
+    if !event_kinds(batch).iter().any(|k| wants.kinds.contains(k))
+        && !batch.tables.iter().any(|t| wants.tables.contains(&t.name))
+    {
+        return None;
+    }
+    let mut b = batch.clone();
+    keep_kinds(&mut b, wants);
+    let count = event_count(&b);
+    Some((b, count))
 }
 
 /// Keeps the watcher alive; dropping it stops watching.

@@ -8,16 +8,20 @@
 //! - `world`:    a plugin of either version behind one set of calls
 //! - `tables`:   event tables plugins declare, and the registry the ingest reads
 //! - `host_api`: store data and the `host` functions plugins call
+//! - `clock`:    the time plugins see (wall clock, or a recording's under `sonde plugin test`)
+//! - `output`:   where emitted points and log records go (the pipeline, or a capture)
 //! - `limits`:   what the host enforces (the WIT manual's section): memory cap, call deadlines, trap and queue limits
 //! - `sandbox`:  WASI capabilities (denied unless granted) and stdio capture
 //! - `instance`: one plugin's thread: calls, traps, backoff, quarantine, samples
 //! - `manager`:  the set of plugins: directory loading and watching, fan-out, routes
+//! - `recording`: the tap behind `GET /api/record` and the recording's file format
 //! - `metrics`:  per-plugin self-metrics
 //!
 //! Depends on `sample` (tick types), `pipeline` (where output goes), `state`
 //! and `sinks`; nothing here depends on `api`.
 
 pub mod bindings;
+pub mod clock;
 pub mod config;
 pub mod deadline;
 pub mod engine;
@@ -26,6 +30,8 @@ pub mod instance;
 pub mod limits;
 pub mod manager;
 pub mod metrics;
+pub mod output;
+pub mod recording;
 pub mod sandbox;
 pub mod tables;
 pub mod v0_1;
@@ -231,6 +237,11 @@ impl DecisionBoard {
     const MAX: usize = 10_000;
 
     pub fn record(&self, plugin: &str, d: &bindings::types::Decision) {
+        self.record_at(plugin, d, crate::model::now_ns());
+    }
+
+    /// The same, made at `time_ns` (the plugin's clock).
+    pub fn record_at(&self, plugin: &str, d: &bindings::types::Decision, time_ns: u64) {
         let body = serde_json::from_str(&d.body).unwrap_or_else(|_| serde_json::Value::String(d.body.clone()));
         let entry = DecisionEntry {
             plugin: plugin.to_string(),
@@ -238,7 +249,7 @@ impl DecisionBoard {
             subject: d.subject.clone(),
             reason: d.reason.clone(),
             body,
-            time_ns: crate::model::now_ns(),
+            time_ns,
         };
         let listeners = self.listeners.lock().clone();
         for l in &listeners {

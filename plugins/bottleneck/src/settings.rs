@@ -200,7 +200,7 @@ impl Settings {
         ];
         for (key, v) in shares {
             if !(0.0..=1.0).contains(&v) {
-                return Err(format!("bottleneck settings: {key} must be within 0..1, not {v}"));
+                return Err(format!("setting `{key}` must be within 0..1, not {v}"));
             }
         }
         let positive = [
@@ -211,7 +211,7 @@ impl Settings {
         ];
         for (key, v) in positive {
             if !(v.is_finite() && v > 0.0) {
-                return Err(format!("bottleneck settings: {key} must be a positive number, not {v}"));
+                return Err(format!("setting `{key}` must be a positive number, not {v}"));
             }
         }
         let counts = [
@@ -224,7 +224,7 @@ impl Settings {
         ];
         for (key, v) in counts {
             if v == 0 {
-                return Err(format!("bottleneck settings: {key} must be at least 1"));
+                return Err(format!("setting `{key}` must be at least 1"));
             }
         }
         for (key, v) in [
@@ -232,11 +232,11 @@ impl Settings {
             ("emit_every_ms", self.emit_every_ms),
         ] {
             if v < 100 {
-                return Err(format!("bottleneck settings: {key} must be at least 100, not {v}"));
+                return Err(format!("setting `{key}` must be at least 100, not {v}"));
             }
         }
         if self.step_names.is_empty() {
-            return Err("bottleneck settings: step_names must name at least one timing".into());
+            return Err("setting `step_names` must name at least one timing".into());
         }
         Ok(())
     }

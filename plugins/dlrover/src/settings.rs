@@ -384,7 +384,7 @@ impl Settings {
         ];
         for (k, v) in positive {
             if !(v > 0.0 && v.is_finite()) {
-                return Err(format!("dlrover settings: `{k}` must be > 0, got {v}"));
+                return Err(format!("setting `{k}` must be > 0, got {v}"));
             }
         }
         let non_negative = [
@@ -399,18 +399,15 @@ impl Settings {
         ];
         for (k, v) in non_negative {
             if !(v >= 0.0 && v.is_finite()) {
-                return Err(format!("dlrover settings: `{k}` must be >= 0, got {v}"));
+                return Err(format!("setting `{k}` must be >= 0, got {v}"));
             }
         }
         if self.tick_ms < 10 {
-            return Err(format!(
-                "dlrover settings: `tick_ms` must be >= 10, got {}",
-                self.tick_ms
-            ));
+            return Err(format!("setting `tick_ms` must be >= 10, got {}", self.tick_ms));
         }
         if self.sample_period_ms < 10 || self.deliver_every_ms < self.sample_period_ms {
             return Err(format!(
-                "dlrover settings: `sample_period_ms` must be >= 10 and `deliver_every_ms` >= it, got {} and {}",
+                "setting `sample_period_ms` must be >= 10 and `deliver_every_ms` >= it, got {} and {}",
                 self.sample_period_ms, self.deliver_every_ms
             ));
         }
@@ -427,17 +424,17 @@ impl Settings {
             ),
         ] {
             if v == 0 {
-                return Err(format!("dlrover settings: `{k}` must be >= 1"));
+                return Err(format!("setting `{k}` must be >= 1"));
             }
         }
         if self.perf_records < 2 {
-            return Err("dlrover settings: `perf_records` must be >= 2".into());
+            return Err("setting `perf_records` must be >= 2".into());
         }
         if self.node.trim().is_empty() {
-            return Err("dlrover settings: `node` must not be empty".into());
+            return Err("setting `node` must not be empty".into());
         }
         if self.clamp.min_cpu > self.clamp.max_cpu || self.clamp.min_memory.0 > self.clamp.max_memory.0 {
-            return Err("dlrover settings: `clamp` minimum above its maximum".into());
+            return Err("setting `clamp` minimum above its maximum".into());
         }
         Ok(())
     }
@@ -504,10 +501,12 @@ mod tests {
                 r#"{"sample_period_ms": 1000, "deliver_every_ms": 10}"#,
                 "deliver_every_ms",
             ),
-            ("[1]", "dlrover settings"),
+            ("[1]", "invalid settings"),
         ] {
             let e = Settings::parse(json).unwrap_err();
             assert!(e.contains(needle), "{json}: {e}");
+            // sonde shows the message under the plugin's name.
+            assert!(!e.contains("dlrover"), "{json}: {e}");
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Reading a plugin's settings (`start-info.settings` and `configure`): the
 //! JSON object from `[plugin.<name>] settings = {...}` in sonde's config.
 //!
-//! Every error names the plugin and the key, and an unknown key is an error,
-//! so a typo never becomes a silent default. Two ways in:
+//! Every error names the key, and an unknown key is an error, so a typo never
+//! becomes a silent default. No error names the plugin: sonde shows a
+//! refusal under the plugin's name (its status, the `plugin.<name>.settings`
+//! key of a config change, its log lines), so the message does not say it
+//! again. Two ways in:
 //!
 //! - [`parse_json`]: a serde struct with `#[serde(deny_unknown_fields, default)]`
 //!   (serde's own messages name the key: "unknown field `x`, expected one of ...").
@@ -17,59 +20,57 @@ use std::ops::RangeInclusive;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-/// Parses settings into a serde type. `plugin` names the plugin in errors.
-/// Missing keys take their `Default`, an empty string gives `T::default()`.
+/// Parses settings into a serde type. Missing keys take their `Default`, an
+/// empty string gives `T::default()`. (`plugin`, the plugin's name, is not
+/// part of the messages: see the module's notes.)
 pub fn parse_json<T: DeserializeOwned + Default>(plugin: &str, json: &str) -> Result<T, String> {
+    let _ = plugin;
     if json.trim().is_empty() {
         return Ok(T::default());
     }
-    serde_json::from_str(json).map_err(|e| format!("{plugin} settings: {e}"))
+    serde_json::from_str(json).map_err(|e| format!("invalid settings: {e}"))
 }
 
 /// Parses settings as a JSON object whose keys must all be in `known`.
-pub fn parse_object<'a>(plugin: &'a str, json: &str, known: &[&str]) -> Result<SettingsMap<'a>, String> {
-    let fail = |what: String| format!("{plugin} settings: {what}");
+pub fn parse_object(plugin: &str, json: &str, known: &[&str]) -> Result<SettingsMap, String> {
+    let _ = plugin;
     let map = if json.trim().is_empty() {
         Map::new()
     } else {
         match serde_json::from_str(json) {
             Ok(Value::Object(map)) => map,
-            Ok(other) => return Err(fail(format!("settings must be a JSON object, got {other}"))),
-            Err(e) => return Err(fail(format!("settings are not valid JSON: {e}"))),
+            Ok(other) => return Err(format!("settings must be a JSON object, got {other}")),
+            Err(e) => return Err(format!("settings are not valid JSON: {e}")),
         }
     };
     if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(fail(format!(
-            "unknown setting `{unknown}` (known: {})",
-            known.join(", ")
-        )));
+        return Err(format!("unknown setting `{unknown}` (known: {})", known.join(", ")));
     }
-    Ok(SettingsMap { plugin, map })
+    Ok(SettingsMap { map })
 }
 
 /// A settings object whose keys are known; read it key by key. Each getter
 /// returns `Ok(None)` when the key is absent (or `null`), so the caller
 /// writes `.unwrap_or(default)`.
 #[derive(Debug, Clone)]
-pub struct SettingsMap<'a> {
-    plugin: &'a str,
+pub struct SettingsMap {
     map: Map<String, Value>,
 }
 
-impl SettingsMap<'_> {
+impl SettingsMap {
     /// The raw value of `key`; `None` when absent or `null`.
     pub fn value(&self, key: &str) -> Option<&Value> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
-    /// The error for `key`: "PLUGIN settings: setting `KEY` must be WANT, got VALUE".
+    /// The error for `key`: "setting `KEY` must be WANT, got VALUE".
     pub fn bad(&self, key: &str, want: &str, got: &Value) -> String {
-        format!("{} settings: setting `{key}` must be {want}, got {got}", self.plugin)
+        format!("setting `{key}` must be {want}, got {got}")
     }
 
     /// An error about the settings as a whole (two keys that disagree).
     pub fn error(&self, message: &str) -> String {
-        format!("{} settings: {message}", self.plugin)
+        format!("settings: {message}")
     }
 
     /// Reads `key` with `read`; a value `read` refuses is an error saying `want`.
@@ -155,22 +156,20 @@ mod tests {
     }
 
     #[test]
-    fn errors_name_the_plugin_and_the_key() {
+    fn errors_name_the_key_and_leave_the_plugin_to_the_host() {
         for (json, want) in [
-            (
-                r#"{"onn":true}"#,
-                "demo settings: unknown setting `onn` (known: on, name,",
-            ),
-            ("[1]", "demo settings: settings must be a JSON object, got [1]"),
-            ("{", "demo settings: settings are not valid JSON"),
+            (r#"{"onn":true}"#, "unknown setting `onn` (known: on, name,"),
+            ("[1]", "settings must be a JSON object, got [1]"),
+            ("{", "settings are not valid JSON"),
         ] {
             let e = parse_object("demo", json, &KNOWN).unwrap_err();
-            assert!(e.contains(want), "{json}: {e}");
+            assert!(e.starts_with(want), "{json}: {e}");
+            assert!(!e.contains("demo"), "{json}: {e}");
         }
         let s = parse_object("demo", r#"{"every_ms":5,"mode":"warp","name":3}"#, &KNOWN).unwrap();
         assert_eq!(
             s.u64_in("every_ms", 10..=1000, "an integer of ms from 10 to 1000"),
-            Err("demo settings: setting `every_ms` must be an integer of ms from 10 to 1000, got 5".into())
+            Err("setting `every_ms` must be an integer of ms from 10 to 1000, got 5".into())
         );
         assert!(
             s.choice("mode", &[("slow", 1)])
@@ -185,7 +184,7 @@ mod tests {
     }
 
     #[test]
-    fn serde_settings_name_the_plugin_and_the_key() {
+    fn serde_settings_name_the_key() {
         #[derive(serde::Deserialize, Default, Debug, PartialEq)]
         #[serde(deny_unknown_fields, default)]
         struct S {
@@ -194,6 +193,6 @@ mod tests {
         assert_eq!(parse_json::<S>("demo", ""), Ok(S::default()));
         assert_eq!(parse_json::<S>("demo", r#"{"window_s":2}"#), Ok(S { window_s: 2.0 }));
         let e = parse_json::<S>("demo", r#"{"window":2}"#).unwrap_err();
-        assert!(e.starts_with("demo settings: unknown field `window`"), "{e}");
+        assert!(e.starts_with("invalid settings: unknown field `window`"), "{e}");
     }
 }
