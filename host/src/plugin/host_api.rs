@@ -336,13 +336,12 @@ impl host::Host for PluginState {
     }
 
     fn set_timer(&mut self, after_ms: u64, repeat: bool) -> u64 {
-        self.timers
-            .set(
-                self.clock.instant(),
-                Duration::from_millis(after_ms),
-                repeat,
-                matches!(self.clock, Clock::Wall),
-            )
+        self.timers.set(
+            self.clock.instant(),
+            Duration::from_millis(after_ms),
+            repeat,
+            matches!(self.clock, Clock::Wall),
+        )
     }
 
     fn cancel_timer(&mut self, id: u64) {
