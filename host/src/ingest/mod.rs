@@ -399,8 +399,11 @@ impl IngestHub {
     }
 
     /// Registers an in-process agent's buffers; dropped agents fall out by themselves.
+    /// Wakes the flush loop, which sleeps while no lane is attached and no rows wait
+    /// (lanes are drained at its ticks, never announced row by row).
     pub fn add_lane(&self, lane: Weak<dyn Lane>) {
         self.lanes.lock().push(lane);
+        self.wake.notify_one();
     }
 
     /// Hands what waits to the plugins now. Returns the rows handed over.
@@ -881,6 +884,25 @@ mod tests {
         drop(lane);
         assert_eq!(hub.flush(), 0);
         assert!(hub.lanes.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_lane_attached_while_the_flush_loop_sleeps_is_drained() {
+        let (publish, seen) = collecting();
+        let hub = IngestHub::new(100, publish);
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let run = tokio::spawn(hub.clone().run(Duration::from_millis(10), stop));
+        // The loop has found nothing to do and sleeps until woken.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let lane: Arc<dyn Lane> = Arc::new(TestLane(Mutex::new(vec![7])));
+        hub.add_lane(Arc::downgrade(&lane));
+        let t0 = std::time::Instant::now();
+        while seen.lock().is_empty() && t0.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(hub.stats().agent.rows, 1, "the lane's row was never flushed");
+        stop_tx.send(true).unwrap();
+        run.await.unwrap();
     }
 
     #[test]
