@@ -390,10 +390,13 @@ impl Config {
     }
 
     /// An agent sends to its master unless `export.endpoint` says otherwise,
-    /// and proves itself with `cluster.token` when one is set.
+    /// proves itself with `cluster.token` when one is set, and (unless told
+    /// otherwise) compresses with gzip and sends one request at a time.
     fn apply_role(&mut self) {
-        if self.cluster.role == crate::cluster::config::Role::Agent
-            && let Some(token) = &self.cluster.token
+        if self.cluster.role != crate::cluster::config::Role::Agent {
+            return;
+        }
+        if let Some(token) = &self.cluster.token
             && !self
                 .export
                 .headers
@@ -404,16 +407,15 @@ impl Config {
                 .headers
                 .insert("authorization".into(), format!("Bearer {}", token.trim()));
         }
-        if self.cluster.role == crate::cluster::config::Role::Agent && self.export.endpoint.is_none() {
+        if self.export.endpoint.is_none() {
             self.export.endpoint.clone_from(&self.cluster.master);
             self.export.protocol = crate::export::config::Protocol::Grpc;
         }
-        if self.cluster.role == crate::cluster::config::Role::Agent && self.export.compression.is_none() {
-            self.export.compression = Some(crate::export::config::Compression::Gzip);
-        }
-        if self.cluster.role == crate::cluster::config::Role::Agent && self.export.max_in_flight.is_none() {
-            self.export.max_in_flight = Some(1);
-        }
+        self.export
+            .compression
+            .get_or_insert(crate::export::config::Compression::Gzip);
+        // The master's history keeps each series in time order (export/config.rs).
+        self.export.max_in_flight.get_or_insert(1);
     }
 
     /// Settings for one plugin (defaults when the config does not name it).
