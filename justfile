@@ -171,6 +171,10 @@ bench *ARGS: build fake-nvml floor-sampler
     if [[ " {{ARGS}} " != *" --check "* ]]; then cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent; fi
     bash scripts/bench-process.sh {{ARGS}}
 
+# two sonde builds side by side in one window (bundled plugins, export off): CPU per sample and RSS of each, and the ratio B / A, e.g. the previous commit's build against this one
+bench-ab A B *ARGS: plugins
+    python3 scripts/bench_ab.py {{A}} {{B}} {{ARGS}}
+
 # the MPI probe's overhead: one stack walk each way and the tick itself, cost per wrapped call, NetPIPE and HPCC at 100 Hz and 1 kHz (stacks, and the call site alone) vs without the probe
 bench-mpi: mpi-probe
     command -v NPopenmpi >/dev/null && command -v hpcc >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends netpipe-openmpi hpcc; }

@@ -39,8 +39,8 @@ import sys
 import tempfile
 import time
 
-from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, need_release_build, plugin_dirs, rss_mb,
-                     start_rotel, start_sonde, stop, threads, wait_until)
+from harness import (FLOOR, ROOT, SONDE, cold_start, cpu_seconds, free_port, get, need_release_build, plugin_dirs,
+                     rss_mb, start_rotel, start_sonde, stop, threads, wait_until)
 
 PERIOD_S = 0.1
 WARM_UP_S = 6  # plugins started, the first export (every 5 s) done
@@ -140,9 +140,17 @@ def breakdown(before, after, n_ticks):
 
 
 def start_ready(work, api, endpoint, cache):
+    """sonde on `work` with the bundled plugins and a copy of the compile cache, from its own
+    copy of the binary: one sonde per node runs from its binary alone, and two sondes mapping
+    one file would share its pages, which sonde's start-up page-out then leaves resident (see
+    host/src/footprint.rs). Written files are synced first, for the same reason: the kernel
+    does not page out dirty pages."""
     plugin_dirs(work)
     shutil.copytree(cache, os.path.join(work, "cache"))
-    p = start_sonde(work, api, endpoint)
+    exe = os.path.join(work, "sonde")
+    shutil.copy(SONDE, exe)
+    os.sync()
+    p = start_sonde(work, api, endpoint, exe=exe)
     wait_until(lambda: ticks(api) >= 1, p, "sonde did not take its first sample")
     return p
 

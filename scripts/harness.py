@@ -181,13 +181,13 @@ def plugin_dirs(work, bundled=True, extra=None):
     return plugins, sinks
 
 
-def start_sonde(work, api, endpoint=None, settings=(), data_dir=None, extra=(), stdout=None):
+def start_sonde(work, api, endpoint=None, settings=(), data_dir=None, extra=(), stdout=None, exe=None):
     """Starts the release sonde with work/plugins and work/sinks (see plugin_dirs), its data in
     `data_dir` (default: work), its API on `api`, exporting to `endpoint` if given; each of
     `settings` is a `key=value` for --set, and `extra` are more arguments as they are. Its output
-    goes to `stdout` (a file) or nowhere. Returns at once: see wait_until, wait_ready and
-    start_sonde_timed."""
-    args = [SONDE, "--data-dir", data_dir or work, "--plugins-dir", os.path.join(work, "plugins"),
+    goes to `stdout` (a file) or nowhere; `exe` runs another copy of the binary. Returns at
+    once: see wait_until, wait_ready and start_sonde_timed."""
+    args = [exe or SONDE, "--data-dir", data_dir or work, "--plugins-dir", os.path.join(work, "plugins"),
             "--sinks-dir", os.path.join(work, "sinks"), "--listen", api]
     if endpoint:
         args += ["--export-endpoint", endpoint]

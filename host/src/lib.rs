@@ -15,6 +15,7 @@
 //!   history                   (the embedded store: depends on model only)
 //!   tls                       (TLS settings, PEM loading, the TLS listener: depends on nothing)
 //!   symbolize                 (DWARF/ELF symbols of a process's modules: depends on nothing)
+//!   footprint                 (the host's own resident memory: depends on nothing)
 //! ```
 //! `model` is shared by all. Each component's settings live beside it
 //! (`sample/config.rs`, `plugin/config.rs`, `export/config.rs`,
@@ -30,6 +31,7 @@ pub mod api;
 pub mod cluster;
 pub mod config;
 pub mod export;
+pub mod footprint;
 pub mod history;
 pub mod ingest;
 pub mod model;

@@ -335,6 +335,7 @@ fn main() -> ExitCode {
     if let Ok(exe) = exe {
         sonde::plugin::engine::compile_in_child(exe);
     }
+    sonde::footprint::share_heap_arenas();
     let rt = match sonde::run::runtime() {
         Ok(rt) => rt,
         Err(e) => {

@@ -41,6 +41,12 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 pub async fn run(cfg: Config) -> Result<()> {
     let host = Host::start(cfg, HostOptions::default()).await?;
     host.print_banner();
+    // Start-up is over: what only it ran need not stay resident.
+    let advised = crate::footprint::drop_start_up_pages();
+    tracing::debug!(
+        bytes = advised,
+        "start-up pages of the binary and the compiled plugins dropped"
+    );
     wait_for_signal().await;
     tracing::info!("shutting down");
     host.shutdown(true).await;

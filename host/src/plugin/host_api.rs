@@ -190,9 +190,10 @@ impl MetricRegistry {
 
 /// The plugin's timers, fired by its thread. A repeating timer fires on
 /// multiples of its period on the monotonic clock, the grid the sampler's
-/// deadlines lie on: a 1 s timer wakes the plugin's thread together with a
-/// sampler tick instead of at a moment of its own (the first time at least
-/// its period after it was set, then every period).
+/// deadlines lie on: a 1 s timer falls on a sampler tick, and that tick wakes
+/// the plugin's thread for it (`super::beat`), so the thread has no wake-up of
+/// its own (the first time at least its period after it was set, then every
+/// period).
 #[derive(Default)]
 pub struct Timers {
     next_id: u64,
@@ -262,6 +263,27 @@ impl Timers {
             None => return self.pop_due(now),
         }
         Some(id)
+    }
+
+    /// When the plugin's thread must wake for its timers, given the sampling
+    /// period while the sampler ticks (`beat`). Returns (the earliest timer the
+    /// sampler's tick wakes the thread for, when the thread wakes on its own).
+    /// A repeating timer at least as long as the sampling period is the
+    /// tick's to wake: the thread's own wake-up for it waits two periods more,
+    /// in case the sampler stalls (`beat` explains why).
+    pub fn wakes(&self, sampling: Option<Duration>) -> (Option<Instant>, Option<Instant>) {
+        let (mut driven, mut own) = (None::<Instant>, None::<Instant>);
+        for Reverse((at, id)) in &self.heap {
+            let Some(repeat) = self.live.get(id) else { continue };
+            match (sampling, repeat) {
+                (Some(p), Some(every)) if *every >= p => {
+                    driven = Some(driven.map_or(*at, |d| d.min(*at)));
+                    own = Some(own.map_or(*at + 2 * p, |o| o.min(*at + 2 * p)));
+                }
+                _ => own = Some(own.map_or(*at, |o| o.min(*at))),
+            }
+        }
+        (driven, own)
     }
 
     pub fn len(&self) -> usize {
@@ -591,5 +613,26 @@ mod tests {
         assert!(t.next_deadline().unwrap() > now);
         t.cancel(every);
         assert_eq!(t.next_deadline(), None);
+    }
+
+    #[test]
+    fn the_sampler_wakes_the_thread_for_long_repeating_timers_only() {
+        let mut t = Timers::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        t.set(t0, ms(500), true, false);
+        t.set(t0, ms(50), true, false);
+        // Without a sampler, or sampling slower than the 50 ms timer: all its own.
+        assert_eq!(t.wakes(None), (None, Some(t0 + ms(50))));
+        assert_eq!(t.wakes(Some(ms(1000))), (None, Some(t0 + ms(50))));
+        // Sampling every 100 ms: the 500 ms timer is the tick's, the 50 ms one the thread's.
+        assert_eq!(t.wakes(Some(ms(100))), (Some(t0 + ms(500)), Some(t0 + ms(50))));
+        // Only the 500 ms timer left: the thread's own wake-up is two periods after it.
+        let mut only_slow = Timers::default();
+        only_slow.set(t0, ms(500), true, false);
+        assert_eq!(only_slow.wakes(Some(ms(100))), (Some(t0 + ms(500)), Some(t0 + ms(700))));
+        // A one-shot timer is never the tick's, however long.
+        only_slow.set(t0, ms(600), false, false);
+        assert_eq!(only_slow.wakes(Some(ms(100))), (Some(t0 + ms(500)), Some(t0 + ms(600))));
     }
 }

@@ -14,11 +14,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 use wasmtime::Store;
 use wasmtime::component::Linker;
 
+use super::beat::{SamplerBeat, TimerDue};
 use super::bindings::types;
 use super::clock::Clock;
 use super::config::{PluginConfig, PluginsConfig};
@@ -26,6 +26,7 @@ use super::deadline::CallTimer;
 use super::engine::PluginEngine;
 use super::host_api::{MetricRegistry, PluginState};
 use super::limits::{self, Limits};
+use super::mailbox::{self, Receiver, RecvError, SendError, Sender};
 use super::metrics::PluginMetrics;
 use super::output::Output;
 use super::sandbox::wasi_ctx;
@@ -51,6 +52,9 @@ pub struct Shared {
     /// The event tables running plugins declared (read by the ingest).
     pub tables: Arc<TableRegistry>,
     pub plan: Arc<SamplePlan>,
+    /// When the sampler last ticked: while it ticks, it wakes plugin threads
+    /// for their timers (`super::beat`).
+    pub beat: Arc<SamplerBeat>,
     /// The host's tokio runtime, entered around guest calls. Without an
     /// ambient runtime, wasmtime-wasi's synchronous bindings (a plugin writing
     /// to stderr, e.g. a panic message) start a private multi-threaded runtime
@@ -66,6 +70,9 @@ pub enum Work {
     Events(Box<types::EventBatch>, u64),
     Request(types::HttpRequest, tokio::sync::oneshot::Sender<types::HttpResponse>),
     Configure(String, tokio::sync::oneshot::Sender<Result<(), String>>),
+    /// Nothing to do but fire the timers that are due: the sampler's tick
+    /// waking the thread for them (`super::beat`).
+    Wake,
     /// Unload: call `stop`, then end the thread; the sender learns when it is done.
     Stop(tokio::sync::oneshot::Sender<()>),
 }
@@ -105,6 +112,8 @@ pub struct PluginHandle {
     pub wants_events: Arc<Mutex<Subscription>>,
     /// Ticks waiting to make up this plugin's next batch; filled by the sampler thread.
     pub acc: Arc<Mutex<SampleAcc>>,
+    /// The earliest timer the sampler's tick wakes this plugin for.
+    pub timer_due: Arc<TimerDue>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -113,7 +122,7 @@ impl PluginHandle {
     pub fn offer(&self, work: Work) -> bool {
         match self.tx.try_send(work) {
             Ok(()) => true,
-            Err(TrySendError::Full(w)) | Err(TrySendError::Disconnected(w)) => {
+            Err(SendError::Full(w)) | Err(SendError::Closed(w)) => {
                 self.metrics.dropped.fetch_add(1, Relaxed);
                 if let Work::Request(_, reply) = w {
                     let _ = reply.send(json_response(
@@ -126,10 +135,16 @@ impl PluginHandle {
         }
     }
 
+    /// Wakes the thread for its due timers (`super::beat`). A full queue is
+    /// not a loss: the thread is awake and fires them after that work.
+    pub fn poke(&self) {
+        let _ = self.tx.try_send(Work::Wake);
+    }
+
     /// Calls `stop` and waits (bounded) for the thread to end.
     pub fn shutdown(mut self, wait: Duration) {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.tx.send_timeout(Work::Stop(tx), wait).is_ok() {
+        if self.tx.send_until(Work::Stop(tx), Instant::now() + wait).is_ok() {
             let deadline = Instant::now() + wait;
             let mut rx = rx;
             while Instant::now() < deadline {
@@ -156,10 +171,11 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
     let (name, sha256) = (prep.name.clone(), prep.sha256.clone());
     let actor = Actor::started(prep, cfg, pcfg, shared, true)?;
     let (status, metrics) = (actor.status.clone(), actor.metrics.clone());
-    let (tx, rx) = crossbeam_channel::bounded(actor.limits.queue);
+    let (tx, rx) = mailbox::mailbox(actor.limits.queue);
     let wants_samples = actor.wants_samples.clone();
     let wants_events = actor.wants_events.clone();
     let acc = actor.acc.clone();
+    let timer_due = actor.timer_due.clone();
     let owner = actor.owner.clone();
     let tables = actor.shared.tables.clone();
     let thread = std::thread::Builder::new()
@@ -186,6 +202,7 @@ pub fn spawn(prep: Prepared, cfg: PluginConfig, pcfg: &PluginsConfig, shared: Sh
         wants_samples,
         wants_events,
         acc,
+        timer_due,
         thread: Some(thread),
     })
 }
@@ -287,6 +304,7 @@ struct Actor {
     /// Whether a trap is followed by a new instance after a backoff (false when driven).
     restarts_after_trap: bool,
     acc: Arc<Mutex<SampleAcc>>,
+    timer_due: Arc<TimerDue>,
     last_stderr: super::sandbox::LastLines,
 }
 
@@ -331,6 +349,7 @@ impl Actor {
             backoff_until: None,
             restarts_after_trap,
             acc: Default::default(),
+            timer_due: Default::default(),
             last_stderr: Default::default(),
         };
         actor.status.lock().compiled_from_cache = prep.from_cache;
@@ -591,11 +610,8 @@ impl Actor {
 
     fn run(mut self, rx: Receiver<Work>) {
         loop {
-            let deadline = self.next_deadline();
-            let work = match deadline {
-                Some(d) => rx.recv_deadline(d),
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
+            let deadline = self.next_wake();
+            let work = rx.recv_until(deadline);
             match work {
                 Ok(Work::Stop(done)) => {
                     self.stop();
@@ -603,8 +619,8 @@ impl Actor {
                     return;
                 }
                 Ok(w) => self.handle(w),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
+                Err(RecvError::Timeout) => {}
+                Err(RecvError::Closed) => {
                     self.stop();
                     return;
                 }
@@ -624,11 +640,25 @@ impl Actor {
         }
     }
 
-    fn next_deadline(&mut self) -> Option<Instant> {
-        let timer = self
+    /// When the thread must wake on its own, for a timer or the end of a
+    /// backoff; publishes the timers the sampler's tick wakes it for.
+    fn next_wake(&mut self) -> Option<Instant> {
+        let beat = &self.shared.beat;
+        let sampling = match self.shared.clock {
+            Clock::Wall => beat.live_period(Instant::now()),
+            Clock::Replay(_) => None,
+        };
+        let (driven, own) = self
             .live
-            .as_mut()
-            .and_then(|l| l.store.data_mut().timers.next_deadline());
+            .as_ref()
+            .map_or((None, None), |l| l.store.data().timers.wakes(sampling));
+        self.timer_due.publish(beat, driven);
+        // A tick between reading the timers and publishing them saw nothing to
+        // wake: wait for that timer itself.
+        let timer = match driven {
+            Some(d) if beat.ticked_since(d) => Some(own.map_or(d, |o| o.min(d))),
+            _ => own,
+        };
         match (timer, self.backoff_until) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -700,6 +730,8 @@ impl Actor {
                 };
                 let _ = reply.send(r);
             }
+            // The loop fires the due timers after any work.
+            Work::Wake => {}
             Work::Stop(_) => unreachable!("handled in run"),
         }
     }

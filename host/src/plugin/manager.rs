@@ -94,6 +94,7 @@ impl PluginManager {
                 sinks: cfg.sinks.clone(),
                 tables: Arc::new(TableRegistry::default()),
                 plan: Arc::new(SamplePlan::new(cfg.sampler.period_ms)),
+                beat: Default::default(),
                 rt: tokio::runtime::Handle::try_current().ok(),
             },
             dir,
@@ -218,7 +219,7 @@ impl PluginManager {
         let t0 = Instant::now();
         let prepared = self.prepare(name, path, bytes, &sha);
         if prepared.as_ref().is_ok_and(|p| !p.from_cache) {
-            release_freed_memory();
+            crate::footprint::release_freed_heap();
         }
         let result = prepared.and_then(|p| instance::spawn(p, cfg, &pcfg, self.shared.clone()));
         match result {
@@ -277,7 +278,7 @@ impl PluginManager {
         if let Some(h) = entry.and_then(|e| e.handle) {
             h.shutdown(self.stop_wait(&self.cfg.read().0));
             // The plugin's instances and their thread's heap arena are freed now.
-            release_freed_memory();
+            crate::footprint::release_freed_heap();
         }
         self.pending.lock().remove(name);
     }
@@ -315,16 +316,21 @@ impl PluginManager {
     /// complete the batch is queued (a full queue drops it, counted).
     pub fn on_tick(&self, tick: &Tick, series: &[SeriesInfo]) {
         self.recorder.tick(tick, series);
+        let period =
+            Duration::from_millis(self.shared.plan.period_ms.load(std::sync::atomic::Ordering::Relaxed) as u64);
+        let now = self.shared.beat.ticked(Instant::now(), period);
         // Recursive read: never queue behind a waiting writer (a scan about to
         // insert) while the ingest hub holds a read lock; only a writer that
         // holds the lock, for a map insert or remove, can delay this thread.
         let plugins = self.plugins.read_recursive();
         let mut any = false;
         for e in plugins.values() {
-            any |= e
-                .handle
-                .as_ref()
-                .is_some_and(|h| h.wants_samples.load(std::sync::atomic::Ordering::Relaxed));
+            let Some(h) = &e.handle else { continue };
+            if h.wants_samples.load(std::sync::atomic::Ordering::Relaxed) {
+                any = true;
+            } else if h.timer_due.take_if_due(now) {
+                h.poke();
+            }
         }
         if !any {
             return;
@@ -346,8 +352,12 @@ impl PluginManager {
                 && h.wants_samples.load(std::sync::atomic::Ordering::Relaxed)
             {
                 let batch = h.acc.lock().push(&tick, &series);
+                // The thread fires its due timers after the batch: one wake-up for both.
+                let timer_due = h.timer_due.take_if_due(now);
                 if let Some(batch) = batch {
                     h.offer(Work::Samples(batch));
+                } else if timer_due {
+                    h.poke();
                 }
             }
         }
@@ -479,8 +489,10 @@ impl PluginManager {
         let me = self.clone();
         let thread = std::thread::Builder::new().name("sonde-watch".into()).spawn(move || {
             // Events are noisy (one write makes several); debounce them. A slow
-            // periodic rescan catches anything the watcher missed.
-            const RESCAN: Duration = Duration::from_secs(5);
+            // periodic rescan catches anything the watcher missed (a file
+            // system without change events). Every rescan wakes an idle host,
+            // and cost it about 12 µs a sampler tick at 5 s, so it is rare.
+            const RESCAN: Duration = Duration::from_secs(30);
             let mut next = Instant::now() + RESCAN;
             loop {
                 crossbeam_channel::select! {
@@ -569,16 +581,6 @@ impl Drop for Watcher {
     fn drop(&mut self) {
         // Dropping `_stop` after this wakes the thread; do not join a scan in progress.
         let _ = self.thread.take();
-    }
-}
-
-/// Compiling a component allocates tens of MB that are freed afterwards;
-/// hand them back to the OS so a long-running host stays small.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap pages to the OS.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

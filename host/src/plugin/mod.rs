@@ -8,9 +8,11 @@
 //! - `world`:    a plugin of either version behind one set of calls
 //! - `tables`:   event tables plugins declare, and the registry the ingest reads
 //! - `host_api`: store data and the `host` functions plugins call
+//! - `beat`:     the sampler's tick waking plugin threads for their timers
 //! - `clock`:    the time plugins see (wall clock, or a recording's under `sonde plugin test`)
 //! - `output`:   where emitted points and log records go (the pipeline, or a capture)
 //! - `limits`:   what the host enforces (the WIT manual's section): memory cap, call deadlines, trap and queue limits
+//! - `mailbox`:  a plugin thread's bounded queue of work, which sleeps without spinning
 //! - `sandbox`:  WASI capabilities (denied unless granted) and stdio capture
 //! - `instance`: one plugin's thread: calls, traps, backoff, quarantine, samples
 //! - `manager`:  the set of plugins: directory loading and watching, fan-out, routes
@@ -20,6 +22,7 @@
 //! Depends on `sample` (tick types), `pipeline` (where output goes), `state`
 //! and `sinks`; nothing here depends on `api`.
 
+pub mod beat;
 pub mod bindings;
 pub mod clock;
 pub mod config;
@@ -28,6 +31,7 @@ pub mod engine;
 pub mod host_api;
 pub mod instance;
 pub mod limits;
+pub mod mailbox;
 pub mod manager;
 pub mod metrics;
 pub mod output;

@@ -225,6 +225,7 @@ pub fn run(t: &TestRun) -> Result<Replayed, TestError> {
         },
         tables: Arc::new(TableRegistry::default()),
         plan: Arc::new(SamplePlan::new(reader.header.period_ms)),
+        beat: Default::default(),
         rt: Some(rt.handle().clone()),
     };
     let prepared = manager::prepare(&shared, &name, &t.wasm, &bytes).map_err(|e| input(&t.wasm, &e))?;

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Two sonde builds side by side in the same window: what a change did to the idle host.
+
+This VM's cost per sample moves by ±30 % from one run to the next (other tenants, CPU steal),
+more than most changes move it, so a figure from today cannot be held against one from
+yesterday. Instead both builds run at once, each with the bundled plugins, a copy of the
+compile cache, export off and nothing posting to it, each from its own copy of its binary
+(two sondes mapping one file would share its pages; see host/src/footprint.rs). Per round,
+after a warm-up: CPU per sample (the process's CPU-time clock over the samples it took) and
+RSS at the end. Rounds alternate which build starts first. Prints each round and the medians,
+and the ratio B / A.
+
+Usage: scripts/bench_ab.py A_BINARY B_BINARY [--seconds 20] [--rounds 4]
+e.g. a build of the previous commit against this one:
+    git stash; cargo build --release -p sonde; cp target/release/sonde /tmp/sonde-before
+    git stash pop; ./dev bench-ab /tmp/sonde-before target/release/sonde
+Needs the bundled plugins (`./dev plugins`).
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+from harness import cpu_seconds, free_port, get, plugin_dirs, rss_mb, start_sonde, stop, wait_until
+
+WARM_UP_S = 8  # plugins started, every plugin timer and delivery going
+
+
+def ticks(api):
+    return get(api, "/api/status")["sampler"]["period"]["ticks"]
+
+
+def one_round(binaries, order, seconds, cache):
+    tmp = tempfile.mkdtemp(prefix="sonde-ab-")
+    procs = {}
+    try:
+        for k in order:
+            work = os.path.join(tmp, k)
+            plugin_dirs(work)
+            if cache:
+                shutil.copytree(cache, os.path.join(work, "cache"))
+            exe = os.path.join(work, "sonde")
+            shutil.copy(binaries[k], exe)
+            os.sync()
+            api = f"127.0.0.1:{free_port()}"
+            p = start_sonde(work, api, exe=exe)
+            wait_until(lambda: ticks(api) >= 1, p, f"build {k} did not take its first sample", seconds=120)
+            procs[k] = (p, api)
+        time.sleep(WARM_UP_S)
+        before = {k: (cpu_seconds(p.pid), ticks(api)) for k, (p, api) in procs.items()}
+        time.sleep(seconds)
+        after = {k: (cpu_seconds(p.pid), ticks(api)) for k, (p, api) in procs.items()}
+        out = {}
+        for k, (p, _) in procs.items():
+            n = max(1, after[k][1] - before[k][1])
+            out[k] = ((after[k][0] - before[k][0]) * 1e6 / n, rss_mb(p.pid))
+        return out
+    finally:
+        for p, _ in procs.values():
+            stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a", help="the build to compare against (a sonde binary)")
+    ap.add_argument("b", help="the build under test")
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--rounds", type=int, default=4)
+    args = ap.parse_args()
+    binaries = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
+    for k, path in binaries.items():
+        if not os.access(path, os.X_OK):
+            sys.exit(f"build {k}: {path} is not an executable")
+    # The plugins are compiled once, by A, into a cache every round then starts from (a build
+    # whose engine differs compiles them again itself, which only lengthens its start).
+    root = tempfile.mkdtemp(prefix="sonde-ab-cache-")
+    try:
+        prime = os.path.join(root, "prime")
+        plugin_dirs(prime)
+        api = f"127.0.0.1:{free_port()}"
+        p = start_sonde(prime, api, exe=binaries["A"])
+        wait_until(lambda: ticks(api) >= 1, p, "build A did not take its first sample", seconds=120)
+        stop(p)
+        cache = os.path.join(prime, "cache")
+        res = {"A": [], "B": []}
+        print(f"A = {binaries['A']}\nB = {binaries['B']}\n{args.rounds} rounds of {args.seconds:.0f} s; "
+              f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
+        for r in range(args.rounds):
+            order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
+            out = one_round(binaries, order, args.seconds, cache)
+            for k in res:
+                res[k].append(out[k])
+            print(f"round {r + 1}: A {out['A'][0]:.1f} µs per sample, {out['A'][1]:.1f} MB; "
+                  f"B {out['B'][0]:.1f} µs, {out['B'][1]:.1f} MB; B / A {out['B'][0] / out['A'][0]:.2f}", flush=True)
+        med = {k: (statistics.median(c for c, _ in v), statistics.median(m for _, m in v)) for k, v in res.items()}
+        ratios = [b[0] / a[0] for a, b in zip(res["A"], res["B"])]
+        print(f"\nmedians ({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.2f} at the end)")
+        print(f"  CPU per 100 ms sample: A {med['A'][0]:.1f} µs, B {med['B'][0]:.1f} µs; "
+              f"B / A per round {min(ratios):.2f}–{max(ratios):.2f}, median {statistics.median(ratios):.2f}")
+        print(f"  RSS at the end: A {med['A'][1]:.1f} MB, B {med['B'][1]:.1f} MB")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
