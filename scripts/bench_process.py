@@ -49,7 +49,7 @@ WARM_UP_S = 6  # plugins started, the first export (every 5 s) done
 CHECKED = [
     ("cpu_off_ratio", "export off, × the floor sampler"),
     ("cpu_on_ratio", "export to rotel, × the floor sampler"),
-    ("rss_off_mb", "RSS, steady state"),
+    ("rss_off_mb", "RSS 30 s after start"),
     ("busy_p99_us", "sample period error p99, both cores busy"),
 ]
 

@@ -3,12 +3,16 @@
 import { call, get, el } from './api.js';
 
 let dirty = false;
+// Edits so far: a load answered after the text was edited must not overwrite
+// the edit (an apply's reload, slow on a busy host, landing on new typing).
+let edits = 0;
 
 export async function loadConfig(force) {
   const ta = document.getElementById('config-text');
   if (dirty && !force) return;
+  const seen = edits;
   const r = await get('/api/config');
-  if (!r.ok) return;
+  if (!r.ok || edits !== seen) return;
   ta.value = JSON.stringify(r.json, null, 2);
   dirty = false;
   document.getElementById('quick-period').value = r.json.sampler.period_ms;
@@ -36,7 +40,7 @@ function showResult(r) {
 
 export function initConfig() {
   const ta = document.getElementById('config-text');
-  ta.addEventListener('input', () => { dirty = true; });
+  ta.addEventListener('input', () => { dirty = true; edits += 1; });
   document.getElementById('config-reload').addEventListener('click', () => loadConfig(true));
   document.getElementById('config-apply').addEventListener('click', async () => {
     let body;

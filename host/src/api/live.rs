@@ -7,7 +7,8 @@
 //!   are stored as rates per second, which is what a chart shows; gauges and
 //!   up-down counters as they come.
 //! - A point costs 8 bytes (u32 ms offset, f32 value): an hour of 100 ms data
-//!   is 36 000 points, 288 KB per series. At most a window's worth of 100 ms
+//!   is 36 000 points, 288 KB per series (a series' buffer grows to the cap,
+//!   not past it). At most a window's worth of 100 ms
 //!   points per series and `api.live_max_series` series are kept ([`LiveLimits`]);
 //!   beyond them the oldest point goes. Series age out: one that has had no point for the window
 //!   is removed (swept once a minute), and when the store is full a new series
@@ -506,6 +507,13 @@ impl Store {
         if s.points.len() >= self.max_points {
             s.points.pop_front();
         }
+        if s.points.len() == s.points.capacity() {
+            // Grow by doubling, but never past the cap: left to itself the deque
+            // doubles to 65 536 points for an hour's 36 000, 512 KB a series
+            // instead of 288 KB.
+            let want = (s.points.capacity() * 2).max(16).min(self.max_points.max(1));
+            s.points.reserve_exact(want.saturating_sub(s.points.len()).max(1));
+        }
         s.points.push_back((rel, value as f32));
         // Drop what has aged out of the retention window.
         let oldest = now_ms.saturating_sub(self.window_ms).saturating_sub(base);
@@ -666,6 +674,26 @@ mod tests {
             "the filling tap woke the task"
         );
         p.shutdown(std::time::Duration::from_secs(1)).await;
+    }
+
+    #[test]
+    fn a_full_series_holds_no_more_memory_than_its_cap() {
+        // A 10 s window keeps at most 100 points a series (a window at 100 ms).
+        let st = LiveStore::with_limits(LiveLimits {
+            window_ms: 10_000,
+            ..LiveLimits::default()
+        });
+        let now = now_ns();
+        let a = series("a", MetricKind::Gauge, &[]);
+        let pts = (0..1000u64)
+            .map(|i| (a.clone(), now - 9_000_000_000 + i * 9_000_000, i as f64))
+            .collect();
+        st.ingest(&batch("s", pts));
+        let inner = st.inner.read();
+        let points = &inner.series[&0].points;
+        assert_eq!(points.len(), 100);
+        assert_eq!(points.capacity(), 100, "grown to the cap, not to the next power of two");
+        assert_eq!(points.back().map(|p| p.1), Some(999.0));
     }
 
     #[test]
