@@ -25,13 +25,9 @@ import sys
 import tempfile
 import time
 
-from harness import cpu_seconds, free_port, get, plugin_dirs, rss_mb, start_sonde, stop, wait_until
+from harness import cpu_seconds, free_port, rss_mb, start_ready, stop, ticks
 
 WARM_UP_S = 8  # plugins started, every plugin timer and delivery going
-
-
-def ticks(api):
-    return get(api, "/api/status")["sampler"]["period"]["ticks"]
 
 
 def one_round(binaries, order, seconds, cache):
@@ -39,17 +35,8 @@ def one_round(binaries, order, seconds, cache):
     procs = {}
     try:
         for k in order:
-            work = os.path.join(tmp, k)
-            plugin_dirs(work)
-            if cache:
-                shutil.copytree(cache, os.path.join(work, "cache"))
-            exe = os.path.join(work, "sonde")
-            shutil.copy(binaries[k], exe)
-            os.sync()
             api = f"127.0.0.1:{free_port()}"
-            p = start_sonde(work, api, exe=exe)
-            wait_until(lambda: ticks(api) >= 1, p, f"build {k} did not take its first sample", seconds=120)
-            procs[k] = (p, api)
+            procs[k] = (start_ready(os.path.join(tmp, k), api, cache=cache, binary=binaries[k], seconds=120), api)
         time.sleep(WARM_UP_S)
         before = {k: (cpu_seconds(p.pid), ticks(api)) for k, (p, api) in procs.items()}
         time.sleep(seconds)
@@ -81,11 +68,7 @@ def main():
     root = tempfile.mkdtemp(prefix="sonde-ab-cache-")
     try:
         prime = os.path.join(root, "prime")
-        plugin_dirs(prime)
-        api = f"127.0.0.1:{free_port()}"
-        p = start_sonde(prime, api, exe=binaries["A"])
-        wait_until(lambda: ticks(api) >= 1, p, "build A did not take its first sample", seconds=120)
-        stop(p)
+        stop(start_ready(prime, f"127.0.0.1:{free_port()}", binary=binaries["A"], seconds=120))
         cache = os.path.join(prime, "cache")
         res = {"A": [], "B": []}
         print(f"A = {binaries['A']}\nB = {binaries['B']}\n{args.rounds} rounds of {args.seconds:.0f} s; "

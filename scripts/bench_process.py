@@ -39,8 +39,8 @@ import sys
 import tempfile
 import time
 
-from harness import (FLOOR, ROOT, SONDE, cold_start, cpu_seconds, free_port, get, need_release_build, plugin_dirs,
-                     rss_mb, start_rotel, start_sonde, stop, threads, wait_until)
+from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, need_release_build, rss_mb, start_ready,
+                     start_rotel, stop, threads, ticks)
 
 PERIOD_S = 0.1
 WARM_UP_S = 6  # plugins started, the first export (every 5 s) done
@@ -114,10 +114,6 @@ def memory_parts(pid):
     return {k: v for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v >= 0.05}
 
 
-def ticks(api):
-    return get(api, "/api/status")["sampler"]["period"]["ticks"]
-
-
 def snapshot(api, pid):
     return {"cpu": cpu_seconds(pid), "ticks": ticks(api), "threads": threads(pid)}
 
@@ -137,22 +133,6 @@ def breakdown(before, after, n_ticks):
         r[2] += (vol1 - b[2]) / n_ticks
         r[3] += (inv1 - b[3]) / n_ticks
     return rows
-
-
-def start_ready(work, api, endpoint, cache):
-    """sonde on `work` with the bundled plugins and a copy of the compile cache, from its own
-    copy of the binary: one sonde per node runs from its binary alone, and two sondes mapping
-    one file would share its pages, which sonde's start-up page-out then leaves resident (see
-    host/src/footprint.rs). Written files are synced first, for the same reason: the kernel
-    does not page out dirty pages."""
-    plugin_dirs(work)
-    shutil.copytree(cache, os.path.join(work, "cache"))
-    exe = os.path.join(work, "sonde")
-    shutil.copy(SONDE, exe)
-    os.sync()
-    p = start_sonde(work, api, endpoint, exe=exe)
-    wait_until(lambda: ticks(api) >= 1, p, "sonde did not take its first sample")
-    return p
 
 
 def one_round(seconds, endpoint, cache):

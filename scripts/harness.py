@@ -218,6 +218,29 @@ def wait_ready(api, proc, what="sonde did not become ready", seconds=30.0):
     wait_until(lambda: get(api, "/api/ready") is not None, proc, what, seconds)
 
 
+def ticks(api):
+    """How many samples the sonde at `api` has taken."""
+    return get(api, "/api/status")["sampler"]["period"]["ticks"]
+
+
+def start_ready(work, api, endpoint=None, cache=None, binary=None, seconds=30.0):
+    """sonde on `work` with the bundled plugins and a copy of the compile cache `cache` (if
+    given), run from its own copy of `binary` (default: the release build), once it took its
+    first sample. Its own copy: one sonde per node runs from its binary alone, and two sondes
+    mapping one file would share its pages, which sonde's start-up page-out then leaves
+    resident (see host/src/footprint.rs). Written files are synced first for the same reason:
+    the kernel does not page out dirty pages."""
+    plugin_dirs(work)
+    if cache:
+        shutil.copytree(cache, os.path.join(work, "cache"))
+    exe = os.path.join(work, "sonde")
+    shutil.copy(binary or SONDE, exe)
+    os.sync()
+    p = start_sonde(work, api, endpoint, exe=exe)
+    wait_until(lambda: ticks(api) >= 1, p, f"{binary or SONDE} did not take its first sample", seconds)
+    return p
+
+
 def start_sonde_timed(work, api, endpoint):
     """Starts sonde with the bundled plugins on `work` and waits for its first sample.
     Returns (process, ms from start to the first sample): the cold-start figure."""

@@ -643,11 +643,9 @@ impl Actor {
     /// When the thread must wake on its own, for a timer or the end of a
     /// backoff; publishes the timers the sampler's tick wakes it for.
     fn next_wake(&mut self) -> Option<Instant> {
+        // A replay's beat never ticks: its timers stay the thread's own.
         let beat = &self.shared.beat;
-        let sampling = match self.shared.clock {
-            Clock::Wall => beat.live_period(Instant::now()),
-            Clock::Replay(_) => None,
-        };
+        let sampling = beat.live_period(Instant::now());
         let (driven, own) = self
             .live
             .as_ref()

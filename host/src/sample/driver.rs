@@ -87,31 +87,32 @@ pub struct PeriodStats {
     pub cpu_per_tick_us: f64,
 }
 
+/// Where the nearest-rank percentile `p` (0..=100) of `n` ascending values
+/// lies: the smallest value with at least p % of the data at or below it.
+fn nearest_rank(n: usize, p: f64) -> usize {
+    let rank = ((p / 100.0) * n as f64).ceil() as usize;
+    rank.clamp(1, n) - 1
+}
+
 /// Nearest-rank percentile of ascending `sorted` data, `p` in 0..=100
-/// (NaN for no data): the smallest value with at least p % of the data at or
-/// below it.
+/// (NaN for no data).
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    sorted[nearest_rank(sorted.len(), p)]
 }
 
-/// The nearest-rank p50 and p99 (as [`percentile`] gives them) and the
-/// maximum of `v`, NaN when empty. Selects instead of sorting: the host's
-/// self-metrics ask every 10 s, and sorting the 4 096-entry ring twice was
-/// the largest part of that round.
+/// The nearest-rank p50 and p99 and the maximum of `v`, NaN when empty.
+/// Selects instead of sorting: the host's self-metrics ask every 10 s, and
+/// sorting the 4 096-entry ring twice was the largest part of that round.
 fn p50_p99_max(v: &[f32]) -> [f64; 3] {
     if v.is_empty() {
         return [f64::NAN; 3];
     }
     let mut s = v.to_vec();
     let n = s.len();
-    let mut at = |p: f64| {
-        let rank = ((p / 100.0) * n as f64).ceil() as usize;
-        f64::from(*s.select_nth_unstable_by(rank.clamp(1, n) - 1, f32::total_cmp).1)
-    };
+    let mut at = |p: f64| f64::from(*s.select_nth_unstable_by(nearest_rank(n, p), f32::total_cmp).1);
     [at(50.0), at(99.0), at(100.0)]
 }
 
