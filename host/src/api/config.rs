@@ -17,17 +17,20 @@ pub struct ApiConfig {
     pub token: Option<String>,
     /// Serve the dashboard from this directory instead of the built-in page.
     pub web_dir: Option<PathBuf>,
-    /// How far back the live store behind the dashboard keeps every series at
-    /// full resolution, in ms (10 000 ..= 86 400 000). Older ranges come from
-    /// the history when it is on. Default: an hour; five minutes on a master,
-    /// which holds every node's series and has its history for the rest.
+    /// How far back the live store behind the dashboard keeps every series,
+    /// in ms (10 000 ..= 86 400 000): the last five minutes at full
+    /// resolution, older points in min/max/mean buckets of 0.9 s (to 15
+    /// minutes), 3.6 s (to an hour) and four times coarser for each further
+    /// fourfold span. Older ranges come from the history when it is on.
+    /// Default: an hour; five minutes on a master, which holds every node's
+    /// series and has its history for the rest.
     pub live_window_ms: Option<u64>,
     /// Most series the live store keeps (16 ..= 1 048 576). Past it, a new
     /// series takes the place of one idle for a minute, or is refused and
     /// counted (`/api/series` `store.refused_series`). Default: 2 048; 16 384
-    /// on a master. The store's memory is at most series × points per
-    /// window × 8 bytes: 590 MB for the default hour of 2 048 series at
-    /// 100 ms, 390 MB for a master's 16 384 series over five minutes.
+    /// on a master. A 100 ms series costs at most 24 KB of raw points plus
+    /// 16 KB per tier of buckets: 56 KB for the default hour (115 MB for
+    /// 2 048 series), 24 KB for a master's five minutes (390 MB for 16 384).
     pub live_max_series: Option<usize>,
     /// TLS on the API listener, which also carries the dashboard and
     /// `POST /api/ingest` (`[api.tls]`: `cert`, `key`, optional `client_ca`).

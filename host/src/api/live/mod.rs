@@ -1,16 +1,17 @@
 //! The live store behind the dashboard: every metric batch any plugin emits
-//! (fed from [`PipelineHandle::subscribe`]), kept per series in a ring buffer
-//! for a recent window at full resolution (`api.live_window_ms`: an hour, five
-//! minutes on a master), and served downsampled.
+//! (fed from [`PipelineHandle::subscribe`]), kept per series for a recent
+//! window (`api.live_window_ms`: an hour, five minutes on a master) and
+//! served downsampled.
 //!
 //! - A series is (scope, metric name, attributes). Counters (cumulative sums)
 //!   are stored as rates per second, which is what a chart shows; gauges and
 //!   up-down counters as they come.
-//! - A point costs 8 bytes (u32 ms offset, f32 value): an hour of 100 ms data
-//!   is 36 000 points, 288 KB per series (a series' buffer grows to the cap,
-//!   not past it). At most a window's worth of 100 ms
-//!   points per series and `api.live_max_series` series are kept ([`LiveLimits`]);
-//!   beyond them the oldest point goes. Series age out: one that has had no point for the window
+//! - Each series keeps its last five minutes at full resolution and older
+//!   points in min/max/mean buckets of 0.9 s and 3.6 s, the resolutions of the
+//!   dashboard's 15-minute and hour views (`points.rs`): 56 KB for an hour of
+//!   100 ms points. At most `api.live_max_series` series are kept
+//!   ([`LiveLimits`]); within a series the oldest point or bucket goes first.
+//!   Series age out: one that has had no point for the window
 //!   is removed (swept once a minute), and when the store is full a new series
 //!   takes the place of the one idle longest, if that one has been idle for
 //!   [`IDLE_EVICT_MS`]; only when every series is busy is a new one refused
@@ -30,6 +31,8 @@
 //!   keeps min, max and mean per bucket. The live stream sends a snapshot in
 //!   buckets once, then only the buckets from the last one sent onwards.
 
+mod points;
+
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Weak};
@@ -42,16 +45,13 @@ use crate::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, now_ns};
 use crate::pipeline::PipelineHandle;
 
 pub use super::config::LiveLimits;
+pub use points::{Buckets, MAX_BUCKETS, bucket_width};
+use points::{Points, Shape};
 
-/// The sampling period the per-series point cap assumes: a window's worth of
-/// points at 100 ms. A faster series keeps a shorter span.
-const POINT_PERIOD_MS: u64 = 100;
 /// A full store lets a new series replace one idle at least this long.
 pub const IDLE_EVICT_MS: u64 = 60_000;
 /// How often series without points are swept out.
 const SWEEP_EVERY_MS: u64 = 60_000;
-/// Largest number of buckets a query may ask for.
-pub const MAX_BUCKETS: usize = 10_000;
 
 /// What the API lists about one series.
 #[derive(Clone, Debug, Serialize)]
@@ -71,36 +71,23 @@ pub struct SeriesMeta {
     pub attributes: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Downsampled points of one series: bucket start times (ms since the Unix
-/// epoch) with min, max and mean of the points in each bucket. Empty buckets
-/// are left out.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Buckets {
-    pub id: u32,
-    pub t: Vec<u64>,
-    pub min: Vec<f32>,
-    pub max: Vec<f32>,
-    pub mean: Vec<f32>,
-}
-
 struct Series {
     meta: SeriesMeta,
     key: SeriesKey,
     /// When a point last arrived (ms since the epoch, wall clock).
     last_write_ms: u64,
-    /// (ms since `Store::base_ms`, value), in time order.
-    points: VecDeque<(u32, f32)>,
+    points: Points,
     /// Last raw counter reading (ns, value), for rates.
     last_raw: Option<(u64, f64)>,
 }
 
 impl Series {
-    fn new(meta: SeriesMeta, key: SeriesKey) -> Self {
+    fn new(meta: SeriesMeta, key: SeriesKey, shape: &Shape) -> Self {
         Series {
             meta,
             key,
             last_write_ms: now_ns() / 1_000_000,
-            points: VecDeque::new(),
+            points: Points::new(shape),
             last_raw: None,
         }
     }
@@ -128,10 +115,10 @@ struct Store {
     dormant_order: VecDeque<u32>,
     max_dormant: usize,
     out_of_order: u64,
-    /// The bounds ([`LiveLimits`]), and the per-series point cap they imply.
+    /// The bounds ([`LiveLimits`]), and what each series keeps within them.
     window_ms: u64,
     max_series: usize,
-    max_points: usize,
+    shape: Shape,
 }
 
 type SeriesKey = (String, String, Vec<(String, String)>);
@@ -155,7 +142,10 @@ impl Default for LiveStore {
 #[derive(Clone, Debug, Serialize)]
 pub struct StoreStats {
     pub series: usize,
+    /// Points kept at full resolution.
     pub points: usize,
+    /// Older points' min/max/mean buckets.
+    pub buckets: usize,
     pub bytes: usize,
     pub refused_series: u64,
     pub evicted_series: u64,
@@ -276,11 +266,13 @@ impl LiveStore {
     pub fn stats(&self) -> StoreStats {
         self.catch_up();
         let st = self.inner.read();
-        let points: usize = st.series.values().map(|s| s.points.len()).sum();
-        let bytes = st.series.values().map(|s| s.points.capacity() * 8).sum();
+        let points: usize = st.series.values().map(|s| s.points.raw_len()).sum();
+        let buckets: usize = st.series.values().map(|s| s.points.buckets_len()).sum();
+        let bytes = st.series.values().map(|s| s.points.bytes()).sum();
         StoreStats {
             series: st.series.len(),
             points,
+            buckets,
             bytes,
             refused_series: st.refused_series,
             evicted_series: st.evicted_series,
@@ -296,7 +288,7 @@ impl LiveStore {
         self.catch_up();
         let st = self.inner.read();
         let s = st.series.get(&id)?;
-        s.points.back().map(|p| st.base_ms + p.0 as u64)
+        s.points.newest().map(|t| st.base_ms + t as u64)
     }
 
     /// Points of `ids` in `[from_ms, to_ms]`, in buckets of `bucket_ms`
@@ -307,109 +299,9 @@ impl LiveStore {
         ids.iter()
             .filter_map(|&id| {
                 let s = st.series.get(&id)?;
-                Some(downsample(id, &s.points, st.base_ms, from_ms, to_ms, bucket_ms))
+                Some(s.points.query(id, st.base_ms, from_ms, to_ms, bucket_ms))
             })
             .collect()
-    }
-}
-
-/// The bucket width that serves `[from, to]` in at most `max_points` buckets
-/// (whole milliseconds, at least 1).
-pub fn bucket_width(from_ms: u64, to_ms: u64, max_points: usize) -> u64 {
-    let span = to_ms.saturating_sub(from_ms).max(1);
-    span.div_ceil(max_points.clamp(1, MAX_BUCKETS) as u64).max(1)
-}
-
-/// min/max/mean per bucket of `bucket_ms` over the points in `[from_ms, to_ms]`.
-pub fn downsample(
-    id: u32,
-    points: &VecDeque<(u32, f32)>,
-    base_ms: u64,
-    from_ms: u64,
-    to_ms: u64,
-    bucket_ms: u64,
-) -> Buckets {
-    let mut out = Buckets {
-        id,
-        ..Default::default()
-    };
-    if to_ms < base_ms || from_ms > to_ms {
-        return out;
-    }
-    let rel = |ms: u64| ms.saturating_sub(base_ms).min(u32::MAX as u64) as u32;
-    let (lo, hi) = (rel(from_ms), rel(to_ms));
-    let start = points.partition_point(|p| p.0 < lo);
-    let end = points.partition_point(|p| p.0 <= hi);
-    if start >= end {
-        return out;
-    }
-    let w = bucket_ms.max(1);
-    let n_guess = ((to_ms - from_ms) / w + 1).min((end - start) as u64) as usize;
-    out.t.reserve(n_guess);
-    out.min.reserve(n_guess);
-    out.max.reserve(n_guess);
-    out.mean.reserve(n_guess);
-    let mut acc = Acc::default();
-    // Relative time at which the current bucket ends: divide only when crossing it.
-    let mut edge = 0u64;
-    for &(t, v) in points.range(start..end) {
-        let t = t as u64;
-        if acc.bucket.is_none() || t >= edge {
-            acc.flush(&mut out);
-            let bucket = (base_ms + t) / w * w;
-            edge = bucket + w - base_ms;
-            acc = Acc {
-                bucket: Some(bucket),
-                ..Acc::default()
-            };
-        }
-        acc.add(v);
-    }
-    acc.flush(&mut out);
-    out
-}
-
-/// One bucket being filled.
-struct Acc {
-    bucket: Option<u64>,
-    min: f32,
-    max: f32,
-    sum: f64,
-    n: u32,
-}
-
-impl Default for Acc {
-    fn default() -> Self {
-        Acc {
-            bucket: None,
-            min: f32::INFINITY,
-            max: f32::NEG_INFINITY,
-            sum: 0.0,
-            n: 0,
-        }
-    }
-}
-
-impl Acc {
-    fn add(&mut self, v: f32) {
-        if !v.is_nan() {
-            self.min = self.min.min(v);
-            self.max = self.max.max(v);
-            self.sum += v as f64;
-            self.n += 1;
-        }
-    }
-
-    /// Appends the bucket to `out` unless it holds no value.
-    fn flush(&self, out: &mut Buckets) {
-        if let Some(t) = self.bucket
-            && self.n > 0
-        {
-            out.t.push(t);
-            out.min.push(self.min);
-            out.max.push(self.max);
-            out.mean.push((self.sum / self.n as f64) as f32);
-        }
     }
 }
 
@@ -419,7 +311,7 @@ impl Store {
             base_ms: (now_ns() / 1_000_000).saturating_sub(limits.window_ms),
             window_ms: limits.window_ms,
             max_series: limits.max_series,
-            max_points: (limits.window_ms / POINT_PERIOD_MS).max(1) as usize,
+            shape: Shape::for_window(limits.window_ms),
             max_dormant: limits.max_dormant,
             ..Default::default()
         }
@@ -456,7 +348,7 @@ impl Store {
         if let Some((meta, key)) = known.and_then(|id| self.dormant.remove(&id)) {
             // A dormant series back again: the same id, points from now on.
             let id = meta.id;
-            self.series.insert(id, Series::new(meta, key));
+            self.series.insert(id, Series::new(meta, key, &self.shape));
             return Some(id);
         }
         let id = self.next_id;
@@ -477,7 +369,7 @@ impl Store {
             attributes: s.attributes.iter().map(|(k, v)| (k.clone(), attr_json(v))).collect(),
         };
         self.index.insert(key.clone(), id);
-        self.series.insert(id, Series::new(meta, key));
+        self.series.insert(id, Series::new(meta, key, &self.shape));
         Some(id)
     }
 
@@ -500,26 +392,13 @@ impl Store {
             return;
         }
         let rel = (ms - base).min(u32::MAX as u64) as u32;
-        if s.points.back().is_some_and(|p| p.0 > rel) {
+        if !s.points.push(&self.shape, rel, ms, value as f32) {
             self.out_of_order += 1;
             return;
         }
-        if s.points.len() >= self.max_points {
-            s.points.pop_front();
-        }
-        if s.points.len() == s.points.capacity() {
-            // Grow by doubling, but never past the cap: left to itself the deque
-            // doubles to 65 536 points for an hour's 36 000, 512 KB a series
-            // instead of 288 KB.
-            let want = (s.points.capacity() * 2).max(16).min(self.max_points.max(1));
-            s.points.reserve_exact(want.saturating_sub(s.points.len()).max(1));
-        }
-        s.points.push_back((rel, value as f32));
         // Drop what has aged out of the retention window.
-        let oldest = now_ms.saturating_sub(self.window_ms).saturating_sub(base);
-        while s.points.front().is_some_and(|p| (p.0 as u64) < oldest) {
-            s.points.pop_front();
-        }
+        let oldest = now_ms.saturating_sub(self.window_ms);
+        s.points.trim(oldest.saturating_sub(base), oldest);
     }
 
     /// Removes a series and every cached way to its id.
@@ -583,10 +462,7 @@ impl Store {
     fn rebase(&mut self, new_base: u64) {
         let delta = new_base.saturating_sub(self.base_ms);
         for s in self.series.values_mut() {
-            s.points.retain(|p| p.0 as u64 >= delta);
-            for p in s.points.iter_mut() {
-                p.0 -= delta as u32;
-            }
+            s.points.rebase(delta.min(u32::MAX as u64) as u32);
         }
         self.base_ms = new_base;
     }
@@ -670,7 +546,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(
-            st.inner.read().series[&0].points.len() > 1,
+            st.inner.read().series[&0].points.raw_len() > 1,
             "the filling tap woke the task"
         );
         p.shutdown(std::time::Duration::from_secs(1)).await;
@@ -689,11 +565,12 @@ mod tests {
             .map(|i| (a.clone(), now - 9_000_000_000 + i * 9_000_000, i as f64))
             .collect();
         st.ingest(&batch("s", pts));
-        let inner = st.inner.read();
-        let points = &inner.series[&0].points;
-        assert_eq!(points.len(), 100);
-        assert_eq!(points.capacity(), 100, "grown to the cap, not to the next power of two");
-        assert_eq!(points.back().map(|p| p.1), Some(999.0));
+        let stats = st.stats();
+        assert_eq!(stats.points, 100);
+        assert_eq!(stats.bytes, 100 * 8, "grown to the cap, not to the next power of two");
+        let newest = st.last_ms(0).unwrap();
+        let q = st.query(&[0], newest, newest, 1);
+        assert_eq!(q[0].mean, vec![999.0]);
     }
 
     #[test]
@@ -715,22 +592,6 @@ mod tests {
         let now_ms = now / 1_000_000;
         let q = st.query(&[0], now_ms, now_ms + 2000, 1);
         assert_eq!(q[0].mean, vec![1000.0, 2000.0]);
-    }
-
-    #[test]
-    fn buckets_keep_min_max_mean_and_are_aligned() {
-        let pts: VecDeque<(u32, f32)> = (0..100).map(|i| (i * 10, i as f32)).collect();
-        let b = downsample(7, &pts, 1_000, 1_000, 2_000, 100);
-        assert_eq!(b.t.len(), 10);
-        assert_eq!(b.t[0], 1_000);
-        assert_eq!(b.t[1], 1_100);
-        assert_eq!((b.min[0], b.max[0], b.mean[0]), (0.0, 9.0, 4.5));
-        // A window starting mid-bucket still reports the bucket by its aligned start.
-        let b = downsample(7, &pts, 1_000, 1_050, 1_250, 100);
-        assert_eq!(b.t, vec![1_000, 1_100, 1_200]);
-        assert_eq!(b.min[0], 5.0);
-        assert_eq!(bucket_width(0, 3_600_000, 1_000), 3_600);
-        assert_eq!(bucket_width(5, 5, 1_000), 1);
     }
 
     #[test]
