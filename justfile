@@ -171,6 +171,12 @@ bench *ARGS: build fake-nvml floor-sampler
     if [[ " {{ARGS}} " != *" --check "* ]]; then cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent; fi
     bash scripts/bench-process.sh {{ARGS}}
 
+# profile the idle release host (perf, with call stacks) and list the functions it runs into host/hot-code.txt, which a release build's linker then places first in the binary (host/build.rs); rebuilds with the new list
+hot-code *ARGS: build
+    command -v perf >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends linux-perf; }
+    python3 scripts/hot_code.py {{ARGS}}
+    cargo build --release -p sonde
+
 # two sonde builds side by side in one window (bundled plugins, export off): CPU per sample and RSS of each, and the ratio B / A, e.g. the previous commit's build against this one
 bench-ab A B *ARGS: plugins
     python3 scripts/bench_ab.py {{A}} {{B}} {{ARGS}}

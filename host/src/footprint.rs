@@ -6,26 +6,45 @@
 //! the host ever uses after start-up:
 //! - start-up runs code it never runs again (configuration, TLS, plugin
 //!   loading, the API's set-up);
-//! - every page fault on a file maps the cached pages around it too (the
-//!   kernel's fault-around, 64 KB) and reads more ahead of it, so one touched
-//!   page in a 64 KB stretch of code keeps all sixteen resident.
+//! - every page fault on a file maps the cached pages in the 64 KB around it
+//!   too (the kernel's fault-around), so one touched page keeps up to sixteen
+//!   resident; read-ahead keeps those neighbours cached (on this project's
+//!   Linux 6.18 VM a fault brought 1 MB into the page cache even under
+//!   `MADV_RANDOM`, measured with mincore).
 //!
-//! [`drop_start_up_pages`] therefore advises both kinds of mapping
-//! `MADV_RANDOM` (no read-ahead: a later fault reads the page it needs) and
-//! then `MADV_PAGEOUT` (the resident pages are dropped). What the host runs
-//! afterwards faults back in page by page, so the RSS settles at the pages it
-//! really uses. The cost is a few hundred page faults right after it, and a
-//! page read from the disk (or the page cache) the first time a rare path
-//! runs, such as the first request to an API route.
+//! [`drop_unused_code_pages`] therefore advises both kinds of mapping
+//! `MADV_RANDOM` (less read-ahead) and then `MADV_PAGEOUT` (the resident
+//! pages are dropped). What the host runs afterwards faults back in, so the
+//! RSS settles at the stretches it really uses.
+//! [`keep_dropping_unused_code_pages`] does it when start-up is over, again
+//! [`SETTLED_AFTER`] later (the first plugin calls, API requests and
+//! self-metrics round run once and not again), then every
+//! [`AGAIN_EVERY`], so code run once in a while (a dashboard session, a
+//! reconfiguration) does not stay resident for good, and a plugin loaded
+//! later is advised too.
 //!
-//! Only the sonde binary calls [`drop_start_up_pages`] (`run::run`) and
-//! [`share_heap_arenas`] (`main`): a host embedded in another program leaves
-//! that program's memory alone. A plugin loaded later maps its `.cwasm` with
-//! the kernel's defaults.
+//! What keeps the re-faulting cheap: a release build lays out the functions
+//! the idle host runs every tick together at the start of the binary's code
+//! (`host/hot-code.txt`, `host/build.rs`), so they come back in a few dozen
+//! 64 KB stretches. The cost is those page faults after each pass (some read
+//! from the disk: the pass also drops the pages from the page cache), and a
+//! page read the first time a rare path runs, such as the first request to
+//! an API route.
+//!
+//! Only the sonde binary runs these (`run::run`) and [`share_heap_arenas`]
+//! (`main`): a host embedded in another program leaves that program's memory
+//! alone.
 //!
 //! A page mapped by two processes (two sondes run from one binary file) is
 //! not paged out: RSS counts it in both, and the saving shows only where one
 //! sonde runs from its file, as on a node.
+
+use std::time::Duration;
+
+/// The second pass, after start-up's.
+pub const SETTLED_AFTER: Duration = Duration::from_secs(10);
+/// The passes after that.
+pub const AGAIN_EVERY: Duration = Duration::from_secs(300);
 
 /// Lets every thread allocate from at most two malloc arenas (glibc gives
 /// each thread that allocates its own, up to eight per core). The host has a
@@ -51,6 +70,25 @@ pub fn release_freed_heap() {
     }
 }
 
+/// Drops the code pages now ([`drop_unused_code_pages`]), after
+/// [`SETTLED_AFTER`], then every [`AGAIN_EVERY`]; runs until dropped (abort
+/// the task). Each pass runs on the blocking pool: reclaiming takes a few ms.
+pub async fn keep_dropping_unused_code_pages() {
+    let pass = || async {
+        let advised = tokio::task::spawn_blocking(drop_unused_code_pages).await.unwrap_or(0);
+        tracing::debug!(
+            bytes = advised,
+            "code pages of the binary and the compiled plugins dropped"
+        );
+    };
+    pass().await;
+    tokio::time::sleep(SETTLED_AFTER).await;
+    loop {
+        pass().await;
+        tokio::time::sleep(AGAIN_EVERY).await;
+    }
+}
+
 /// Advises the running executable's and the compiled plugins' file mappings
 /// as the module doc says; returns how many bytes of mappings were advised
 /// (0 elsewhere than Linux, or where the kernel refuses: `MADV_PAGEOUT`
@@ -60,7 +98,7 @@ pub fn release_freed_heap() {
 /// short runs started beside cargo's builds, where every first touch of a
 /// dropped page of a binary of several hundred MB would be a read from the
 /// disk on the sampler's thread. The figure this is for is a release one.
-pub fn drop_start_up_pages() -> usize {
+pub fn drop_unused_code_pages() -> usize {
     if cfg!(debug_assertions) {
         return 0;
     }

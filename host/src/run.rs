@@ -41,13 +41,11 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 pub async fn run(cfg: Config) -> Result<()> {
     let host = Host::start(cfg, HostOptions::default()).await?;
     host.print_banner();
-    // Start-up is over: what only it ran need not stay resident.
-    let advised = crate::footprint::drop_start_up_pages();
-    tracing::debug!(
-        bytes = advised,
-        "start-up pages of the binary and the compiled plugins dropped"
-    );
+    // Start-up is over: what only it ran need not stay resident; again once
+    // the first rounds of everything after it have run, then now and then.
+    let dropping = tokio::spawn(crate::footprint::keep_dropping_unused_code_pages());
     wait_for_signal().await;
+    dropping.abort();
     tracing::info!("shutting down");
     host.shutdown(true).await;
     Ok(())
