@@ -396,9 +396,7 @@ impl Store {
             self.out_of_order += 1;
             return;
         }
-        // Drop what has aged out of the retention window.
-        let oldest = now_ms.saturating_sub(self.window_ms);
-        s.points.trim(oldest.saturating_sub(base), oldest);
+        s.points.trim(&self.shape, base, now_ms);
     }
 
     /// Removes a series and every cached way to its id.

@@ -19,8 +19,8 @@
 //!   56 KB where 36 000 raw points took 288 KB. A window of five minutes or
 //!   less (a master's default) keeps raw points only.
 //! - Raw points are capped by count (a faster series keeps a shorter span)
-//!   and by the window's age, so a slow series keeps raw points further back
-//!   than five minutes. A tier bucket is named by its index (start / width as
+//!   and by age: a series slower than 100 ms keeps five minutes raw too, and
+//!   its older points sit one to a 900 ms bucket. A tier bucket is named by its index (start / width as
 //!   u32, which holds 900 ms buckets until 2092), so moving the raw ring's
 //!   time base leaves the tiers alone. NaN stays raw and out of the tiers.
 
@@ -63,6 +63,9 @@ pub fn bucket_width(from_ms: u64, to_ms: u64, max_points: usize) -> u64 {
 /// What every series of a store keeps, derived from the store's window.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Shape {
+    /// The window kept, and how far back of it raw points reach.
+    pub window_ms: u64,
+    pub raw_ms: u64,
     /// Most raw points a series keeps.
     pub raw_max: usize,
     /// (bucket width in ms, buckets kept) per tier, finest first.
@@ -82,6 +85,8 @@ impl Shape {
             width *= TIER_FACTOR;
         }
         Shape {
+            window_ms,
+            raw_ms,
             raw_max: (raw_ms / POINT_PERIOD_MS).max(1) as usize,
             tiers,
         }
@@ -157,11 +162,14 @@ impl Points {
         true
     }
 
-    /// Drops what is older than `oldest_abs_ms` (`oldest_rel` after the base).
-    pub fn trim(&mut self, oldest_rel: u64, oldest_abs_ms: u64) {
-        while self.raw.front().is_some_and(|p| (p.0 as u64) < oldest_rel) {
+    /// Drops what has aged out at `now_ms`: raw points older than the raw
+    /// span (the tiers hold them), buckets older than the window.
+    pub fn trim(&mut self, shape: &Shape, base_ms: u64, now_ms: u64) {
+        let oldest_raw = now_ms.saturating_sub(shape.raw_ms).saturating_sub(base_ms);
+        while self.raw.front().is_some_and(|p| (p.0 as u64) < oldest_raw) {
             self.raw.pop_front();
         }
+        let oldest_abs_ms = now_ms.saturating_sub(shape.window_ms);
         for tier in self.tiers.iter_mut() {
             let w = tier.width as u64;
             while tier
@@ -437,7 +445,7 @@ mod tests {
             let v = value(t);
             assert!(p.push(shape, (t - base) as u32, t, v));
             all.push((t, v));
-            p.trim(0, base);
+            p.trim(shape, base, t);
             t += every_ms;
         }
         (p, base, all)
@@ -521,15 +529,22 @@ mod tests {
     }
 
     #[test]
-    fn a_slow_series_keeps_raw_points_for_longer() {
+    fn a_slow_series_keeps_five_minutes_raw_and_its_older_points_one_to_a_bucket() {
         let shape = Shape::for_window(3_600_000);
-        let end = 1_790_000_000_000;
+        let end = 1_789_999_200_000;
         let (p, base, all) = hour_of(&shape, end, 1_000, |t| (t % 7_000) as f32);
-        // 3 000 one-second points reach back 50 minutes.
-        let from = end - 2_700_000;
-        let got = p.query(0, base, from, end, 1_000);
-        let want = brute(&all, from, end, 1_000);
-        assert_eq!(got, Buckets { id: 0, ..want });
+        assert_eq!(p.raw_len(), 301, "five minutes of 1 s points, both ends");
+        // The 15-minute view: 900 ms buckets, each holding at most one point.
+        let from = end - 900_000;
+        let got = p.query(0, base, from, end, 900);
+        assert_eq!(
+            got,
+            Buckets {
+                id: 0,
+                ..brute(&all, from, end, 900)
+            }
+        );
+        assert!(p.bytes() <= 512 * 8 + 2 * 1_001 * 16, "{} bytes", p.bytes());
     }
 
     #[test]
