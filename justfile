@@ -171,8 +171,9 @@ bench *ARGS: build fake-nvml floor-sampler
     if [[ " {{ARGS}} " != *" --check "* ]]; then cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent; fi
     bash scripts/bench-process.sh {{ARGS}}
 
-# profile the idle release host (perf, with call stacks) and list the functions it runs into host/hot-code.txt, which a release build's linker then places first in the binary (host/build.rs); rebuilds with the new list
+# profile the release host (perf, with call stacks: idle, then read through the API, then taking OTLP) and list the functions it runs into host/hot-code.txt, which a release build's linker then places first in the binary (host/build.rs); rebuilds with the new list
 hot-code *ARGS: build
+    cargo build --release -p otlp-loadgen
     command -v perf >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends linux-perf; }
     python3 scripts/hot_code.py {{ARGS}}
     cargo build --release -p sonde

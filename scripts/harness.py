@@ -223,10 +223,10 @@ def ticks(api):
     return get(api, "/api/status")["sampler"]["period"]["ticks"]
 
 
-def start_ready(work, api, endpoint=None, cache=None, binary=None, seconds=30.0):
-    """sonde on `work` with the bundled plugins and a copy of the compile cache `cache` (if
-    given), run from its own copy of `binary` (default: the release build), once it took its
-    first sample. Its own copy: one sonde per node runs from its binary alone, and two sondes
+def start_ready(work, api, endpoint=None, cache=None, binary=None, seconds=30.0, settings=()):
+    """sonde on `work` with the bundled plugins, `settings` (see start_sonde) and a copy of the
+    compile cache `cache` (if given), run from its own copy of `binary` (default: the release
+    build), once it took its first sample. Its own copy: one sonde per node runs from its binary alone, and two sondes
     mapping one file would share its pages, which sonde's code page-out then leaves
     resident (see host/src/footprint.rs). Written files are synced first for the same reason:
     the kernel does not page out dirty pages."""
@@ -236,7 +236,7 @@ def start_ready(work, api, endpoint=None, cache=None, binary=None, seconds=30.0)
     exe = os.path.join(work, "sonde")
     shutil.copy(binary or SONDE, exe)
     os.sync()
-    p = start_sonde(work, api, endpoint, exe=exe)
+    p = start_sonde(work, api, endpoint, settings=settings, exe=exe)
     wait_until(lambda: ticks(api) >= 1, p, f"{binary or SONDE} did not take its first sample", seconds)
     return p
 

@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
-"""Writes host/hot-code.txt: the functions of the sonde binary that an idle host runs, hottest
-first, which a release build's linker places together at the start of the code (host/build.rs).
+"""Writes host/hot-code.txt: the functions of the sonde binary a running host runs, which a
+release build's linker places together at the start of the code (host/build.rs).
 
-How: the release sonde runs with the bundled plugins (export off, nothing posting to it, no
-dashboard open), and `perf record` samples it with call stacks (DWARF unwinding) for --seconds.
-Every function of the sonde binary seen on a sampled stack (the running one and its callers) is
-listed, ordered by how many samples it was seen in. Run it again after a change to what the
-idle host does; names that no longer exist are skipped by the linker, and a function missing
-from the list only costs the resident pages around it.
+How: the release sonde runs with the bundled plugins, exporting to a blackhole
+(`otlp-loadgen --sink`), and `perf record` samples it with call stacks (DWARF unwinding) in
+three phases, each one's new functions listed after the phase before, by how many sampled
+stacks they were on:
+1. idle, nothing asking anything of it (--seconds): the code run every tick comes first;
+2. read: /api/status, /api/series and /api/plugins every 0.5 s and the dashboard's live
+   stream open (15 s): what a monitor or an open dashboard runs;
+3. ingest: otlp-loadgen sending OTLP/gRPC points to its receiver (10 s): the receive, plugin
+   delivery and export path.
+Every function of the binary seen on a sampled stack (the running one and its callers) is
+listed. Run it again after a change to what these paths run; names that no longer exist are
+skipped by the linker, and a function missing from the list only costs the resident pages
+around it.
 
-Needs perf (Debian's linux-perf; ./dev hot-code installs it) and the release build.
+Needs perf (Debian's linux-perf; ./dev hot-code installs it) and the release builds of sonde
+and otlp-loadgen.
 """
 
 import argparse
@@ -19,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
@@ -27,11 +37,11 @@ import harness as h  # noqa: E402
 OUT = os.path.join(h.ROOT, "host/hot-code.txt")
 
 HEADER = """\
-# The sonde binary's functions an idle host runs (bundled plugins, export off), hottest first:
-# a release build's linker puts them first in .text (--symbol-ordering-file, see host/build.rs),
-# so the code run every tick shares a few pages instead of keeping 64 KB resident around each
-# function. Made by `./dev hot-code` ({seconds:.0f} s of perf samples, {samples} stacks); names
-# no longer in the binary are skipped.
+# The sonde binary's functions a running host runs (bundled plugins): idle first, then those a
+# reader of the API adds, then those OTLP ingest adds, each part hottest first. A release build's
+# linker puts them first in .text (--symbol-ordering-file, see host/build.rs), so the code run
+# every tick shares a few pages instead of keeping 64 KB resident around each function. Made by
+# `./dev hot-code` (perf samples: {phases}); names no longer in the binary are skipped.
 """
 
 
@@ -60,6 +70,36 @@ def sonde_frames(perf_data, exe):
     return seen, stacks
 
 
+def record(pid, data, seconds, during=None):
+    """perf samples of `pid` with call stacks for `seconds`, while `during()` runs (if given)."""
+    perf = subprocess.Popen(["perf", "record", "-q", "-F", "40000", "-e", "cpu-clock", "--call-graph", "dwarf,8192",
+                             "-p", str(pid), "-o", data, "--", "sleep", str(seconds)])
+    if during:
+        during()
+    if perf.wait() != 0:
+        sys.exit(f"hot-code: perf record exited with {perf.returncode}")
+
+
+def read_the_api(api, seconds):
+    """What a monitor and an open dashboard ask of the host."""
+    stream = urllib.request.urlopen(f"http://{api}/api/stream?window_s=300&max_points=1000&interval_ms=1000",
+                                    timeout=seconds + 5)
+    def drain():
+        try:
+            while stream.read(4096):
+                pass
+        except (OSError, ValueError, AttributeError):
+            pass  # closed below, mid-read
+
+    threading.Thread(target=drain, daemon=True).start()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for path in ("/api/status", "/api/series", "/api/plugins"):
+            h.get(api, path)
+        time.sleep(0.5)
+    stream.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=90.0, help="how long to sample the idle host")
@@ -67,33 +107,50 @@ def main():
     a = ap.parse_args()
     if not shutil.which("perf"):
         sys.exit("hot-code: perf is not installed (Debian: apt-get install linux-perf)")
+    if not os.path.exists(h.LOADGEN):
+        sys.exit(f"hot-code: otlp-loadgen is missing at {h.LOADGEN}: run ./dev hot-code")
     work = tempfile.mkdtemp(prefix="sonde-hot-code-")
+    sink_port, otlp_port = h.free_port(), h.free_port()
+    sink = subprocess.Popen([h.LOADGEN, "--sink", f"127.0.0.1:{sink_port}"], stdout=subprocess.DEVNULL)
+    phases = []
     try:
         cache = os.path.join(work, "cache-warm")
         h.cold_start(None, keep_cache=cache)
         run = os.path.join(work, "run")
         os.makedirs(run)
-        p = h.start_ready(run, f"127.0.0.1:{h.free_port()}", cache=cache)
+        api = f"127.0.0.1:{h.free_port()}"
+        p = h.start_ready(run, api, f"http://127.0.0.1:{sink_port}", cache=cache,
+                          settings=[f"ingest.otlp_grpc_listen=127.0.0.1:{otlp_port}"])
+        exe = os.path.join(run, "sonde")
         try:
-            time.sleep(5)  # past start-up
-            data = os.path.join(work, "perf.data")
-            subprocess.run(
-                ["perf", "record", "-q", "-F", "40000", "-e", "cpu-clock", "--call-graph", "dwarf,8192",
-                 "-p", str(p.pid), "-o", data, "--", "sleep", str(a.seconds)],
-                check=True,
-            )
+            time.sleep(15)  # past start-up and the host's second code page-out
+            load = lambda: subprocess.run([h.LOADGEN, "--endpoint", f"http://127.0.0.1:{otlp_port}", "--seconds", "10",
+                                           "--points", "1000", "--series", "100", "--concurrency", "2"],
+                                          check=True, stdout=subprocess.DEVNULL)
+            for name, seconds, during in (("idle", a.seconds, None), ("read", 15, lambda: read_the_api(api, 15)),
+                                          ("ingest", 10, load)):
+                data = os.path.join(work, f"{name}.data")
+                record(p.pid, data, seconds, during)
+                seen, stacks = sonde_frames(data, exe)
+                phases.append((name, seconds, seen, stacks))
         finally:
             h.stop(p)
-        seen, stacks = sonde_frames(data, os.path.join(run, "sonde"))
     finally:
+        h.stop(sink)
         shutil.rmtree(work, ignore_errors=True)
-    if not seen:
+    if not phases[0][2]:
         sys.exit("hot-code: no sample fell in the sonde binary (is perf allowed to sample? see perf_event_paranoid)")
+    listed = set()
     with open(a.out, "w") as f:
-        f.write(HEADER.format(seconds=a.seconds, samples=stacks))
-        for sym, _ in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0])):
-            f.write(sym + "\n")
-    print(f"{a.out}: {len(seen)} functions from {stacks} sampled stacks")
+        f.write(HEADER.format(phases=", ".join(f"{n} {s:.0f} s, {k} stacks" for n, s, _, k in phases)))
+        for name, _, seen, _ in phases:
+            new = sorted((kv for kv in seen.items() if kv[0] not in listed), key=lambda kv: (-kv[1], kv[0]))
+            f.write(f"# {name}: {len(new)} functions\n")
+            for sym, _ in new:
+                f.write(sym + "\n")
+                listed.add(sym)
+    print(f"{a.out}: {len(listed)} functions ("
+          + ", ".join(f"{n} {len(s)} seen in {k} stacks" for n, _, s, k in phases) + ")")
 
 
 if __name__ == "__main__":
