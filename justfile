@@ -178,6 +178,10 @@ hot-code *ARGS: build
     python3 scripts/hot_code.py {{ARGS}}
     cargo build --release -p sonde
 
+# one idle release sonde over an hour (bundled plugins, export off, its API read only at the end): RSS and where it lives each minute, the live store's size once its hour is full; --minutes N for a shorter run
+rss-over-time *ARGS: build
+    python3 scripts/rss_over_time.py {{ARGS}}
+
 # two sonde builds side by side in one window (bundled plugins, export off): CPU per sample and RSS of each, and the ratio B / A, e.g. the previous commit's build against this one
 bench-ab A B *ARGS: plugins
     python3 scripts/bench_ab.py {{A}} {{B}} {{ARGS}}
