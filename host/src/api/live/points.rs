@@ -258,7 +258,7 @@ impl Points {
             if lo <= from_ms {
                 break;
             }
-            upper = upper.min(lo - 1);
+            upper = upper.min(lo.saturating_sub(1));
         }
         for p in pieces.into_iter().rev() {
             out.t.extend(p.t);
@@ -311,7 +311,7 @@ impl Tier {
             .partition_point(|b| (b.index as u64 + 1) * width <= from_ms);
         let end = if whole {
             self.buckets
-                .partition_point(|b| (b.index as u64 + 1) * width <= to_ms + 1)
+                .partition_point(|b| (b.index as u64 + 1) * width <= to_ms.saturating_add(1))
         } else {
             self.buckets.partition_point(|b| b.index as u64 * width <= to_ms)
         };
@@ -545,6 +545,21 @@ mod tests {
             }
         );
         assert!(p.bytes() <= 512 * 8 + 2 * 1_001 * 16, "{} bytes", p.bytes());
+    }
+
+    #[test]
+    fn the_widest_range_asked_for_neither_overflows_nor_loses_points() {
+        let shape = Shape::for_window(3_600_000);
+        let end = 1_789_999_200_000;
+        let (p, base, _) = hour_of(&shape, end, 100, |_| 3.0);
+        let got = p.query(0, base, 0, u64::MAX, 3_600_000);
+        assert_eq!(
+            got.t.len(),
+            2,
+            "the hour falls in two aligned hour buckets: {:?}",
+            got.t
+        );
+        assert!(got.mean.iter().all(|&m| m == 3.0));
     }
 
     #[test]
