@@ -24,9 +24,9 @@
 //! later is advised too.
 //!
 //! What keeps the re-faulting cheap: a release build lays out the functions
-//! the idle host runs every tick together at the start of the binary's code
-//! (`host/hot-code.txt`, `host/build.rs`), so they come back in a few dozen
-//! 64 KB stretches. The cost is those page faults after each pass (some read
+//! a running host runs (every tick first) together at the start of the
+//! binary's code (`host/hot-code.txt`, `host/build.rs`), so they come back in
+//! a few dozen 64 KB stretches. The cost is those page faults after each pass (some read
 //! from the disk: the pass also drops the pages from the page cache), and a
 //! page read the first time a rare path runs, such as the first request to
 //! an API route.
