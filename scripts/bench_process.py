@@ -39,8 +39,8 @@ import sys
 import tempfile
 import time
 
-from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, need_release_build, rss_mb, start_ready,
-                     start_rotel, stop, threads, ticks)
+from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, memory_parts, need_release_build, rss_mb,
+                     start_ready, start_rotel, stop, threads, ticks)
 
 PERIOD_S = 0.1
 WARM_UP_S = 15  # plugins started, the first export (every 5 s) done, the second code page-out (10 s) past
@@ -72,46 +72,6 @@ def sampled_files(pid):
     if any(f.startswith("/sys/") and f.endswith("/stat") for f in files):
         files = [f for f in files if f != "/proc/diskstats"]
     return sorted(set(files))
-
-
-def memory_parts(pid):
-    """Resident memory of a process by where it lives (MB), from /proc/PID/smaps: the sonde
-    binary's own pages, other shared libraries, the compiled plugins (mapped .cwasm files),
-    the glibc heap, and anonymous mappings by size (thread stacks, malloc arenas, wasm linear
-    memories and everything else mmap'd)."""
-    parts = {}
-    name, size_kb = None, 0
-    exe = os.readlink(f"/proc/{pid}/exe")
-    with open(f"/proc/{pid}/smaps") as f:
-        for line in f:
-            head = line.split()
-            if "-" in head[0] and not line.startswith(("Rss", "Size")) and ":" not in head[0]:
-                lo, hi = (int(x, 16) for x in head[0].split("-"))
-                size_kb = (hi - lo) // 1024
-                path = head[5] if len(head) > 5 else ""
-                if path == exe:
-                    name = "sonde binary"
-                elif path.endswith(".cwasm"):
-                    name = "compiled plugins (.cwasm)"
-                elif path == "[heap]":
-                    name = "heap (brk)"
-                elif path.startswith("[stack"):
-                    name = "main stack"
-                elif path.startswith("/"):
-                    name = "shared libraries"
-                elif path:
-                    name = path
-                elif size_kb >= 1 << 20:
-                    name = "anon ≥ 1 GiB (wasm memories)"
-                elif size_kb >= 60 << 10:
-                    name = "anon 60 MiB–1 GiB (malloc arenas)"
-                elif size_kb in (2052, 4100, 8196, 8192, 4096, 2048):
-                    name = "thread stacks"
-                else:
-                    name = "anon, other"
-            elif head[0] == "Rss:":
-                parts[name] = parts.get(name, 0) + int(head[1]) / 1024
-    return {k: v for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v >= 0.05}
 
 
 def snapshot(api, pid):

@@ -77,6 +77,46 @@ def cpu_seconds(pid):
         return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 
+def memory_parts(pid):
+    """Resident memory of a process by where it lives (MB), from /proc/PID/smaps: the sonde
+    binary's own pages, other shared libraries, the compiled plugins (mapped .cwasm files),
+    the glibc heap, and anonymous mappings by size (thread stacks, malloc arenas, wasm linear
+    memories and everything else mmap'd)."""
+    parts = {}
+    name, size_kb = None, 0
+    exe = os.readlink(f"/proc/{pid}/exe")
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and not line.startswith(("Rss", "Size")) and ":" not in head[0]:
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                size_kb = (hi - lo) // 1024
+                path = head[5] if len(head) > 5 else ""
+                if path == exe:
+                    name = "sonde binary"
+                elif path.endswith(".cwasm"):
+                    name = "compiled plugins (.cwasm)"
+                elif path == "[heap]":
+                    name = "heap (brk)"
+                elif path.startswith("[stack"):
+                    name = "main stack"
+                elif path.startswith("/"):
+                    name = "shared libraries"
+                elif path:
+                    name = path
+                elif size_kb >= 1 << 20:
+                    name = "anon ≥ 1 GiB (wasm memories)"
+                elif size_kb >= 60 << 10:
+                    name = "anon 60 MiB–1 GiB (malloc arenas)"
+                elif size_kb in (2052, 4100, 8196, 8192, 4096, 2048):
+                    name = "thread stacks"
+                else:
+                    name = "anon, other"
+            elif head[0] == "Rss:":
+                parts[name] = parts.get(name, 0) + int(head[1]) / 1024
+    return {k: v for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+
+
 def threads(pid):
     """{tid: (name, cpu_ns, voluntary switches, involuntary switches)} of a process's threads
     now. A voluntary switch is the thread going to sleep, so each one is a later wake-up."""

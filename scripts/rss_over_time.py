@@ -13,27 +13,12 @@ Needs the release build and the plugins (`./dev rss-over-time` builds them).
 
 import argparse
 import os
-import re
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
-
-
-def parts(pid):
-    """KB resident per (file or kind, permissions), largest first."""
-    out, cur = {}, None
-    with open(f"/proc/{pid}/smaps") as f:
-        for line in f:
-            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
-                fields = line.split()
-                name = os.path.basename(fields[5]) if len(fields) > 5 else "[anon]"
-                cur = ("*.cwasm" if name.endswith(".cwasm") else name) + " " + fields[1]
-            elif line.startswith("Rss:"):
-                out[cur] = out.get(cur, 0) + int(line.split()[1])
-    return sorted(out.items(), key=lambda kv: -kv[1])
 
 
 def main():
@@ -56,7 +41,7 @@ def main():
                 time.sleep(1)
             rss = h.rss_mb(p.pid)
             seen.append((m, rss))
-            top = ", ".join(f"{k} {v / 1024:.1f}" for k, v in parts(p.pid)[:5])
+            top = ", ".join(f"{k} {v:.1f}" for k, v in list(h.memory_parts(p.pid).items())[:5])
             print(f"{m * 60 + 30:5d} s  RSS {rss:5.1f} MB  ({top})", flush=True)
         store = h.get(api, "/api/series")["store"]
         cpu = h.cpu_seconds(p.pid) - c0

@@ -115,8 +115,8 @@ struct Store {
     dormant_order: VecDeque<u32>,
     max_dormant: usize,
     out_of_order: u64,
-    /// The bounds ([`LiveLimits`]), and what each series keeps within them.
-    window_ms: u64,
+    /// The bounds ([`LiveLimits`]); the shape holds the window and what each
+    /// series keeps within it.
     max_series: usize,
     shape: Shape,
 }
@@ -223,7 +223,7 @@ impl LiveStore {
         let mut st = self.inner.write();
         let now_ms = now_ns() / 1_000_000;
         if now_ms.saturating_sub(st.base_ms) > (1 << 31) {
-            let window = st.window_ms;
+            let window = st.shape.window_ms;
             st.rebase(now_ms.saturating_sub(window));
         }
         if now_ms.saturating_sub(st.last_sweep_ms) >= SWEEP_EVERY_MS {
@@ -240,7 +240,7 @@ impl LiveStore {
 
     /// The oldest time this store can hold: its start, or the retention window.
     pub fn covers_from_ms(&self) -> u64 {
-        let window = self.inner.read().window_ms;
+        let window = self.inner.read().shape.window_ms;
         self.started_ms.max((now_ns() / 1_000_000).saturating_sub(window))
     }
 
@@ -278,7 +278,7 @@ impl LiveStore {
             evicted_series: st.evicted_series,
             dormant_series: st.dormant.len(),
             out_of_order: st.out_of_order,
-            retention_ms: st.window_ms,
+            retention_ms: st.shape.window_ms,
             max_series: st.max_series,
         }
     }
@@ -309,7 +309,6 @@ impl Store {
     fn new(limits: LiveLimits) -> Self {
         Store {
             base_ms: (now_ns() / 1_000_000).saturating_sub(limits.window_ms),
-            window_ms: limits.window_ms,
             max_series: limits.max_series,
             shape: Shape::for_window(limits.window_ms),
             max_dormant: limits.max_dormant,
@@ -388,7 +387,7 @@ impl Store {
             value
         };
         let ms = time_ns / 1_000_000;
-        if ms < base || ms + self.window_ms < now_ms {
+        if ms < base || ms + self.shape.window_ms < now_ms {
             return;
         }
         let rel = (ms - base).min(u32::MAX as u64) as u32;
@@ -449,7 +448,7 @@ impl Store {
         let gone: Vec<u32> = self
             .series
             .iter()
-            .filter(|(_, s)| now_ms.saturating_sub(s.last_write_ms) > self.window_ms)
+            .filter(|(_, s)| now_ms.saturating_sub(s.last_write_ms) > self.shape.window_ms)
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
@@ -606,7 +605,7 @@ mod tests {
             st.ingest(&batch("s", pts));
         }
         let stats = st.stats();
-        assert!(stats.points <= 36_000, "{stats:?}");
+        assert!(stats.points <= 3_000 && stats.buckets <= 2 * 1_001, "{stats:?}");
         let from = start / 1_000_000;
         let to = now / 1_000_000 + 60_000;
         let w = bucket_width(from, to, 1_000);
@@ -654,7 +653,7 @@ mod tests {
         let a = st.id_for("s", &series("a", MetricKind::Gauge, &[])).unwrap();
         let b = st.id_for("s", &series("b", MetricKind::Gauge, &[])).unwrap();
         let now = st.series[&b].last_write_ms;
-        st.series.get_mut(&a).unwrap().last_write_ms = now - st.window_ms - 1;
+        st.series.get_mut(&a).unwrap().last_write_ms = now - st.shape.window_ms - 1;
         st.sweep(now);
         assert_eq!(st.series.keys().copied().collect::<Vec<_>>(), vec![b]);
         assert_eq!(st.evicted_series, 1);
@@ -700,7 +699,7 @@ mod tests {
         let ids: Vec<u32> = (0..4).map(|i| st.id_for("s", &mk(i)).unwrap()).collect();
         let now = st.series[&ids[3]].last_write_ms;
         for id in &ids[..3] {
-            st.series.get_mut(id).unwrap().last_write_ms = now - st.window_ms - 1;
+            st.series.get_mut(id).unwrap().last_write_ms = now - st.shape.window_ms - 1;
         }
         st.sweep(now);
         assert_eq!(st.series.len(), 1);
@@ -728,7 +727,7 @@ mod tests {
         let mut st = Store::new(LiveLimits::default());
         let a = st.id_for("s", &series("a", MetricKind::Gauge, &[])).unwrap();
         let now = st.series[&a].last_write_ms;
-        st.series.get_mut(&a).unwrap().last_write_ms = now - st.window_ms - 1;
+        st.series.get_mut(&a).unwrap().last_write_ms = now - st.shape.window_ms - 1;
         st.sweep(now);
         assert!(st.dormant.is_empty() && st.index.is_empty());
         assert!(st.id_for("s", &series("a", MetricKind::Gauge, &[])).unwrap() > a);

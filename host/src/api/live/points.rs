@@ -333,7 +333,7 @@ impl Tier {
 }
 
 /// min/max/mean per bucket of `bucket_ms` over the raw points in `[from_ms, to_ms]`.
-pub fn downsample(
+fn downsample(
     id: u32,
     points: &VecDeque<(u32, f32)>,
     base_ms: u64,
