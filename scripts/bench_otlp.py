@@ -16,7 +16,8 @@ answers) for SECONDS.
   the same blackhole: the same work as sonde's minus the plugin.
 
 Reports points/s accepted, CPU per 100 000 points (user+sys of the receiving
-process) and sonde/rotel; checks that what sonde accepted left it again (points
+process), RSS as the load ends and its peak (VmHWM) over the receiver's life,
+and sonde/rotel; checks that what sonde accepted left it again (points
 exported), so sonde is not credited for points it dropped. Medians of ROUNDS.
 
 Usage: scripts/bench_otlp.py [--seconds 10] [--rounds 3] [--points 1000] [--series 100] [--concurrency 4]
@@ -57,7 +58,7 @@ def round_rotel(a, export_to=None):
         res, cpu = measure(p.pid, port, a)
         return {"pps": res["points_per_second"], "points": res["points_ok"], "cpu_s": cpu,
                 "cpu_ms_per_100k": cpu * 1000 * 100_000 / max(1, res["points_ok"]), "rss": rss_mb(p.pid),
-                "refused": res["requests_refused"], "failed": res["requests_failed"]}
+                "peak": rss_mb(p.pid, "VmHWM"), "refused": res["requests_refused"], "failed": res["requests_failed"]}
     finally:
         stop(p)
 
@@ -86,6 +87,7 @@ def round_sonde(a, sink_port, cache):
             idle_per_s = (cpu_seconds(p.pid) - c0) / 2
             x0 = get(api, "/api/status")["export"]["stats"]
             res, cpu = measure(p.pid, port, a)
+            rss, peak = rss_mb(p.pid), rss_mb(p.pid, "VmHWM")
             # Let the last export go out, then count what left.
             time.sleep(2.5)
             x1 = get(api, "/api/status")["export"]["stats"]
@@ -94,8 +96,8 @@ def round_sonde(a, sink_port, cache):
             plugin = next(pl for pl in get(api, "/api/plugins")["plugins"] if pl["name"] == "passthrough")
             cpu -= idle_per_s * res["seconds"]
             return {"pps": res["points_per_second"], "points": res["points_ok"], "cpu_s": cpu,
-                    "cpu_ms_per_100k": cpu * 1000 * 100_000 / max(1, res["points_ok"]), "rss": rss_mb(p.pid),
-                    "refused": res["requests_refused"], "failed": res["requests_failed"], "exported": exported,
+                    "cpu_ms_per_100k": cpu * 1000 * 100_000 / max(1, res["points_ok"]), "rss": rss, "peak": peak,
+                    "rss_after": rss_mb(p.pid), "refused": res["requests_refused"], "failed": res["requests_failed"], "exported": exported,
                     "export_dropped": dropped, "plugin": plugin, "ingest": get(api, "/api/ingest")}
         finally:
             stop(p)
@@ -141,13 +143,17 @@ def main():
     r_pps, s_pps = med(0, "pps"), med(1, "pps")
     print(f"\nOTLP/gRPC pipeline, {a.rounds} rounds of {a.seconds:.0f} s, {a.points} points per request over {a.series} series, "
           f"{a.concurrency} connections, medians ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)\n")
-    print("| receiver | points/s accepted | CPU per 100 000 points | RSS | exported / accepted |")
-    print("|---|---|---|---|---|")
-    print(f"| rotel (receive -> blackhole) | {r_pps:,.0f} | {r_cpu:.1f} ms | {med(0, 'rss'):.1f} MB | (blackhole) |")
-    print(f"| rotel (receive -> OTLP export, uncompressed) | {med(2, 'pps'):,.0f} | {x_cpu:.1f} ms | {med(2, 'rss'):.1f} MB | (not counted) |")
+    print("| receiver | points/s accepted | CPU per 100 000 points | RSS as the load ends | peak RSS | exported / accepted |")
+    print("|---|---|---|---|---|---|")
+    rss = lambda who: f"{med(who, 'rss'):.1f} MB | {med(who, 'peak'):.1f} MB"
+    print(f"| rotel (receive -> blackhole) | {r_pps:,.0f} | {r_cpu:.1f} ms | {rss(0)} | (blackhole) |")
+    print(f"| rotel (receive -> OTLP export, uncompressed) | {med(2, 'pps'):,.0f} | {x_cpu:.1f} ms | {rss(2)} | (not counted) |")
     lost = statistics.median(r[1]["exported"] / max(1, r[1]["points"]) for r in rounds)
-    print(f"| sonde (receive -> passthrough plugin -> OTLP export) | {s_pps:,.0f} | {s_cpu:.1f} ms | {med(1, 'rss'):.1f} MB | {lost:.4f} |")
-    print(f"\nsonde/rotel CPU per point: {s_cpu / r_cpu:.2f} against the blackhole exporter (floor: <= 1.00), "
+    print(f"| sonde (receive -> passthrough plugin -> OTLP export) | {s_pps:,.0f} | {s_cpu:.1f} ms | {rss(1)} | {lost:.4f} |")
+    print(f"\nsonde's RSS 2.5 s after the load (its last export sent): {med(1, 'rss_after'):.1f} MB (median)")
+    print(f"sonde/rotel RSS as the load ends: {med(1, 'rss') / med(0, 'rss'):.2f}, peak {med(1, 'peak') / med(0, 'peak'):.2f} "
+          f"(against the blackhole rotel)")
+    print(f"sonde/rotel CPU per point: {s_cpu / r_cpu:.2f} against the blackhole exporter (floor: <= 1.00), "
           f"{s_cpu / x_cpu:.2f} against rotel exporting the same way;   sonde/rotel points/s: {s_pps / r_pps:.2f}")
 
 

@@ -139,10 +139,11 @@ def threads(pid):
     return out
 
 
-def rss_mb(pid):
+def rss_mb(pid, field="VmRSS"):
+    """The process's resident memory in MB; field="VmHWM" gives its peak so far."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
 

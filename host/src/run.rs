@@ -44,8 +44,11 @@ pub async fn run(cfg: Config) -> Result<()> {
     // Start-up is over: what only it ran need not stay resident; again once
     // the first rounds of everything after it have run, then now and then.
     let dropping = tokio::spawn(crate::footprint::keep_dropping_unused_code_pages());
+    // A burst's heap goes back to the OS once it is over.
+    let trimming = tokio::spawn(crate::footprint::keep_heap_trimmed());
     wait_for_signal().await;
     dropping.abort();
+    trimming.abort();
     tracing::info!("shutting down");
     host.shutdown(true).await;
     Ok(())

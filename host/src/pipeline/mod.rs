@@ -80,6 +80,13 @@ use spool::{AppendError, Spool};
 const TAP_CAPACITY: usize = 1024;
 /// Batches waiting in the tap that wake [`PipelineHandle::tap_filling`].
 pub const TAP_FILLING: usize = TAP_CAPACITY / 4;
+/// Points sent to the tap that wake [`PipelineHandle::tap_filling`] even with
+/// fewer batches: the tap holds every batch until its slowest receiver
+/// reads it, so under an OTLP load of 1 000-point batches a quarter of the
+/// capacity was 256 000 points (about 16 MB of heap) waiting for the live
+/// store. A host's own sampling (a few hundred points a second) stays under
+/// it and wakes no more often than before.
+pub const TAP_FILLING_POINTS: usize = 16_384;
 
 /// Counters and gauges of the export pipeline, for the API, the dashboard and self-metrics.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -275,8 +282,11 @@ struct Shared {
     last_error: Mutex<Option<String>>,
     batcher_wake: Notify,
     sender_wake: Notify,
-    /// Notified when the tap holds `TAP_FILLING` batches for its slowest receiver.
+    /// Notified when the tap holds `TAP_FILLING` batches for its slowest
+    /// receiver, or `TAP_FILLING_POINTS` points were sent since the last time.
     tap_filling: Notify,
+    /// Points sent to the tap since `tap_filling` was last notified.
+    tap_points: AtomicUsize,
     /// Requests in flight waiting to be retried: while any is, no new one starts.
     retrying: AtomicUsize,
     /// The last attempt succeeded (one log line when that changes).
@@ -402,7 +412,7 @@ impl PipelineHandle {
     }
 
     /// Returns once the tap holds a quarter of its capacity for its slowest
-    /// receiver: a receiver that drains with `try_recv` when it is read (the
+    /// receiver, or [`TAP_FILLING_POINTS`] points came since it last returned: a receiver that drains with `try_recv` when it is read (the
     /// live store) waits for this instead of waking for every batch.
     pub async fn tap_filling(&self) {
         self.shared.tap_filling.notified().await
@@ -502,6 +512,7 @@ impl Pipeline {
             batcher_wake: Notify::new(),
             sender_wake: Notify::new(),
             tap_filling: Notify::new(),
+            tap_points: AtomicUsize::new(0),
             retrying: AtomicUsize::new(0),
             healthy: AtomicBool::new(true),
             last_reject_warn: Mutex::new(None),
@@ -589,8 +600,11 @@ impl Drop for Pipeline {
 impl Shared {
     fn send_tap(&self, batch: Arc<MetricBatch>) {
         if self.tap.receiver_count() > 0 {
+            let n = batch.points.len();
             let _ = self.tap.send(batch);
-            if self.tap.len() >= TAP_FILLING {
+            let points = self.tap_points.fetch_add(n, Ordering::Relaxed) + n;
+            if points >= TAP_FILLING_POINTS || self.tap.len() >= TAP_FILLING {
+                self.tap_points.store(0, Ordering::Relaxed);
                 self.tap_filling.notify_one();
             }
         }
@@ -683,6 +697,15 @@ impl Shared {
     }
 
     /// Takes the buffer, encodes it into requests of at most `max_batch` items and queues them.
+    /// The buffer holds a whole request (or anything at all while export is
+    /// off, which only counts it): flush without waiting for the interval.
+    fn holds_a_full_request(&self, b: &Buffer) -> bool {
+        let max = self.max_batch.load(Ordering::Relaxed);
+        b.points >= max
+            || b.records >= max
+            || (!self.enabled.load(Ordering::Acquire) && (b.points > 0 || b.records > 0))
+    }
+
     fn flush(&self) {
         let tuning = *self.tuning.lock();
         let (metrics, logs) = {
@@ -876,10 +899,18 @@ async fn batcher_task(s: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut last = Instant::now();
     loop {
         let interval = s.tuning.lock().interval;
-        let empty = {
+        let (empty, full) = {
             let b = s.buf.lock();
-            b.metrics.is_empty() && b.logs.is_empty()
+            (b.metrics.is_empty() && b.logs.is_empty(), s.holds_a_full_request(&b))
         };
+        if full {
+            // A request filled up while the last flush was encoding: its
+            // crossing woke no one (the flushed points were still counted),
+            // so flush now instead of at the interval.
+            tokio::task::yield_now().await;
+            s.flush();
+            continue;
+        }
         tokio::select! {
             _ = tokio::time::sleep_until(last + interval), if !empty => {
                 last = Instant::now();
@@ -896,11 +927,7 @@ async fn batcher_task(s: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                 }
                 // Early: enough for a full request. Otherwise new data or a
                 // reconfigure; loop round to pick up the new interval.
-                let max = s.max_batch.load(Ordering::Relaxed);
-                let full = {
-                    let b = s.buf.lock();
-                    b.points >= max || b.records >= max || (!s.enabled.load(Ordering::Acquire) && (b.points > 0 || b.records > 0))
-                };
+                let full = s.holds_a_full_request(&s.buf.lock());
                 if full {
                     s.flush();
                 }

@@ -217,6 +217,36 @@ async fn pipeline_splits_requests_at_max_batch_points() {
     p.shutdown(Duration::from_secs(1)).await;
 }
 
+/// Batches that come in while a flush encodes can fill a whole request before
+/// the flush ends; the batcher must flush again at once rather than wait for
+/// the interval (it once waited, and under an OTLP load the buffer grew to a
+/// million points between two intervals).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipeline_flushes_again_when_a_request_filled_up_during_a_flush() {
+    let fc = FakeCollector::grpc().await;
+    let mut c = cfg(Some(fc.url()), Protocol::Grpc);
+    c.interval_ms = 60_000; // only full requests go out within the test
+    c.queue_capacity = 1_000;
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    let submitter = h.clone();
+    // As fast as one thread can: far more than a request arrives during each flush.
+    std::thread::spawn(move || {
+        for t in 0..2_000 {
+            submitter.submit_metrics(batch(10, t));
+        }
+    })
+    .join()
+    .unwrap();
+    let st = wait_stats(&h, |st| st.buffered_points < 100 && st.queued_points == 0).await;
+    assert!(
+        st.buffered_points < 100,
+        "a full request waited for the interval: {st:?}"
+    );
+    assert_eq!(st.points_dropped, 0, "{st:?}");
+    assert!(conserved(&st), "{st:?}");
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipeline_retries_unavailable_then_delivers_once() {
     for proto in [Protocol::Grpc, Protocol::HttpProtobuf] {
