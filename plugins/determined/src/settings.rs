@@ -260,7 +260,8 @@ impl Settings {
 
     /// How often the resolve timer fires: often enough that a measurement
     /// is emitted about `lag_ms` after it was taken even when no hook call
-    /// brings it there.
+    /// brings it there. It runs only while some job has not ended
+    /// (`Profiler::follow_jobs`).
     pub fn tick_ms(&self) -> u64 {
         (self.lag_ms / 2).clamp(100, 1000)
     }

@@ -129,6 +129,7 @@ pub struct Profiler {
     out: Resolved,
     dropped_handles: Vec<Option<u32>>,
     flush_timer: Option<u64>,
+    /// The resolve timer: running only while a job could use it (see `follow_jobs`).
     tick_timer: Option<u64>,
     /// Counters at the previous flush (to log what changed).
     flushed_counters: Counters,
@@ -169,7 +170,7 @@ impl Profiler {
         };
         p.restore(host);
         p.set_flush_timer(host);
-        p.set_tick_timer(host);
+        p.follow_jobs(host);
         p
     }
 
@@ -243,6 +244,29 @@ impl Profiler {
         self.tick_timer = Some(host.set_timer(self.settings.tick_ms(), true));
     }
 
+    /// No resolve tick without a job: the resolve timer runs only while
+    /// some job has not ended, or timings wait for the lag. Without one, a
+    /// sample can only be tied to a job whose first report is still on its
+    /// way (that is what the lag is for), and the next sample delivery's
+    /// `settle` resolves it just as well, at most one delivery later. An
+    /// idle host's determined thread then wakes for its sample deliveries
+    /// and the flush timer only.
+    ///
+    /// Why not stop the samples too: a job's reports may arrive up to
+    /// `lag_ms` after they were made (an OpenTelemetry SDK exports every few
+    /// seconds), and the samples taken since then must still be here.
+    pub(crate) fn follow_jobs(&mut self, host: &mut dyn Host) {
+        let resolving = self.jobs.values().any(|j| !j.machine.is_ended()) || !self.pending_job.is_empty();
+        match (resolving, self.tick_timer) {
+            (true, None) => self.set_tick_timer(host),
+            (false, Some(id)) => {
+                host.cancel_timer(id);
+                self.tick_timer = None;
+            }
+            _ => {}
+        }
+    }
+
     /// New settings from a live `configure`.
     pub fn configure(&mut self, host: &mut dyn Host, new: Settings) {
         let old = std::mem::replace(&mut self.settings, new);
@@ -253,7 +277,7 @@ impl Profiler {
         if old.flush_every_ms() != self.settings.flush_every_ms() {
             self.set_flush_timer(host);
         }
-        if old.tick_ms() != self.settings.tick_ms() {
+        if old.tick_ms() != self.settings.tick_ms() && self.tick_timer.is_some() {
             self.set_tick_timer(host);
         }
         let limits = limits(&self.settings);
@@ -267,6 +291,7 @@ impl Profiler {
             }
         }
         self.enforce_bound();
+        self.follow_jobs(host);
     }
 
     pub fn on_timer(&mut self, host: &mut dyn Host, id: u64) {
@@ -275,6 +300,7 @@ impl Profiler {
             self.resolve(host, false);
             self.flush(host);
             self.emit_points(host);
+            self.follow_jobs(host);
         } else {
             // The resolve tick, or a job's cap: both are covered by settle.
             self.settle(host);

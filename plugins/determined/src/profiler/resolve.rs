@@ -22,6 +22,7 @@ impl Profiler {
         self.resolve(host, false);
         self.enforce_bound();
         self.emit_points(host);
+        self.follow_jobs(host);
     }
 
     pub(super) fn check_caps(&mut self, host: &mut dyn Host) {

@@ -877,6 +877,32 @@ fn job_filter_keeps_other_jobs_out() {
 }
 
 #[test]
+fn the_resolve_timer_runs_only_while_a_job_has_not_ended() {
+    let mut host = FakeHost::at(ms(0));
+    let mut p = start(&mut host, r#"{"begin_on_batch":1,"end_after_batch":2,"lag_ms":200}"#);
+    // The resolve timer repeats every lag / 2 (the flush timer every 10 s).
+    let resolving = |host: &FakeHost| host.timers.values().any(|t| t.repeat && t.after_ms == 100);
+    // Idle: no resolve timer; samples are still asked for (a job's first
+    // report may come up to the lag late and claim them).
+    assert!(!resolving(&host), "{:?}", host.timers);
+    assert!(crate::manifest(&p.settings).samples.is_some());
+    host.now = ms(50);
+    p.on_samples(&mut host, cpu_samples(&[50], &[0.5])).unwrap();
+    assert!(!resolving(&host), "a sample alone sets no timer");
+    // A job's first report, made before that sample and arriving after it.
+    p.on_events(&mut host, progress(solo(), &[(0, 0, 0), (0, 40, 1)]));
+    assert!(resolving(&host), "{:?}", host.timers);
+    tick(&mut p, &mut host, 300);
+    assert!(
+        !host.points_of("sonde.cpu.busy", &[]).is_empty(),
+        "the earlier sample was tied to the job"
+    );
+    // The job ends at batch 3: the resolve timer goes.
+    p.on_events(&mut host, progress(solo(), &[(0, 100, 2), (0, 200, 3)]));
+    assert!(!resolving(&host), "{:?}", host.timers);
+}
+
+#[test]
 fn configure_applies_live() {
     let mut host = FakeHost::at(ms(0));
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
