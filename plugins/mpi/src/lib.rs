@@ -61,8 +61,10 @@ impl Plugin for Mpi {
         Ok(())
     }
 
-    fn on_events(&mut self, _host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
-        Mpi::on_events(self, &batch)
+    fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
+        let taken = Mpi::on_events(self, &batch);
+        self.follow_jobs(host);
+        taken
     }
 
     fn on_timer(&mut self, host: &mut impl Host, id: u64) -> Result<(), String> {

@@ -20,6 +20,7 @@ pub struct Mpi {
     metrics: MetricRegistry,
     sinks: HashMap<String, u32>,
     sink_failed: bool,
+    /// The emit and write timers (0: not running, see `follow_jobs`).
     emit_timer: u64,
     write_timer: u64,
     pub rows: u64,
@@ -43,7 +44,7 @@ impl Mpi {
             skipped_rows: 0,
             files_written: 0,
         };
-        m.set_timers(host);
+        m.follow_jobs(host);
         m
     }
 
@@ -54,11 +55,26 @@ impl Mpi {
         self.write_timer = host.set_timer(self.settings.write_every_ms, true);
     }
 
+    /// No timers without a job: the emit and write timers run only while
+    /// some job's profile is held, so the plugin thread of a host that runs
+    /// no MPI job never wakes. Call after anything that adds or forgets a job.
+    pub fn follow_jobs(&mut self, host: &mut dyn Host) {
+        match (self.jobs.is_empty(), self.emit_timer != 0) {
+            (false, false) => self.set_timers(host),
+            (true, true) => {
+                host.cancel_timer(self.emit_timer);
+                host.cancel_timer(self.write_timer);
+                (self.emit_timer, self.write_timer) = (0, 0);
+            }
+            _ => {}
+        }
+    }
+
     pub fn configure(&mut self, host: &mut dyn Host, settings: Settings) {
         let timers = settings.emit_every_ms != self.settings.emit_every_ms
             || settings.write_every_ms != self.settings.write_every_ms;
         self.settings = settings;
-        if timers {
+        if timers && self.emit_timer != 0 {
             self.set_timers(host);
         }
     }
@@ -134,14 +150,17 @@ impl Mpi {
     }
 
     pub fn on_timer(&mut self, host: &mut dyn Host, id: u64) -> Result<(), String> {
-        if id == self.emit_timer {
+        let done = if id == self.emit_timer {
             self.emit_metrics(host)
         } else if id == self.write_timer {
             self.write_files(host);
             Ok(())
         } else {
             Ok(())
-        }
+        };
+        // A job forgotten through `POST /reset` stops the timers here.
+        self.follow_jobs(host);
+        done
     }
 
     fn declare(&mut self, host: &mut dyn Host, desc: MetricDesc) -> Result<u32, String> {

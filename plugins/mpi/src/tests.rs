@@ -501,8 +501,26 @@ fn a_not_in_mpi_row_never_carries_a_function() {
 }
 
 #[test]
+fn the_timers_run_only_while_a_job_is_held() {
+    let (mut host, mut m) = started("{}");
+    assert!(host.timers.is_empty(), "no job, no timers: {:?}", host.timers);
+    m.on_events(&batch(&[("job", 0, 0, 1, "MPI_Barrier", "main", 3)]))
+        .unwrap();
+    m.follow_jobs(&mut host);
+    assert_eq!(host.timers.len(), 2, "emit and write timers");
+    // The job forgotten (POST /reset): the next timer stops them.
+    assert_eq!(req(&mut m, "POST", "/reset", "job=job").0, 200);
+    let emit = *host.timers.keys().next().unwrap();
+    m.on_timer(&mut host, emit).unwrap();
+    assert!(host.timers.is_empty(), "{:?}", host.timers);
+}
+
+#[test]
 fn configure_resets_the_timers_only_when_their_periods_change() {
     let (mut host, mut m) = started("{}");
+    m.on_events(&batch(&[("job", 0, 0, 1, "MPI_Barrier", "main", 3)]))
+        .unwrap();
+    m.follow_jobs(&mut host);
     assert_eq!(host.timers.len(), 2);
     let before: Vec<u64> = host.timers.keys().copied().collect();
     m.configure(&mut host, Settings::parse(r#"{"job":"x"}"#).unwrap());

@@ -148,8 +148,17 @@ impl ParamServer {
             points: PointBuffer::new(),
             next_incident: 1,
         };
-        p.set_timer(host);
+        p.follow_jobs(host);
         p
+    }
+
+    /// No check timer without a job: the heartbeat check starts with the
+    /// first job's first report (jobs are kept for good), so the plugin
+    /// thread of a host that runs no parameter-server job never wakes.
+    fn follow_jobs(&mut self, host: &mut dyn Host) {
+        if !self.jobs.is_empty() && self.timer.is_none() {
+            self.set_timer(host);
+        }
     }
 
     fn set_timer(&mut self, host: &mut dyn Host) {
@@ -161,7 +170,7 @@ impl ParamServer {
 
     pub fn configure(&mut self, host: &mut dyn Host, new: Settings) {
         let old = std::mem::replace(&mut self.settings, new);
-        if old.check_every_ms != self.settings.check_every_ms {
+        if old.check_every_ms != self.settings.check_every_ms && self.timer.is_some() {
             self.set_timer(host);
         }
         if old.consistency != self.settings.consistency {
@@ -242,6 +251,7 @@ impl ParamServer {
             self.after_clocks(host, &job);
         }
         self.flush(host);
+        self.follow_jobs(host);
     }
 
     fn heartbeat(&mut self, host: &mut dyn Host, job: &str, process: &str, time: u64) {

@@ -128,11 +128,7 @@ fn a_killed_worker_gives_the_seven_stages_and_five_phases() {
     // every 200 ms until 4000, is killed at 4100; restarts 500 ms after the
     // detection, recovers 2 s later, everyone 300 ms after that.
     let (mut p, mut host) = start(r#"{"heartbeat_timeout_s": 2, "check_every_ms": 100}"#);
-    assert_eq!(
-        host.timers.values().next().map(|t| (t.after_ms, t.repeat)),
-        Some((100, true)),
-        "a repeating check timer"
-    );
+    assert!(host.timers.is_empty(), "no job yet, no check timer");
     let mut rows = vec![
         (1000, SERVER, Ev::Node("checkpoint-begin")),
         (2500, SERVER, Ev::Node("checkpoint-end")),
@@ -141,6 +137,11 @@ fn a_killed_worker_gives_the_seven_stages_and_five_phases() {
         rows.push((t, W1, Ev::Hb));
     }
     p.on_events(&mut host, &batch(&rows));
+    assert_eq!(
+        host.timers.values().next().map(|t| (t.after_ms, t.repeat)),
+        Some((100, true)),
+        "the job's first report starts a repeating check timer"
+    );
     p.on_events(&mut host, &batch(&[(4100, W1, Ev::Node("killed"))]));
     // Last heartbeat 4000: past the timeout after 6000, so the check at 6100 finds it.
     tick(&mut p, &mut host, 4200, 6000, 100);
