@@ -48,6 +48,7 @@ pub struct Bottleneck {
     pub jobs: BTreeMap<String, Job>,
     pub counters: Counters,
     handles: HashMap<(String, usize), u32>,
+    /// The emit timer (0: not running yet, see `follow_jobs`).
     timer: u64,
 }
 
@@ -56,20 +57,29 @@ fn rank_of(o: &sonde_plugin_sdk::types::Origin) -> i32 {
 }
 
 impl Bottleneck {
-    pub fn start(host: &mut dyn Host, settings: Settings) -> Bottleneck {
-        let timer = host.set_timer(settings.emit_every_ms, true);
+    pub fn start(_host: &mut dyn Host, settings: Settings) -> Bottleneck {
         Bottleneck {
             node: NodeSamples::new(settings.min_peak_bytes_per_s),
             settings,
             jobs: BTreeMap::new(),
             counters: Counters::default(),
             handles: HashMap::new(),
-            timer,
+            timer: 0,
+        }
+    }
+
+    /// No emit timer without a job: the verdict shares it emits are per
+    /// job, so it starts with the first job's first report (jobs are kept
+    /// for good). The node's samples still come in meanwhile: a job's
+    /// first steps are judged against them.
+    fn follow_jobs(&mut self, host: &mut dyn Host) {
+        if self.timer == 0 && !self.jobs.is_empty() {
+            self.timer = host.set_timer(self.settings.emit_every_ms, true);
         }
     }
 
     pub fn configure(&mut self, host: &mut dyn Host, settings: Settings) {
-        if settings.emit_every_ms != self.settings.emit_every_ms {
+        if settings.emit_every_ms != self.settings.emit_every_ms && self.timer != 0 {
             host.cancel_timer(self.timer);
             self.timer = host.set_timer(settings.emit_every_ms, true);
         }
@@ -221,6 +231,7 @@ impl Bottleneck {
             }
         }
         self.judge_due(host);
+        self.follow_jobs(host);
     }
 
     pub fn on_timer(&mut self, host: &mut dyn Host, id: u64) {

@@ -123,7 +123,9 @@ fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
     };
     let mut p = Bottleneck::start(&mut host, Settings::default());
     p.on_samples(&mut host, samples(0, 4000, 0.6, true)).unwrap();
+    assert!(host.timers.is_empty(), "no job yet, no emit timer");
     p.on_events(&mut host, &steps(0, 39, 20..40));
+    assert_eq!(host.timers.len(), 1, "the first job starts the emit timer");
     assert!(p.jobs["job"].rows.is_empty(), "nothing is judged before the lag");
     host.now = T0 + 8000 * MS;
     p.on_samples(&mut host, samples(4000, 8000, 0.6, false)).unwrap();

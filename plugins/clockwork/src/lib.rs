@@ -61,7 +61,9 @@ impl Plugin for Clockwork {
     }
 
     fn on_events(&mut self, host: &mut impl Host, batch: EventBatch) -> Result<(), String> {
-        Clockwork::on_events(self, host, &batch)
+        let taken = Clockwork::on_events(self, host, &batch);
+        self.follow_rows(host);
+        taken
     }
 
     fn on_timer(&mut self, host: &mut impl Host, _id: u64) -> Result<(), String> {

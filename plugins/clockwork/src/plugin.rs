@@ -118,7 +118,6 @@ impl Clockwork {
             };
             (off(tsv::REQUEST_LOG), off(tsv::ACTION_LOG))
         };
-        let timer = host.set_timer(settings.emit_every_ms, true);
         Clockwork {
             analysis: Analysis::new(settings.window_ns(), settings.lag_ms * 1_000_000),
             in_time: InTime::new(settings.lag_ms * 1_000_000),
@@ -126,12 +125,22 @@ impl Clockwork {
             request_log,
             action_log,
             metrics: MetricRegistry::new(),
-            timer,
+            timer: 0,
             requests_seen: 0,
             actions_seen: 0,
             invalid_rows: 0,
             last_invalid: None,
             settings,
+        }
+    }
+
+    /// No emit timer before the first rows: every metric it emits is per
+    /// model, so it starts with the first request or action seen (and then
+    /// runs for good), and the plugin thread of a host that serves nothing
+    /// never wakes. Call after `on_events`.
+    pub fn follow_rows(&mut self, host: &mut dyn Host) {
+        if self.timer == 0 && self.requests_seen + self.actions_seen > 0 {
+            self.timer = host.set_timer(self.settings.emit_every_ms, true);
         }
     }
 

@@ -118,7 +118,10 @@ fn events_become_both_logs_metrics_and_estimates() {
     let mut p = Clockwork::start(&mut host, settings);
     assert_eq!(p.estimator(3).predict(2, 1380), 3_600_000, "seeded from the profile");
     let (reqs, acts) = workload();
+    assert!(host.timers.is_empty(), "no rows yet, no emit timer");
     p.on_events(&mut host, &batch(&reqs, &acts)).unwrap();
+    p.follow_rows(&mut host);
+    assert_eq!(host.timers.len(), 1, "the first rows start the emit timer");
     assert_eq!(host.files.len(), 2, "{:?}", host.files.keys());
     assert_eq!(
         host.files["clockwork_request_log.tsv"].lines().nth(1).unwrap(),
