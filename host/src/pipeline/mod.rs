@@ -412,7 +412,8 @@ impl PipelineHandle {
     }
 
     /// Returns once the tap holds a quarter of its capacity for its slowest
-    /// receiver, or [`TAP_FILLING_POINTS`] points came since it last returned: a receiver that drains with `try_recv` when it is read (the
+    /// receiver, or [`TAP_FILLING_POINTS`] points came since it last
+    /// returned: a receiver that drains with `try_recv` when it is read (the
     /// live store) waits for this instead of waking for every batch.
     pub async fn tap_filling(&self) {
         self.shared.tap_filling.notified().await
@@ -696,7 +697,6 @@ impl Shared {
         self.count(signal, items, [&c.points_exported, &c.logs_exported, &c.spans_exported]);
     }
 
-    /// Takes the buffer, encodes it into requests of at most `max_batch` items and queues them.
     /// The buffer holds a whole request (or anything at all while export is
     /// off, which only counts it): flush without waiting for the interval.
     fn holds_a_full_request(&self, b: &Buffer) -> bool {
@@ -706,6 +706,7 @@ impl Shared {
             || (!self.enabled.load(Ordering::Acquire) && (b.points > 0 || b.records > 0))
     }
 
+    /// Takes the buffer, encodes it into requests of at most `max_batch` items and queues them.
     fn flush(&self) {
         let tuning = *self.tuning.lock();
         let (metrics, logs) = {
