@@ -50,8 +50,8 @@ fn main() {
 /// `hot-code.txt` lists them (made by `./dev hot-code` from a profile of the
 /// running host). Why: every page fault on the binary maps the 64 KB around
 /// the page (the kernel's fault-around), so hot code spread over the binary's
-/// 25 MB of code kept 8.7 MB resident where the listed functions span 1.3 MB. Names no longer in the binary
-/// are skipped silently. `SONDE_NO_HOT_CODE_ORDER=1` (or another linker)
+/// 25 MB of code kept 8.7 MB resident where the listed functions span 1.3 MB.
+/// Names no longer in the binary are skipped silently. `SONDE_NO_HOT_CODE_ORDER=1` (or another linker)
 /// leaves the layout to the linker.
 fn hot_code_first() {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");

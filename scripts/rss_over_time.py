@@ -13,6 +13,7 @@ Needs the release build and the plugins (`./dev rss-over-time` builds them).
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +48,7 @@ def main():
         cpu = h.cpu_seconds(p.pid) - c0
     finally:
         h.stop(p)
+        shutil.rmtree(work, ignore_errors=True)
     late = [r for m, r in seen if m >= a.minutes - 15]
     print(f"\n{time.strftime('%Y-%m-%d %H:%M')}: RSS {seen[0][1]:.1f} MB 30 s after start; "
           f"{min(late):.1f}-{max(late):.1f} MB over the last 15 minutes; at most {max(r for _, r in seen):.1f} MB")
