@@ -11,6 +11,9 @@ RSS at the end. Rounds alternate which build starts first. Prints each round and
 and the ratio B / A.
 
 Usage: scripts/bench_ab.py A_BINARY B_BINARY [--seconds 20] [--rounds 4]
+                           [--plugins-a DIR] [--plugins-b DIR]
+(--plugins-a / --plugins-b: that build's bundled plugins, for a change to the plugins; default
+target/plugins/bundled for both)
 e.g. a build of the previous commit against this one:
     git stash; cargo build --release -p sonde; cp target/release/sonde /tmp/sonde-before
     git stash pop; ./dev bench-ab /tmp/sonde-before target/release/sonde
@@ -25,18 +28,19 @@ import sys
 import tempfile
 import time
 
-from harness import cpu_seconds, free_port, rss_mb, start_ready, stop, ticks
+from harness import BUNDLED, cpu_seconds, free_port, rss_mb, start_ready, stop, ticks
 
 WARM_UP_S = 15  # plugins started, every plugin timer and delivery going, the second code page-out (10 s) past
 
 
-def one_round(binaries, order, seconds, cache):
+def one_round(binaries, plugins, order, seconds, cache):
     tmp = tempfile.mkdtemp(prefix="sonde-ab-")
     procs = {}
     try:
         for k in order:
             api = f"127.0.0.1:{free_port()}"
-            procs[k] = (start_ready(os.path.join(tmp, k), api, cache=cache, binary=binaries[k], seconds=120), api)
+            procs[k] = (start_ready(os.path.join(tmp, k), api, cache=cache, binary=binaries[k], seconds=120,
+                                    bundled_from=plugins[k]), api)
         time.sleep(WARM_UP_S)
         before = {k: (cpu_seconds(p.pid), ticks(api)) for k, (p, api) in procs.items()}
         time.sleep(seconds)
@@ -58,24 +62,32 @@ def main():
     ap.add_argument("b", help="the build under test")
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--plugins-a", help="build A's bundled plugins (a directory of .wasm files)")
+    ap.add_argument("--plugins-b", help="build B's bundled plugins")
     args = ap.parse_args()
     binaries = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
+    plugins = {"A": args.plugins_a, "B": args.plugins_b}
     for k, path in binaries.items():
         if not os.access(path, os.X_OK):
             sys.exit(f"build {k}: {path} is not an executable")
+    for k, path in plugins.items():
+        if path and not (os.path.isdir(path) and any(f.endswith(".wasm") for f in os.listdir(path))):
+            sys.exit(f"plugins of build {k}: {path} is not a directory of .wasm files")
     # The plugins are compiled once, by A, into a cache every round then starts from (a build
     # whose engine differs compiles them again itself, which only lengthens its start).
     root = tempfile.mkdtemp(prefix="sonde-ab-cache-")
     try:
         prime = os.path.join(root, "prime")
-        stop(start_ready(prime, f"127.0.0.1:{free_port()}", binary=binaries["A"], seconds=120))
+        stop(start_ready(prime, f"127.0.0.1:{free_port()}", binary=binaries["A"], seconds=120,
+                         bundled_from=plugins["A"]))
         cache = os.path.join(prime, "cache")
         res = {"A": [], "B": []}
-        print(f"A = {binaries['A']}\nB = {binaries['B']}\n{args.rounds} rounds of {args.seconds:.0f} s; "
+        print(f"A = {binaries['A']} (plugins: {plugins['A'] or BUNDLED})\n"
+              f"B = {binaries['B']} (plugins: {plugins['B'] or BUNDLED})\n{args.rounds} rounds of {args.seconds:.0f} s; "
               f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
         for r in range(args.rounds):
             order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
-            out = one_round(binaries, order, args.seconds, cache)
+            out = one_round(binaries, plugins, order, args.seconds, cache)
             for k in res:
                 res[k].append(out[k])
             print(f"round {r + 1}: A {out['A'][0]:.1f} µs per sample, {out['A'][1]:.1f} MB; "

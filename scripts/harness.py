@@ -209,14 +209,16 @@ def need_release_build(*paths, recipe="./dev bench"):
             sys.exit(f"{os.path.relpath(path, ROOT)} is missing: build it with {recipe}")
 
 
-def plugin_dirs(work, bundled=True, extra=None):
-    """Makes work/plugins (with the bundled plugins, unless bundled=False, and `extra`:
-    {plugin name: component path}) and work/sinks. Returns (plugins, sinks)."""
+def plugin_dirs(work, bundled=True, extra=None, bundled_from=None):
+    """Makes work/plugins (with the bundled plugins, from `bundled_from` if given, unless
+    bundled=False, and `extra`: {plugin name: component path}) and work/sinks. Returns
+    (plugins, sinks)."""
     plugins, sinks = os.path.join(work, "plugins"), os.path.join(work, "sinks")
     os.makedirs(plugins, exist_ok=True)
     os.makedirs(sinks, exist_ok=True)
-    for f in os.listdir(BUNDLED) if bundled else []:
-        shutil.copy(os.path.join(BUNDLED, f), plugins)
+    source = bundled_from or BUNDLED
+    for f in os.listdir(source) if bundled else []:
+        shutil.copy(os.path.join(source, f), plugins)
     for name, path in (extra or {}).items():
         shutil.copy(path, os.path.join(plugins, f"{name}.wasm"))
     return plugins, sinks
@@ -264,14 +266,15 @@ def ticks(api):
     return get(api, "/api/status")["sampler"]["period"]["ticks"]
 
 
-def start_ready(work, api, endpoint=None, cache=None, binary=None, seconds=30.0, settings=()):
-    """sonde on `work` with the bundled plugins, `settings` (see start_sonde) and a copy of the
+def start_ready(work, api, endpoint=None, cache=None, binary=None, seconds=30.0, settings=(), bundled_from=None):
+    """sonde on `work` with the bundled plugins (from `bundled_from`, if given), `settings` (see
+    start_sonde) and a copy of the
     compile cache `cache` (if given), run from its own copy of `binary` (default: the release
     build), once it took its first sample. Its own copy: one sonde per node runs from its binary alone, and two sondes
     mapping one file would share its pages, which sonde's code page-out then leaves
     resident (see host/src/footprint.rs). Written files are synced first for the same reason:
     the kernel does not page out dirty pages."""
-    plugin_dirs(work)
+    plugin_dirs(work, bundled_from=bundled_from)
     if cache:
         shutil.copytree(cache, os.path.join(work, "cache"))
     exe = os.path.join(work, "sonde")

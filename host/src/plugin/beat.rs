@@ -30,10 +30,32 @@
 //!   old. If the sampler stalls or stops, a driven timer fires at most two
 //!   periods late, once; then the thread waits on its own deadlines again.
 //! - A replay (`sonde plugin test`) has no sampler: its beat never ticks.
+//! - Sample deliveries lie on the same grid: a plugin asking for its samples
+//!   every second gets them at the tick on each whole second of
+//!   CLOCK_MONOTONIC (`instance::SampleAcc`), the tick its 1 s timer is due
+//!   at, so the two share one wake-up.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::time::{Duration, Instant};
+
+/// CLOCK_MONOTONIC in ns: the clock whose multiples the sampler's deadlines,
+/// the driven timers and the sample deliveries lie on. Off Linux, where
+/// nothing is put on a grid, ns since the first call.
+pub fn monotonic_ns() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid timespec for CLOCK_MONOTONIC, which always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+}
 
 /// No timer: what a [`TimerDue`] holds when the sampler has nothing to wake.
 const NONE: u64 = u64::MAX;

@@ -298,20 +298,13 @@ impl Timers {
 /// The first multiple of `every` on CLOCK_MONOTONIC (what `Instant` counts
 /// in on Linux) that is at least `every` after `now`.
 fn on_grid(now: Instant, every: Duration) -> Instant {
-    #[cfg(target_os = "linux")]
-    {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: a valid timespec for CLOCK_MONOTONIC, which always exists.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let mono = ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128;
-        let step = every.as_nanos().max(1);
-        let due = (mono + step).div_ceil(step) * step;
-        now + Duration::from_nanos((due - mono) as u64)
+    if !cfg!(target_os = "linux") {
+        return now + every;
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        now + every
-    }
+    let mono = u128::from(super::beat::monotonic_ns());
+    let step = every.as_nanos().max(1);
+    let due = (mono + step).div_ceil(step) * step;
+    now + Duration::from_nanos((due - mono) as u64)
 }
 
 pub fn convert_attrs(attrs: Vec<types::Attribute>) -> Attributes {

@@ -232,12 +232,13 @@ impl Driven {
     }
 
     /// The sample batch this plugin would be handed after `tick`, if its
-    /// request (manifest or `request-samples`) makes one complete now.
+    /// request (manifest or `request-samples`) makes one complete now. A
+    /// replay has no sampler clock: batches follow the ticks' own times.
     pub fn samples(&self, tick: &Arc<Tick>, series: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
         if !self.actor.wants_samples.load(Relaxed) {
             return None;
         }
-        self.actor.acc.lock().push(tick, series)
+        self.actor.acc.lock().push(tick, series, tick.time_ns)
     }
 
     /// The event kinds and tables the plugin subscribed to.
@@ -805,15 +806,33 @@ pub fn json_response(status: u16, body: &serde_json::Value) -> types::HttpRespon
 
 /// Collects ticks for one plugin until its `deliver-every` is reached, then
 /// builds the series-major batch of the series it asked for.
+///
+/// Both the ticks kept and the deliveries go by a clock the caller passes
+/// (`at_ns`), on the multiples of the plugin's period and `deliver-every`:
+/// a tick is kept when it is the first at or after the next multiple of the
+/// period, and a batch is handed over at the first kept tick at or after a
+/// multiple of `deliver-every`. The host passes CLOCK_MONOTONIC, the clock
+/// its sampler's deadlines and the plugins' repeating timers lie on, so a
+/// delivery every second comes at the same tick as a 1 s timer and every
+/// plugin's delivery at the same tick as the others': one wake-up each, not
+/// two. A replay passes the recorded tick times.
 #[derive(Default)]
 pub struct SampleAcc {
     req: Option<types::SampleRequest>,
     ticks: Vec<Arc<Tick>>,
-    last_kept_ns: u64,
+    /// The clock value from which the next tick is kept (0: keep the next one).
+    next_keep_ns: u64,
+    /// The clock value from which the batch is handed over (0: none kept yet).
+    next_delivery_ns: u64,
     /// Per series id: selected by the metric filter / already described to the plugin.
     selected: Vec<bool>,
     told: Vec<bool>,
     series_len: usize,
+}
+
+/// The first multiple of `step` strictly after `at`.
+fn next_multiple(at: u64, step: u64) -> u64 {
+    (at / step + 1) * step
 }
 
 impl SampleAcc {
@@ -824,15 +843,20 @@ impl SampleAcc {
         };
     }
 
-    pub fn push(&mut self, tick: &Arc<Tick>, series: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
+    /// Takes the tick taken at `at_ns` on the caller's clock; returns the
+    /// batch when this tick completes one.
+    pub fn push(&mut self, tick: &Arc<Tick>, series: &Arc<[SeriesInfo]>, at_ns: u64) -> Option<types::SampleBatch> {
         let req = self.req.as_ref()?;
-        let period_ns = req.period_ms as u64 * 1_000_000;
-        // Keep a tick when at least (period - 5 ms) passed since the last kept one,
-        // so a plugin asking for 500 ms on a 100 ms host gets every fifth tick.
-        if self.last_kept_ns != 0 && tick.time_ns.saturating_sub(self.last_kept_ns) + 5_000_000 < period_ns {
+        let period_ns = u64::from(req.period_ms.max(1)) * 1_000_000;
+        let every_ns = u64::from(req.deliver_every_ms.max(1)) * 1_000_000;
+        if at_ns < self.next_keep_ns {
             return None;
         }
-        self.last_kept_ns = tick.time_ns;
+        self.next_keep_ns = next_multiple(at_ns, period_ns);
+        if self.next_delivery_ns == 0 {
+            // The first batch ends at the first multiple at or after this tick.
+            self.next_delivery_ns = at_ns.div_ceil(every_ns) * every_ns;
+        }
         if series.len() != self.series_len {
             for s in &series[self.series_len..] {
                 let want = req.metrics.is_empty() || req.metrics.iter().any(|p| s.metric.starts_with(p.as_str()));
@@ -842,10 +866,10 @@ impl SampleAcc {
             self.series_len = series.len();
         }
         self.ticks.push(tick.clone());
-        let per_call = (req.deliver_every_ms / req.period_ms).max(1) as usize;
-        if self.ticks.len() < per_call {
+        if at_ns < self.next_delivery_ns {
             return None;
         }
+        self.next_delivery_ns = next_multiple(at_ns, every_ns);
         let ticks = std::mem::take(&mut self.ticks);
         let ids: Vec<u32> = (0..self.series_len as u32)
             .filter(|&i| self.selected[i as usize])
@@ -926,6 +950,11 @@ mod tests {
         })
     }
 
+    /// What the replay does: the tick's own time is the clock.
+    fn push(acc: &mut SampleAcc, t: &Arc<Tick>, s: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
+        acc.push(t, s, t.time_ns)
+    }
+
     #[test]
     fn batches_are_series_major_and_filtered() {
         let mut acc = SampleAcc::default();
@@ -935,18 +964,18 @@ mod tests {
             metrics: vec!["system.cpu.".into()],
         }));
         let s = series(4);
-        assert!(acc.push(&tick(1000, 4), &s).is_none());
-        assert!(acc.push(&tick(1100, 4), &s).is_none());
-        let b = acc.push(&tick(1200, 4), &s).unwrap();
+        assert!(push(&mut acc, &tick(1000, 4), &s).is_none());
+        assert!(push(&mut acc, &tick(1100, 4), &s).is_none());
+        let b = push(&mut acc, &tick(1200, 4), &s).unwrap();
         assert_eq!(b.series, vec![0, 2]);
         assert_eq!(b.timestamps, vec![1_000_000_000, 1_100_000_000, 1_200_000_000]);
         // series 0 over 3 ticks, then series 2 over 3 ticks
         assert_eq!(b.values, vec![10000.0, 11000.0, 12000.0, 10002.0, 11002.0, 12002.0]);
         assert_eq!(b.new_series.len(), 2);
         for ms in [1300, 1400] {
-            assert!(acc.push(&tick(ms, 4), &s).is_none());
+            assert!(push(&mut acc, &tick(ms, 4), &s).is_none());
         }
-        let b = acc.push(&tick(1500, 4), &s).unwrap();
+        let b = push(&mut acc, &tick(1500, 4), &s).unwrap();
         assert!(b.new_series.is_empty(), "series are described once");
     }
 
@@ -961,10 +990,50 @@ mod tests {
         let mut got = Vec::new();
         for i in 0..12u64 {
             let n = if i < 6 { 2 } else { 3 };
-            if let Some(b) = acc.push(&tick(1000 + i * 100, n), &series(n)) {
+            if let Some(b) = push(&mut acc, &tick(1000 + i * 100, n), &series(n)) {
                 got.push((b.timestamps[0] / 1_000_000, b.series.len(), b.new_series.len()));
             }
         }
         assert_eq!(got, vec![(1000, 2, 2), (1500, 2, 0), (2000, 3, 1)]);
+    }
+
+    #[test]
+    fn deliveries_fall_on_multiples_of_deliver_every_whenever_the_plugin_started() {
+        // Ticks 0.3 ms after each 100 ms line (how the sampler wakes); two
+        // plugins subscribe at different ticks, one samples at 1 s.
+        let at = |n: u64| n * 100_000_000 + 300_000;
+        let s = series(2);
+        let mut fast = SampleAcc::default();
+        fast.reset(Some(types::SampleRequest {
+            period_ms: 100,
+            deliver_every_ms: 1000,
+            metrics: vec![],
+        }));
+        let mut slow = SampleAcc::default();
+        slow.reset(Some(types::SampleRequest {
+            period_ms: 1000,
+            deliver_every_ms: 1000,
+            metrics: vec![],
+        }));
+        let (mut fast_at, mut slow_at) = (Vec::new(), Vec::new());
+        for n in 3..45 {
+            let t = Arc::new(Tick {
+                time_ns: at(n),
+                values: vec![1.0, 2.0],
+            });
+            if let Some(b) = fast.push(&t, &s, at(n)) {
+                fast_at.push((n, b.timestamps.len()));
+            }
+            if n >= 7
+                && let Some(b) = slow.push(&t, &s, at(n))
+            {
+                slow_at.push((n, b.timestamps.len()));
+            }
+        }
+        // The first batch ends at the first whole second; then ten ticks a batch.
+        assert_eq!(fast_at, vec![(10, 8), (20, 10), (30, 10), (40, 10)]);
+        // One tick a second (and the one it started with), delivered at the
+        // same ticks as the other plugin's.
+        assert_eq!(slow_at, vec![(10, 2), (20, 1), (30, 1), (40, 1)]);
     }
 }

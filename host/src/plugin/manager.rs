@@ -347,11 +347,12 @@ impl PluginManager {
             }
         };
         let tick = Arc::new(tick.clone());
+        let at_ns = super::beat::monotonic_ns();
         for e in plugins.values() {
             if let Some(h) = &e.handle
                 && h.wants_samples.load(std::sync::atomic::Ordering::Relaxed)
             {
-                let batch = h.acc.lock().push(&tick, &series);
+                let batch = h.acc.lock().push(&tick, &series, at_ns);
                 // The thread fires its due timers after the batch: one wake-up for both.
                 let timer_due = h.timer_due.take_if_due(now);
                 if let Some(batch) = batch {
