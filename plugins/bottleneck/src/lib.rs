@@ -42,7 +42,10 @@ pub fn manifest() -> Manifest {
             .to_string(),
         samples: Some(SampleRequest {
             period_ms: 100,
-            deliver_every_ms: 500,
+            // One delivery a second: the same tick as the other bundled
+            // plugins' (the host puts deliveries on the clock's whole
+            // seconds), well inside `lag_ms`.
+            deliver_every_ms: 1000,
             metrics: vec![
                 "system.cpu.utilization".into(),
                 "system.memory.limit".into(),

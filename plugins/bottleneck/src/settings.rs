@@ -96,7 +96,7 @@ pub struct Settings {
     pub min_reference_steps: usize,
     /// A step is judged this long after it ended (host clock), so that the
     /// node's samples, the process's CPU readings, late child spans and the
-    /// MPI probe's bins covering it have arrived: 3000 ms covers the 500 ms
+    /// MPI probe's bins covering it have arrived: 3000 ms covers the 1 s
     /// sample delivery, the probe's 500 ms flush and an SDK's batch exporter
     /// delayed by a CPU-starved process.
     pub lag_ms: u64,

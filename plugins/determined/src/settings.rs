@@ -112,7 +112,11 @@ pub const SAMPLED_METRICS: [&str; 8] = [
 
 /// The contract's floor for `sample-request.period-ms`.
 const MIN_PERIOD_MS: u32 = 10;
-const DEFAULT_DELIVER_EVERY_MS: u32 = 500;
+/// One delivery a second, at the tick the other bundled plugins' come (the
+/// host puts deliveries on whole seconds): half the wake-ups of 500 ms. A
+/// sample may then arrive after its `lag_ms`; it is resolved on arrival,
+/// against the batch-index reports known by then, which is all the lag waits for.
+const DEFAULT_DELIVER_EVERY_MS: u32 = 1000;
 /// The flush timer runs in whole milliseconds; anything shorter is a mistake.
 const MIN_FLUSH_EVERY_S: f64 = 0.1;
 
@@ -284,7 +288,7 @@ mod tests {
         let d = Settings::default();
         assert!(d.enabled && d.resume_after_restart);
         assert_eq!((d.begin_on_batch, d.end_after_batch), (0, None));
-        assert_eq!((d.sample_period_ms, d.deliver_every_ms, d.lag_ms), (100, 500, 500));
+        assert_eq!((d.sample_period_ms, d.deliver_every_ms, d.lag_ms), (100, 1000, 500));
         assert_eq!((d.max_active_s, d.flush_every_s), (300.0, 10.0));
         assert_eq!((d.at_shutdown, d.max_pending), (AtShutdown::Flush, 100_000));
         assert_eq!(
@@ -294,7 +298,7 @@ mod tests {
         assert_eq!(d.cap_ns(), Some(300_000_000_000));
         assert_eq!(d.flush_every_ms(), 10_000);
         let req = d.sample_request();
-        assert_eq!((req.period_ms, req.deliver_every_ms), (100, 500));
+        assert_eq!((req.period_ms, req.deliver_every_ms), (100, 1000));
         assert_eq!(req.metrics.len(), SAMPLED_METRICS.len());
     }
 

@@ -172,7 +172,7 @@ fn job_state(p: &mut Profiler, host: &mut FakeHost, job: &str) -> Value {
 fn manifest_asks_for_samples_and_events() {
     let m = crate::manifest(&Settings::default());
     let req = m.samples.unwrap();
-    assert_eq!((req.period_ms, req.deliver_every_ms), (100, 500));
+    assert_eq!((req.period_ms, req.deliver_every_ms), (100, 1000));
     assert!(req.metrics.contains(&"system.network.io".to_string()));
     use sonde_plugin_sdk::types::EventKind;
     assert_eq!(m.events, [EventKind::Progress, EventKind::Timings, EventKind::Points]);
