@@ -809,30 +809,38 @@ pub fn json_response(status: u16, body: &serde_json::Value) -> types::HttpRespon
 ///
 /// Both the ticks kept and the deliveries go by a clock the caller passes
 /// (`at_ns`), on the multiples of the plugin's period and `deliver-every`:
-/// a tick is kept when it is the first at or after the next multiple of the
-/// period, and a batch is handed over at the first kept tick at or after a
-/// multiple of `deliver-every`. The host passes CLOCK_MONOTONIC, the clock
-/// its sampler's deadlines and the plugins' repeating timers lie on, so a
+/// a tick is kept when it is the first on or after a multiple of the period,
+/// and a batch is handed over at the first kept tick on or after a multiple
+/// of `deliver-every`. The host passes CLOCK_MONOTONIC, the clock its
+/// sampler's deadlines and the plugins' repeating timers lie on, so a
 /// delivery every second comes at the same tick as a 1 s timer and every
 /// plugin's delivery at the same tick as the others': one wake-up each, not
-/// two. A replay passes the recorded tick times.
+/// two. A replay passes the recorded tick times, which lie anywhere around
+/// the multiples: a tick up to [`EARLY_NS`] before one counts as on it, so
+/// ticks jittering across a multiple are neither dropped nor kept twice.
 #[derive(Default)]
 pub struct SampleAcc {
     req: Option<types::SampleRequest>,
     ticks: Vec<Arc<Tick>>,
-    /// The clock value from which the next tick is kept (0: keep the next one).
-    next_keep_ns: u64,
-    /// The clock value from which the batch is handed over (0: none kept yet).
-    next_delivery_ns: u64,
+    /// The multiple of the period the last kept tick counted for.
+    kept_at: Option<u64>,
+    /// The multiple of `deliver-every` the batch being filled began after.
+    batch_after: Option<u64>,
     /// Per series id: selected by the metric filter / already described to the plugin.
     selected: Vec<bool>,
     told: Vec<bool>,
     series_len: usize,
 }
 
-/// The first multiple of `step` strictly after `at`.
-fn next_multiple(at: u64, step: u64) -> u64 {
-    (at / step + 1) * step
+/// How early a tick may come and still count for the multiple after it (at
+/// most half the period): the sampler's ticks come after their deadlines, a
+/// replay's recorded ones on either side.
+pub const EARLY_NS: u64 = 5_000_000;
+
+/// Which multiple of `step` the time `at` counts for: the last one at or
+/// before it, or the next one when that is at most `early` away.
+fn multiple_index(at: u64, step: u64, early: u64) -> u64 {
+    (at + early) / step
 }
 
 impl SampleAcc {
@@ -849,14 +857,17 @@ impl SampleAcc {
         let req = self.req.as_ref()?;
         let period_ns = u64::from(req.period_ms.max(1)) * 1_000_000;
         let every_ns = u64::from(req.deliver_every_ms.max(1)) * 1_000_000;
-        if at_ns < self.next_keep_ns {
+        let early = EARLY_NS.min(period_ns / 2);
+        let kept_at = multiple_index(at_ns, period_ns, early);
+        if self.kept_at.is_some_and(|k| kept_at <= k) {
             return None;
         }
-        self.next_keep_ns = next_multiple(at_ns, period_ns);
-        if self.next_delivery_ns == 0 {
-            // The first batch ends at the first multiple at or after this tick.
-            self.next_delivery_ns = at_ns.div_ceil(every_ns) * every_ns;
-        }
+        self.kept_at = Some(kept_at);
+        // The first batch ends at the first multiple on or after its first tick
+        // (a tick on a multiple is delivered at once).
+        let batch_after = *self
+            .batch_after
+            .get_or_insert_with(|| at_ns.saturating_sub(early) / every_ns);
         if series.len() != self.series_len {
             for s in &series[self.series_len..] {
                 let want = req.metrics.is_empty() || req.metrics.iter().any(|p| s.metric.starts_with(p.as_str()));
@@ -866,10 +877,11 @@ impl SampleAcc {
             self.series_len = series.len();
         }
         self.ticks.push(tick.clone());
-        if at_ns < self.next_delivery_ns {
+        let delivered_at = multiple_index(at_ns, every_ns, early);
+        if delivered_at <= batch_after {
             return None;
         }
-        self.next_delivery_ns = next_multiple(at_ns, every_ns);
+        self.batch_after = Some(delivered_at);
         let ticks = std::mem::take(&mut self.ticks);
         let ids: Vec<u32> = (0..self.series_len as u32)
             .filter(|&i| self.selected[i as usize])
@@ -995,6 +1007,38 @@ mod tests {
             }
         }
         assert_eq!(got, vec![(1000, 2, 2), (1500, 2, 0), (2000, 3, 1)]);
+    }
+
+    #[test]
+    fn recorded_ticks_jittering_across_a_multiple_are_each_kept_once() {
+        // A replay's wall-clock ticks lying on the multiples, alternately 0.2 ms
+        // early and late: every one is kept, and each batch holds five.
+        let mut acc = SampleAcc::default();
+        acc.reset(Some(types::SampleRequest {
+            period_ms: 100,
+            deliver_every_ms: 500,
+            metrics: vec![],
+        }));
+        let s = series(1);
+        let mut kept = 0;
+        let mut batches = Vec::new();
+        for n in 1..=40u64 {
+            let at = if n % 2 == 0 {
+                n * 100_000_000 + 200_000
+            } else {
+                n * 100_000_000 - 200_000
+            };
+            let t = Arc::new(Tick {
+                time_ns: at,
+                values: vec![1.0],
+            });
+            if let Some(b) = acc.push(&t, &s, at) {
+                kept += b.timestamps.len();
+                batches.push(b.timestamps.len());
+            }
+        }
+        assert_eq!(batches[1..], [5; 7], "{batches:?}");
+        assert_eq!(kept, 40, "{batches:?}");
     }
 
     #[test]
