@@ -39,9 +39,18 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
     );
     assert!(out.contains(&format!("dashboard  http://{}/", sonde.api)), "{out}");
 
+    // Five ticks of the all-CPU idle share: sysmetrics's first delivery comes
+    // at the first whole second after it started, and may hold a single tick.
     let arrived = wait_for(Duration::from_secs(20), || {
         let ms = parse_rotel_metrics(&rotel.received());
-        !find(&ms, "system.cpu.utilization").is_empty() && !find(&ms, "sonde.plugin.calls").is_empty()
+        let idle_ticks = find(&ms, "system.cpu.utilization")
+            .iter()
+            .flat_map(|m| &m.points)
+            .filter(|(a, _)| {
+                a.iter().any(|a| a == "cpu.mode=Str(idle)") && !a.iter().any(|a| a.starts_with("cpu.logical_number="))
+            })
+            .count();
+        idle_ticks >= 5 && !find(&ms, "sonde.plugin.calls").is_empty()
     });
     // A graceful stop flushes what is buffered and exits 0 well within its deadline.
     let status = sonde.proc.terminate(Duration::from_secs(8));
