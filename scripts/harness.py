@@ -268,9 +268,8 @@ def ticks(api):
 
 def start_ready(work, api, endpoint=None, cache=None, binary=None, seconds=30.0, settings=(), bundled_from=None):
     """sonde on `work` with the bundled plugins (from `bundled_from`, if given), `settings` (see
-    start_sonde) and a copy of the
-    compile cache `cache` (if given), run from its own copy of `binary` (default: the release
-    build), once it took its first sample. Its own copy: one sonde per node runs from its binary alone, and two sondes
+    start_sonde) and a copy of the compile cache `cache` (if given), run from its own copy of
+    `binary` (default: the release build), once it took its first sample. Its own copy: one sonde per node runs from its binary alone, and two sondes
     mapping one file would share its pages, which sonde's code page-out then leaves
     resident (see host/src/footprint.rs). Written files are synced first for the same reason:
     the kernel does not page out dirty pages."""

@@ -10,6 +10,22 @@ fn find<'a>(ms: &'a [SeenMetric], name: &str) -> Vec<&'a SeenMetric> {
     ms.iter().filter(|m| m.name == name).collect()
 }
 
+/// The CPU points of the whole machine (no `cpu.logical_number`).
+fn all_cpus<'a>(cpu: &[&'a SeenMetric]) -> Vec<&'a (Vec<String>, f64)> {
+    cpu.iter()
+        .flat_map(|m| &m.points)
+        .filter(|(a, _)| !a.iter().any(|a| a.starts_with("cpu.logical_number=")))
+        .collect()
+}
+
+/// How many ticks `points` cover: one idle share each.
+fn idle_ticks(points: &[&(Vec<String>, f64)]) -> usize {
+    points
+        .iter()
+        .filter(|(a, _)| a.iter().any(|a| a == "cpu.mode=Str(idle)"))
+        .count()
+}
+
 #[test]
 fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
     let tmp = tempfile::tempdir().unwrap();
@@ -43,14 +59,7 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
     // at the first whole second after it started, and may hold a single tick.
     let arrived = wait_for(Duration::from_secs(20), || {
         let ms = parse_rotel_metrics(&rotel.received());
-        let idle_ticks = find(&ms, "system.cpu.utilization")
-            .iter()
-            .flat_map(|m| &m.points)
-            .filter(|(a, _)| {
-                a.iter().any(|a| a == "cpu.mode=Str(idle)") && !a.iter().any(|a| a.starts_with("cpu.logical_number="))
-            })
-            .count();
-        idle_ticks >= 5 && !find(&ms, "sonde.plugin.calls").is_empty()
+        idle_ticks(&all_cpus(&find(&ms, "system.cpu.utilization"))) >= 5 && !find(&ms, "sonde.plugin.calls").is_empty()
     });
     // A graceful stop flushes what is buffered and exits 0 well within its deadline.
     let status = sonde.proc.terminate(Duration::from_secs(8));
@@ -96,15 +105,8 @@ fn system_metrics_decisions_and_self_metrics_reach_rotel_over_grpc() {
             .iter()
             .all(|(a, _)| a.iter().any(|a| a.starts_with("cpu.mode=Str(")))
     );
-    let total: Vec<&(Vec<String>, f64)> = points
-        .iter()
-        .copied()
-        .filter(|(a, _)| !a.iter().any(|a| a.starts_with("cpu.logical_number=")))
-        .collect();
-    let ticks = total
-        .iter()
-        .filter(|(a, _)| a.iter().any(|a| a == "cpu.mode=Str(idle)"))
-        .count();
+    let total = all_cpus(&cpu);
+    let ticks = idle_ticks(&total);
     let sum: f64 = total.iter().map(|p| p.1).sum();
     assert!(
         ticks >= 5 && total.len() == 7 * ticks && (sum - ticks as f64).abs() < 1e-6 * ticks as f64,

@@ -835,7 +835,7 @@ pub struct SampleAcc {
 /// How early a tick may come and still count for the multiple after it (at
 /// most half the period): the sampler's ticks come after their deadlines, a
 /// replay's recorded ones on either side.
-pub const EARLY_NS: u64 = 5_000_000;
+const EARLY_NS: u64 = 5_000_000;
 
 /// Which multiple of `step` the time `at` counts for: the last one at or
 /// before it, or the next one when that is at most `early` away.
@@ -962,6 +962,17 @@ mod tests {
         })
     }
 
+    /// An accumulator for one plugin's sample request.
+    fn accumulator(period_ms: u32, deliver_every_ms: u32, metrics: &[&str]) -> SampleAcc {
+        let mut acc = SampleAcc::default();
+        acc.reset(Some(types::SampleRequest {
+            period_ms,
+            deliver_every_ms,
+            metrics: metrics.iter().map(|m| m.to_string()).collect(),
+        }));
+        acc
+    }
+
     /// What the replay does: the tick's own time is the clock.
     fn push(acc: &mut SampleAcc, t: &Arc<Tick>, s: &Arc<[SeriesInfo]>) -> Option<types::SampleBatch> {
         acc.push(t, s, t.time_ns)
@@ -969,12 +980,7 @@ mod tests {
 
     #[test]
     fn batches_are_series_major_and_filtered() {
-        let mut acc = SampleAcc::default();
-        acc.reset(Some(types::SampleRequest {
-            period_ms: 100,
-            deliver_every_ms: 300,
-            metrics: vec!["system.cpu.".into()],
-        }));
+        let mut acc = accumulator(100, 300, &["system.cpu."]);
         let s = series(4);
         assert!(push(&mut acc, &tick(1000, 4), &s).is_none());
         assert!(push(&mut acc, &tick(1100, 4), &s).is_none());
@@ -993,12 +999,7 @@ mod tests {
 
     #[test]
     fn slower_plugins_get_every_nth_tick_and_new_series() {
-        let mut acc = SampleAcc::default();
-        acc.reset(Some(types::SampleRequest {
-            period_ms: 500,
-            deliver_every_ms: 500,
-            metrics: vec![],
-        }));
+        let mut acc = accumulator(500, 500, &[]);
         let mut got = Vec::new();
         for i in 0..12u64 {
             let n = if i < 6 { 2 } else { 3 };
@@ -1013,12 +1014,7 @@ mod tests {
     fn recorded_ticks_jittering_across_a_multiple_are_each_kept_once() {
         // A replay's wall-clock ticks lying on the multiples, alternately 0.2 ms
         // early and late: every one is kept, and each batch holds five.
-        let mut acc = SampleAcc::default();
-        acc.reset(Some(types::SampleRequest {
-            period_ms: 100,
-            deliver_every_ms: 500,
-            metrics: vec![],
-        }));
+        let mut acc = accumulator(100, 500, &[]);
         let s = series(1);
         let mut kept = 0;
         let mut batches = Vec::new();
@@ -1047,18 +1043,8 @@ mod tests {
         // plugins subscribe at different ticks, one samples at 1 s.
         let at = |n: u64| n * 100_000_000 + 300_000;
         let s = series(2);
-        let mut fast = SampleAcc::default();
-        fast.reset(Some(types::SampleRequest {
-            period_ms: 100,
-            deliver_every_ms: 1000,
-            metrics: vec![],
-        }));
-        let mut slow = SampleAcc::default();
-        slow.reset(Some(types::SampleRequest {
-            period_ms: 1000,
-            deliver_every_ms: 1000,
-            metrics: vec![],
-        }));
+        let mut fast = accumulator(100, 1000, &[]);
+        let mut slow = accumulator(1000, 1000, &[]);
         let (mut fast_at, mut slow_at) = (Vec::new(), Vec::new());
         for n in 3..45 {
             let t = Arc::new(Tick {
