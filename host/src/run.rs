@@ -533,24 +533,27 @@ async fn self_metrics_loop(
         version: env!("CARGO_PKG_VERSION").into(),
     });
     let start = now_ns();
-    let mut series: std::collections::HashMap<(String, String), Arc<MetricSeries>> = Default::default();
-    let mut get = |name: &str, unit: &str, kind: MetricKind, plugin: Option<&str>| {
-        let key = (name.to_string(), plugin.unwrap_or("").to_string());
-        series
-            .entry(key)
-            .or_insert_with(|| {
-                Arc::new(MetricSeries {
-                    name: name.into(),
-                    description: String::new(),
-                    unit: unit.into(),
-                    kind,
-                    attributes: plugin
-                        .map(|p| vec![("sonde.plugin.name".to_string(), p.into())])
-                        .unwrap_or_default(),
-                    start_time_ns: start,
-                })
-            })
-            .clone()
+    // Each series is made once, kept by plugin name ("" for the host's own)
+    // and then metric name, so a round finds them without building a key.
+    let mut series: std::collections::HashMap<String, std::collections::HashMap<&'static str, Arc<MetricSeries>>> =
+        Default::default();
+    let mut get = |name: &'static str, unit: &str, kind: MetricKind, plugin: &str| {
+        if let Some(s) = series.get(plugin).and_then(|by_name| by_name.get(name)) {
+            return s.clone();
+        }
+        let s = Arc::new(MetricSeries {
+            name: name.into(),
+            description: String::new(),
+            unit: unit.into(),
+            kind,
+            attributes: match plugin {
+                "" => Vec::new(),
+                p => vec![("sonde.plugin.name".to_string(), p.into())],
+            },
+            start_time_ns: start,
+        });
+        series.entry(plugin.to_string()).or_default().insert(name, s.clone());
+        s
     };
     let mut tick = tokio::time::interval(every);
     tick.tick().await;
@@ -558,52 +561,34 @@ async fn self_metrics_loop(
         tick.tick().await;
         let t = now_ns();
         use MetricKind::{Counter, Gauge, UpDownCounter};
-        // (name, unit, kind, plugin, value): one row per point of this round.
-        let mut rows: Vec<(&str, &str, MetricKind, Option<String>, f64)> = Vec::new();
-        for st in plugins.statuses() {
-            let (m, n) = (&st.metrics, Some(st.name.clone()));
-            let running = (st.state == crate::plugin::RunState::Running) as u8 as f64;
-            rows.extend([
-                ("sonde.plugin.calls", "{call}", Counter, n.clone(), m.calls as f64),
-                ("sonde.plugin.items", "{item}", Counter, n.clone(), m.items as f64),
-                ("sonde.plugin.errors", "{error}", Counter, n.clone(), m.errors as f64),
-                ("sonde.plugin.traps", "{trap}", Counter, n.clone(), m.traps as f64),
-                (
-                    "sonde.plugin.timeouts",
-                    "{timeout}",
-                    Counter,
-                    n.clone(),
-                    m.timeouts as f64,
-                ),
-                ("sonde.plugin.dropped", "{item}", Counter, n.clone(), m.dropped as f64),
-                (
-                    "sonde.plugin.memory.usage",
-                    "By",
-                    UpDownCounter,
-                    n.clone(),
-                    m.memory_bytes as f64,
-                ),
-                (
-                    "sonde.plugin.call.duration.p99",
-                    "s",
-                    Gauge,
-                    n.clone(),
-                    m.call_us_p99 / 1e6,
-                ),
-                ("sonde.plugin.running", "1", Gauge, n, running),
-            ]);
-        }
+        let mut points = Vec::new();
+        // One point per plugin and metric: (name, unit, kind, value).
+        plugins.each_metrics(|plugin, running, m| {
+            for (name, unit, kind, value) in [
+                ("sonde.plugin.calls", "{call}", Counter, m.calls as f64),
+                ("sonde.plugin.items", "{item}", Counter, m.items as f64),
+                ("sonde.plugin.errors", "{error}", Counter, m.errors as f64),
+                ("sonde.plugin.traps", "{trap}", Counter, m.traps as f64),
+                ("sonde.plugin.timeouts", "{timeout}", Counter, m.timeouts as f64),
+                ("sonde.plugin.dropped", "{item}", Counter, m.dropped as f64),
+                ("sonde.plugin.memory.usage", "By", UpDownCounter, m.memory_bytes as f64),
+                ("sonde.plugin.call.duration.p99", "s", Gauge, m.call_us_p99 / 1e6),
+                ("sonde.plugin.running", "1", Gauge, running as u8 as f64),
+            ] {
+                points.push(Point {
+                    series: get(name, unit, kind, plugin),
+                    time_ns: t,
+                    value,
+                });
+            }
+        });
+        // The host's own rows: (name, unit, kind, value).
+        let mut rows: Vec<(&'static str, &str, MetricKind, f64)> = Vec::new();
         if let Some(s) = sampler.lock().as_ref().map(|s| s.stats()) {
             rows.extend([
-                ("sonde.sampler.ticks", "{tick}", Counter, None, s.ticks as f64),
-                ("sonde.sampler.period_error.p99", "s", Gauge, None, s.error_p99_us / 1e6),
-                (
-                    "sonde.sampler.sample_cost.p50",
-                    "s",
-                    Gauge,
-                    None,
-                    s.sample_cost_p50_us / 1e6,
-                ),
+                ("sonde.sampler.ticks", "{tick}", Counter, s.ticks as f64),
+                ("sonde.sampler.period_error.p99", "s", Gauge, s.error_p99_us / 1e6),
+                ("sonde.sampler.sample_cost.p50", "s", Gauge, s.sample_cost_p50_us / 1e6),
             ]);
         }
         // What the receivers cut to their limits, and whom they turned away
@@ -616,23 +601,10 @@ async fn self_metrics_loop(
                 "sonde.ingest.truncated",
                 "{value}",
                 Counter,
-                None,
                 (i.otlp.truncated + i.json.truncated + i.agent.truncated) as f64,
             ),
-            (
-                "sonde.ingest.unauthorized",
-                "{request}",
-                Counter,
-                None,
-                unauthorized as f64,
-            ),
-            (
-                "sonde.ingest.tls_refused",
-                "{handshake}",
-                Counter,
-                None,
-                i.tls_refused as f64,
-            ),
+            ("sonde.ingest.unauthorized", "{request}", Counter, unauthorized as f64),
+            ("sonde.ingest.tls_refused", "{handshake}", Counter, i.tls_refused as f64),
         ]);
         let e = pipeline.stats();
         rows.extend([
@@ -640,51 +612,38 @@ async fn self_metrics_loop(
                 "sonde.export.points.dropped",
                 "{point}",
                 Counter,
-                None,
                 e.points_dropped as f64,
             ),
-            (
-                "sonde.export.points.failed",
-                "{point}",
-                Counter,
-                None,
-                e.points_failed as f64,
-            ),
+            ("sonde.export.points.failed", "{point}", Counter, e.points_failed as f64),
             (
                 "sonde.export.points.exported",
                 "{point}",
                 Counter,
-                None,
                 e.points_exported as f64,
             ),
         ]);
         if e.spool_enabled {
             rows.extend([
-                ("sonde.export.spool.bytes", "By", Gauge, None, e.spooled_bytes as f64),
+                ("sonde.export.spool.bytes", "By", Gauge, e.spooled_bytes as f64),
                 (
                     "sonde.export.spool.requests",
                     "{request}",
                     Gauge,
-                    None,
                     e.spooled_requests as f64,
                 ),
                 (
                     "sonde.export.spool.corrupt",
                     "{record}",
                     Counter,
-                    None,
                     e.spool_corrupt_records as f64,
                 ),
             ]);
         }
-        let points = rows
-            .into_iter()
-            .map(|(name, unit, kind, plugin, value)| Point {
-                series: get(name, unit, kind, plugin.as_deref()),
-                time_ns: t,
-                value,
-            })
-            .collect();
+        points.extend(rows.into_iter().map(|(name, unit, kind, value)| Point {
+            series: get(name, unit, kind, ""),
+            time_ns: t,
+            value,
+        }));
         pipeline.submit_metrics(MetricBatch {
             scope: scope.clone(),
             points,

@@ -882,7 +882,9 @@ impl SampleAcc {
             return None;
         }
         self.batch_after = Some(delivered_at);
-        let ticks = std::mem::take(&mut self.ticks);
+        // The next batch holds as many ticks: room for them now, not regrown from one.
+        let room = self.ticks.len();
+        let ticks = std::mem::replace(&mut self.ticks, Vec::with_capacity(room));
         let ids: Vec<u32> = (0..self.series_len as u32)
             .filter(|&i| self.selected[i as usize])
             .collect();

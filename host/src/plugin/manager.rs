@@ -464,6 +464,23 @@ impl PluginManager {
             .collect()
     }
 
+    /// Calls `f` with each plugin's name, whether it is running, and its call
+    /// metrics: what the host's own metrics export every round, read in place
+    /// instead of copying every status (`statuses`) and its strings.
+    pub fn each_metrics(&self, mut f: impl FnMut(&str, bool, &super::metrics::MetricsSnapshot)) {
+        for e in self.plugins.read().values() {
+            match (&e.handle, &e.status) {
+                (Some(h), _) => {
+                    let m = h.metrics.snapshot();
+                    let st = h.status.lock();
+                    f(&st.name, st.state == RunState::Running, &m);
+                }
+                (None, Some(st)) => f(&st.name, st.state == RunState::Running, &st.metrics),
+                (None, None) => {}
+            }
+        }
+    }
+
     pub fn status(&self, name: &str) -> Option<PluginStatus> {
         self.statuses().into_iter().find(|s| s.name == name)
     }
