@@ -460,7 +460,7 @@ impl Actor {
             deliver_every_ms: r.deliver_every_ms,
             metrics: r.metrics.clone(),
         });
-        self.acc.lock().reset(req.clone());
+        self.acc.lock().request(req.clone());
         self.wants_samples.store(req.is_some(), Relaxed);
     }
 
@@ -844,11 +844,29 @@ fn multiple_index(at: u64, step: u64, early: u64) -> u64 {
 }
 
 impl SampleAcc {
-    fn reset(&mut self, req: Option<types::SampleRequest>) {
-        *self = SampleAcc {
-            req,
-            ..Default::default()
+    /// Takes a new request (the manifest's, or a `request-samples` call).
+    /// One that changes only `deliver-every` keeps the ticks gathered so far:
+    /// a plugin that slows its deliveries while idle and speeds them up when
+    /// work comes (determined, without a job) loses no tick to the switch, and
+    /// they come with the next call. Anything else starts afresh. Either way
+    /// the series are described again, as the contract says.
+    fn request(&mut self, req: Option<types::SampleRequest>) {
+        let pacing_only = match (&self.req, &req) {
+            (Some(old), Some(new)) => old.period_ms == new.period_ms && old.metrics == new.metrics,
+            _ => false,
         };
+        if !pacing_only {
+            *self = SampleAcc {
+                req,
+                ..Default::default()
+            };
+            return;
+        }
+        self.req = req;
+        // The batch being filled ends at the first multiple of the new
+        // deliver-every on or after the next tick.
+        self.batch_after = None;
+        self.told.iter_mut().for_each(|t| *t = false);
     }
 
     /// Takes the tick taken at `at_ns` on the caller's clock; returns the
@@ -967,7 +985,7 @@ mod tests {
     /// An accumulator for one plugin's sample request.
     fn accumulator(period_ms: u32, deliver_every_ms: u32, metrics: &[&str]) -> SampleAcc {
         let mut acc = SampleAcc::default();
-        acc.reset(Some(types::SampleRequest {
+        acc.request(Some(types::SampleRequest {
             period_ms,
             deliver_every_ms,
             metrics: metrics.iter().map(|m| m.to_string()).collect(),
@@ -1037,6 +1055,47 @@ mod tests {
         }
         assert_eq!(batches[1..], [5; 7], "{batches:?}");
         assert_eq!(kept, 40, "{batches:?}");
+    }
+
+    #[test]
+    fn a_request_changing_only_deliver_every_keeps_the_ticks_gathered() {
+        // Called every second, then every 10 s (idle), then every second again:
+        // the ticks gathered at 10 s come with the next whole second, and the
+        // series are described again. A change of metrics starts afresh.
+        let at = |n: u64| n * 100_000_000 + 300_000;
+        let s = series(2);
+        let request = |every, metrics: &[&str]| {
+            Some(types::SampleRequest {
+                period_ms: 100,
+                deliver_every_ms: every,
+                metrics: metrics.iter().map(|m| m.to_string()).collect(),
+            })
+        };
+        let mut acc = accumulator(100, 1000, &[]);
+        let mut delivered = Vec::new();
+        let mut run = |acc: &mut SampleAcc, ticks: std::ops::RangeInclusive<u64>| {
+            for n in ticks {
+                let t = Arc::new(Tick {
+                    time_ns: at(n),
+                    values: vec![1.0, 2.0],
+                });
+                if let Some(b) = acc.push(&t, &s, at(n)) {
+                    delivered.push((n, b.timestamps.len(), b.new_series.len(), b.series.len()));
+                }
+            }
+        };
+        run(&mut acc, 101..=110);
+        acc.request(request(10_000, &[]));
+        run(&mut acc, 111..=125);
+        acc.request(request(1000, &[]));
+        run(&mut acc, 126..=135);
+        acc.request(request(1000, &["system.cpu."]));
+        run(&mut acc, 136..=150);
+        // (tick it came at, ticks, series described, series delivered)
+        assert_eq!(
+            delivered,
+            [(110, 10, 2, 2), (130, 20, 2, 2), (140, 5, 1, 1), (150, 10, 0, 1)]
+        );
     }
 
     #[test]

@@ -36,18 +36,21 @@ pub mod timeline;
 #[cfg(test)]
 mod tests;
 
-use sonde_plugin_sdk::types::{EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, StartInfo};
+use sonde_plugin_sdk::types::{
+    EventBatch, EventKind, HttpRequest, HttpResponse, Manifest, SampleBatch, SampleRequest, StartInfo,
+};
 use sonde_plugin_sdk::{Host, Plugin};
 
 pub use crate::profiler::Profiler;
 use crate::settings::Settings;
 
-pub fn manifest(settings: &Settings) -> Manifest {
+/// The manifest, asking for `samples` (`Profiler::samples_wanted`).
+pub fn manifest(samples: Option<SampleRequest>) -> Manifest {
     Manifest {
         version: env!("CARGO_PKG_VERSION").to_string(),
         description: "Determined's ProfilerAgent: batch-indexed system metrics and timings of training jobs"
             .to_string(),
-        samples: settings.wanted_samples(),
+        samples,
         events: vec![EventKind::Progress, EventKind::Timings, EventKind::Points],
         ..Default::default()
     }
@@ -60,7 +63,7 @@ impl Plugin for Profiler {
     }
 
     fn manifest(&self) -> Manifest {
-        manifest(&self.settings)
+        manifest(self.samples_wanted())
     }
 
     fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {

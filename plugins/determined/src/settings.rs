@@ -117,6 +117,10 @@ const MIN_PERIOD_MS: u32 = 10;
 /// sample may then arrive after its `lag_ms`; it is resolved on arrival,
 /// against the batch-index reports known by then, which is all the lag waits for.
 const DEFAULT_DELIVER_EVERY_MS: u32 = 1000;
+/// Deliveries while no job is being resolved (see `Profiler::follow_jobs`):
+/// the samples are only kept for a job whose first report is still on its
+/// way, so they may come ten times less often.
+pub const IDLE_DELIVER_EVERY_MS: u32 = 10_000;
 /// The flush timer runs in whole milliseconds; anything shorter is a mistake.
 const MIN_FLUSH_EVERY_S: f64 = 0.1;
 

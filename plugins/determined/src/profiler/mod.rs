@@ -33,12 +33,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sonde_plugin_sdk::types::Severity;
+use sonde_plugin_sdk::types::{SampleRequest, Severity};
 
 use crate::agents::{AgentSamples, Source};
 use crate::machine::{Machine, Persisted, Phase};
 use crate::samples::{SampleReader, SysMeasurement};
-use crate::settings::{AtShutdown, Settings};
+use crate::settings::{AtShutdown, IDLE_DELIVER_EVERY_MS, Settings};
 use intake::JobMeasurement;
 use job::limits;
 use series::Resolved;
@@ -131,6 +131,8 @@ pub struct Profiler {
     flush_timer: Option<u64>,
     /// The resolve timer: running only while a job could use it (see `follow_jobs`).
     tick_timer: Option<u64>,
+    /// What was last asked of the host (the manifest or `request-samples`).
+    samples_asked: Option<SampleRequest>,
     /// Counters at the previous flush (to log what changed).
     flushed_counters: Counters,
     persisted_counters: Option<Counters>,
@@ -164,12 +166,15 @@ impl Profiler {
             dropped_handles: Vec::new(),
             flush_timer: None,
             tick_timer: None,
+            samples_asked: None,
             flushed_counters: Counters::default(),
             persisted_counters: None,
             restarts,
         };
         p.restore(host);
         p.set_flush_timer(host);
+        // The manifest `start` returns asks for this; no call needed.
+        p.samples_asked = p.samples_wanted();
         p.follow_jobs(host);
         p
     }
@@ -254,10 +259,13 @@ impl Profiler {
     ///
     /// Why not stop the samples too: a job's reports may arrive up to
     /// `lag_ms` after they were made (an OpenTelemetry SDK exports every few
-    /// seconds), and the samples taken since then must still be here.
+    /// seconds), and the samples taken since then must still be here. They
+    /// are only delivered less often: every [`IDLE_DELIVER_EVERY_MS`] instead
+    /// of `deliver_every_ms`. The host keeps the ticks gathered when only the
+    /// pacing changes, so a job's first report brings them all at the next
+    /// whole second.
     pub(crate) fn follow_jobs(&mut self, host: &mut dyn Host) {
-        let resolving = self.jobs.values().any(|j| !j.machine.is_ended()) || !self.pending_job.is_empty();
-        match (resolving, self.tick_timer) {
+        match (self.resolving(), self.tick_timer) {
             (true, None) => self.set_tick_timer(host),
             (false, Some(id)) => {
                 host.cancel_timer(id);
@@ -265,15 +273,33 @@ impl Profiler {
             }
             _ => {}
         }
+        let wanted = self.samples_wanted();
+        if wanted != self.samples_asked {
+            host.request_samples(wanted.as_ref());
+            self.samples_asked = wanted;
+        }
+    }
+
+    /// Whether some job has not ended, or timings wait for the lag.
+    fn resolving(&self) -> bool {
+        self.jobs.values().any(|j| !j.machine.is_ended()) || !self.pending_job.is_empty()
+    }
+
+    /// What to ask the host for now: the settings' request, delivered every
+    /// [`IDLE_DELIVER_EVERY_MS`] (or the setting, if longer) while no job
+    /// is being resolved.
+    pub fn samples_wanted(&self) -> Option<SampleRequest> {
+        let mut req = self.settings.wanted_samples()?;
+        if !self.resolving() {
+            req.deliver_every_ms = req.deliver_every_ms.max(IDLE_DELIVER_EVERY_MS);
+        }
+        Some(req)
     }
 
     /// New settings from a live `configure`.
     pub fn configure(&mut self, host: &mut dyn Host, new: Settings) {
         let old = std::mem::replace(&mut self.settings, new);
         let now = host.now();
-        if old.wanted_samples() != self.settings.wanted_samples() {
-            host.request_samples(self.settings.wanted_samples().as_ref());
-        }
         if old.flush_every_ms() != self.settings.flush_every_ms() {
             self.set_flush_timer(host);
         }

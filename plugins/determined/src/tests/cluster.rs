@@ -176,7 +176,7 @@ fn this_host_stands_in_for_nodes_without_an_agent_unless_told_otherwise() {
         let mut host = FakeHost::at(ms(0));
         let mut p = start(&mut host, &format!(r#"{{"lag_ms":0,"system_metrics_from":"{from}"}}"#));
         assert_eq!(
-            crate::manifest(&p.settings).samples.is_some(),
+            p.samples_wanted().is_some(),
             from != "agents",
             "{from}: only agents' samples need none of this host's"
         );

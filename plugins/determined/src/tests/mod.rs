@@ -8,8 +8,8 @@ mod cluster;
 
 use serde_json::Value;
 use sonde_plugin_sdk::types::{
-    EventBatch, HttpRequest, Origin, PointColumns, ProgressColumns, SampleBatch, SeriesInfo, SeriesKind, Severity,
-    TimingColumns,
+    EventBatch, HttpRequest, Origin, PointColumns, ProgressColumns, SampleBatch, SampleRequest, SeriesInfo, SeriesKind,
+    Severity, TimingColumns,
 };
 
 use crate::profiler::{MAX_TIMING_NAMES, Profiler};
@@ -170,7 +170,7 @@ fn job_state(p: &mut Profiler, host: &mut FakeHost, job: &str) -> Value {
 
 #[test]
 fn manifest_asks_for_samples_and_events() {
-    let m = crate::manifest(&Settings::default());
+    let m = crate::manifest(Settings::default().wanted_samples());
     let req = m.samples.unwrap();
     assert_eq!((req.period_ms, req.deliver_every_ms), (100, 1000));
     assert!(req.metrics.contains(&"system.network.io".to_string()));
@@ -883,15 +883,19 @@ fn the_resolve_timer_runs_only_while_a_job_has_not_ended() {
     // The resolve timer repeats every lag / 2 (the flush timer every 10 s).
     let resolving = |host: &FakeHost| host.timers.values().any(|t| t.repeat && t.after_ms == 100);
     // Idle: no resolve timer; samples are still asked for (a job's first
-    // report may come up to the lag late and claim them).
+    // report may come up to the lag late and claim them), every 10 s.
+    let every = |r: &Option<SampleRequest>| r.as_ref().map(|r| r.deliver_every_ms);
     assert!(!resolving(&host), "{:?}", host.timers);
-    assert!(crate::manifest(&p.settings).samples.is_some());
+    assert_eq!(every(&p.samples_wanted()), Some(10_000));
+    assert!(host.sample_requests.is_empty(), "the manifest asked for them");
     host.now = ms(50);
     p.on_samples(&mut host, cpu_samples(&[50], &[0.5])).unwrap();
     assert!(!resolving(&host), "a sample alone sets no timer");
     // A job's first report, made before that sample and arriving after it.
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0), (0, 40, 1)]));
     assert!(resolving(&host), "{:?}", host.timers);
+    // ... and the samples every second again (the host keeps those gathered).
+    assert_eq!(host.sample_requests.iter().map(every).collect::<Vec<_>>(), [Some(1000)]);
     tick(&mut p, &mut host, 300);
     assert!(
         !host.points_of("sonde.cpu.busy", &[]).is_empty(),
@@ -900,6 +904,7 @@ fn the_resolve_timer_runs_only_while_a_job_has_not_ended() {
     // The job ends at batch 3: the resolve timer goes.
     p.on_events(&mut host, progress(solo(), &[(0, 100, 2), (0, 200, 3)]));
     assert!(!resolving(&host), "{:?}", host.timers);
+    assert_eq!(every(host.sample_requests.last().unwrap()), Some(10_000));
 }
 
 #[test]
@@ -908,6 +913,7 @@ fn configure_applies_live() {
     let mut p = start(&mut host, r#"{"lag_ms":0}"#);
     p.on_events(&mut host, progress(solo(), &[(0, 0, 0)]));
     let timers = host.timers.len();
+    host.sample_requests.clear(); // the job's, for deliveries every second
     // Same sampling: no new request; new period: re-requested.
     p.configure(
         &mut host,
