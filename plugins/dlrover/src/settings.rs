@@ -229,7 +229,13 @@ pub struct Settings {
     pub step_name: String,
     /// Timing name of one training step (per-step times for stragglers).
     pub step_timing_name: String,
-    /// The plugin's clock tick.
+    /// The plugin's clock tick: how often it looks at what is due (heartbeat
+    /// and task-timeout scans, runtime records, the plan loop, writing
+    /// changed node state). 5 s by default, the sample delivery's period, so
+    /// both share one wake-up: nothing it runs is due more often than every
+    /// 15 s by default, and a 1 s tick woke an idle host five times as often
+    /// for nothing (docs/benchmarks.md). Node state changed by an event is
+    /// written at the next tick, at most this late.
     pub tick_ms: u64,
     pub sample_period_ms: u32,
     pub deliver_every_ms: u32,
@@ -300,7 +306,7 @@ impl Default for Settings {
             job_type: JobType::Ps,
             step_name: "global_step".into(),
             step_timing_name: "step".into(),
-            tick_ms: 1000,
+            tick_ms: 5000,
             sample_period_ms: 1000,
             deliver_every_ms: 5000,
             cpu_count: None,
