@@ -35,26 +35,37 @@ use sonde_plugin_sdk::{Host, Plugin};
 use crate::plugin::Bottleneck;
 use crate::settings::Settings;
 
-pub fn manifest() -> Manifest {
+/// How often the node's samples come while no job has reported: they are
+/// only kept for a job's first steps, which are judged after `lag_ms`, so
+/// they may come ten times less often than once a job runs (see
+/// `Bottleneck::follow_jobs`).
+pub const IDLE_DELIVER_EVERY_MS: u32 = 10_000;
+
+/// The node's samples, every 100 ms: delivered once a second while some job
+/// has reported (the same tick as the other bundled plugins' deliveries, the
+/// host putting them on the clock's whole seconds, well inside `lag_ms`),
+/// every [`IDLE_DELIVER_EVERY_MS`] before.
+pub fn sample_request(has_jobs: bool) -> SampleRequest {
+    SampleRequest {
+        period_ms: 100,
+        deliver_every_ms: if has_jobs { 1000 } else { IDLE_DELIVER_EVERY_MS },
+        metrics: vec![
+            "system.cpu.utilization".into(),
+            "system.memory.limit".into(),
+            "system.memory.linux.available".into(),
+            "system.network.io".into(),
+            "system.disk.io".into(),
+            "hw.gpu.utilization".into(),
+        ],
+    }
+}
+
+pub fn manifest(has_jobs: bool) -> Manifest {
     Manifest {
         version: env!("CARGO_PKG_VERSION").to_string(),
         description: "Why is this step slow: a verdict per step and rank with its evidence, and the straggler"
             .to_string(),
-        samples: Some(SampleRequest {
-            period_ms: 100,
-            // One delivery a second: the same tick as the other bundled
-            // plugins' (the host puts deliveries on the clock's whole
-            // seconds), well inside `lag_ms`.
-            deliver_every_ms: 1000,
-            metrics: vec![
-                "system.cpu.utilization".into(),
-                "system.memory.limit".into(),
-                "system.memory.linux.available".into(),
-                "system.network.io".into(),
-                "system.disk.io".into(),
-                "hw.gpu.utilization".into(),
-            ],
-        }),
+        samples: Some(sample_request(has_jobs)),
         events: vec![EventKind::Progress, EventKind::Timings, EventKind::Points],
         tables: Vec::new(),
         // The MPI probe's state bins: the mpi plugin declares the table.
@@ -76,7 +87,7 @@ impl Plugin for Hooks {
     }
 
     fn manifest(&self) -> Manifest {
-        manifest()
+        manifest(!self.0.jobs.is_empty())
     }
 
     fn configure(&mut self, host: &mut impl Host, json: &str) -> Result<(), String> {

@@ -50,7 +50,15 @@ pub struct Bottleneck {
     handles: HashMap<(String, usize), u32>,
     /// The emit timer (0: not running yet, see `follow_jobs`).
     timer: u64,
+    /// Judging waits until then for the samples gathered before the first
+    /// job, which come with the next delivery (see `follow_jobs`).
+    hold_judging_until: Option<u64>,
 }
+
+/// The longest judging waits for the first delivery after the first job
+/// (one delivery period, and a margin): a host that samples nothing does
+/// not hold it up for good.
+const FIRST_DELIVERY_WAIT_NS: u64 = 2_000_000_000;
 
 fn rank_of(o: &sonde_plugin_sdk::types::Origin) -> i32 {
     if o.rank >= 0 { o.rank } else { o.index.max(0) }
@@ -65,16 +73,22 @@ impl Bottleneck {
             counters: Counters::default(),
             handles: HashMap::new(),
             timer: 0,
+            hold_judging_until: None,
         }
     }
 
     /// No emit timer without a job: the verdict shares it emits are per
     /// job, so it starts with the first job's first report (jobs are kept
-    /// for good). The node's samples still come in meanwhile: a job's
-    /// first steps are judged against them.
+    /// for good). The node's samples still come in meanwhile, every
+    /// [`crate::IDLE_DELIVER_EVERY_MS`]: a job's first steps are judged
+    /// against them. The first job asks for them every second; the host
+    /// keeps the ticks gathered when only the pacing changes and hands them
+    /// over at the next whole second, and judging waits for that delivery.
     fn follow_jobs(&mut self, host: &mut dyn Host) {
         if self.timer == 0 && !self.jobs.is_empty() {
             self.timer = host.set_timer(self.settings.emit_every_ms, true);
+            host.request_samples(Some(&crate::sample_request(true)));
+            self.hold_judging_until = Some(host.now().saturating_add(FIRST_DELIVERY_WAIT_NS));
         }
     }
 
@@ -88,6 +102,7 @@ impl Bottleneck {
 
     pub fn on_samples(&mut self, host: &mut dyn Host, batch: SampleBatch) -> Result<(), String> {
         self.node.read(batch)?;
+        self.hold_judging_until = None;
         self.judge_due(host);
         Ok(())
     }
@@ -230,8 +245,8 @@ impl Bottleneck {
                 }
             }
         }
-        self.judge_due(host);
         self.follow_jobs(host);
+        self.judge_due(host);
     }
 
     pub fn on_timer(&mut self, host: &mut dyn Host, id: u64) {
@@ -291,6 +306,9 @@ impl Bottleneck {
     /// Judges every step and MPI window whose lag has passed.
     pub fn judge_due(&mut self, host: &mut dyn Host) {
         let now = host.now();
+        if self.hold_judging_until.is_some_and(|until| now < until) {
+            return;
+        }
         let lag = self.settings.lag_ms * 1_000_000;
         let s = &self.settings;
         let mut decisions = Vec::new();

@@ -171,6 +171,52 @@ fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
 }
 
 #[test]
+fn samples_come_every_10_s_before_the_first_job_and_its_steps_wait_for_them() {
+    let every = |r: &Option<sonde_plugin_sdk::types::SampleRequest>| r.as_ref().map(|r| r.deliver_every_ms);
+    let start = || {
+        let mut host = FakeHost {
+            now: T0,
+            ..FakeHost::default()
+        };
+        let p = Bottleneck::start(&mut host, Settings::default());
+        (host, p)
+    };
+    let (mut host, mut p) = start();
+    assert_eq!(every(&crate::manifest(!p.jobs.is_empty()).samples), Some(10_000));
+    // At 8 s the first job reports steps that ended by 4 s: past the lag
+    // (3 s), while the node's samples of that time are still with the host.
+    host.now = T0 + 8000 * MS;
+    p.on_events(&mut host, &steps(0, 39, 20..40));
+    assert_eq!(host.sample_requests.iter().map(every).collect::<Vec<_>>(), [Some(1000)]);
+    assert!(p.jobs["job"].rows.is_empty(), "judging waits for the gathered samples");
+    // They come at the next whole second, and every step is judged against them.
+    host.now = T0 + 9000 * MS;
+    p.on_samples(&mut host, samples(0, 9000, 0.6, true)).unwrap();
+    let rows = &p.jobs["job"].rows;
+    assert_eq!(rows.len(), 80);
+    let verdict = |rank: i32, batch: i64| {
+        rows.iter()
+            .find(|r| r.rank == rank && r.batch == batch)
+            .unwrap()
+            .verdict
+            .name()
+    };
+    assert_eq!((verdict(0, 25), verdict(1, 25)), ("compute-bound", "input-bound"));
+
+    // A host that samples nothing holds judging up for 2 s only.
+    let (mut host, mut p) = start();
+    host.now = T0 + 8000 * MS;
+    p.on_events(&mut host, &steps(0, 39, 20..40));
+    let timer = *host.timers.keys().next().expect("the emit timer");
+    host.now = T0 + 9900 * MS;
+    p.on_timer(&mut host, timer);
+    assert!(p.jobs["job"].rows.is_empty());
+    host.now = T0 + 10_000 * MS;
+    p.on_timer(&mut host, timer);
+    assert_eq!(p.jobs["job"].rows.len(), 80);
+}
+
+#[test]
 fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
     let mut host = FakeHost {
         now: T0,
@@ -216,6 +262,12 @@ fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
     }
     host.now = T0 + 40_000 * MS;
     p.on_events(&mut host, &b);
+    // Judging waits for the node's first delivery after the first job, at
+    // most 2 s (none comes here).
+    assert!(p.jobs["mpi"].rows.is_empty());
+    host.now += 2000 * MS;
+    let timer = *host.timers.keys().next().expect("the emit timer");
+    p.on_timer(&mut host, timer);
     let job = &p.jobs["mpi"];
     let of = |rank: i32| job.rows.iter().filter(move |r| r.rank == rank);
     assert!(of(3).count() >= 25, "{}", of(3).count());
