@@ -78,7 +78,9 @@ impl Profiler {
     fn resolve_sys(&mut self, host: &mut dyn Host, p: &PendingSys) {
         let m = &p.m;
         let spec = m.metric.spec();
-        let determined: Arc<str> = spec.determined.into();
+        // Made for the first job that takes the measurement: an idle host's
+        // measurements, which no job takes, allocate nothing.
+        let mut determined: Option<Arc<str>> = None;
         let gpu_uuid = match (m.gpu, p.source) {
             (NO_GPU, _) => "",
             (gpu, LOCAL) => self.reader.gpu_uuid(gpu),
@@ -126,8 +128,16 @@ impl Profiler {
                 node,
                 rank: None,
             };
-            self.out
-                .push(host, key, spec, &determined, gpu_uuid, m.time, batch, m.value);
+            self.out.push(
+                host,
+                key,
+                spec,
+                determined.get_or_insert_with(|| spec.determined.into()),
+                gpu_uuid,
+                m.time,
+                batch,
+                m.value,
+            );
             job.batch_point(host, &mut self.out.points, MetricType::System, m.time, batch);
         }
     }
