@@ -182,7 +182,7 @@ hot-code *ARGS: build
 rss-over-time *ARGS: build
     python3 scripts/rss_over_time.py {{ARGS}}
 
-# two sonde builds side by side in one window (bundled plugins, export off): CPU per sample and RSS of each, and the ratio B / A, e.g. the previous commit's build against this one
+# two sonde builds side by side in one window (bundled plugins, export off): CPU per sample and RSS of each, the ratio B / A and each thread's CPU and wake-ups, e.g. the previous commit's build against this one
 bench-ab A B *ARGS: plugins
     python3 scripts/bench_ab.py {{A}} {{B}} {{ARGS}}
 

@@ -6,9 +6,10 @@ more than most changes move it, so a figure from today cannot be held against on
 yesterday. Instead both builds run at once, each with the bundled plugins, a copy of the
 compile cache, export off and nothing posting to it, each from its own copy of its binary
 (two sondes mapping one file would share its pages; see host/src/footprint.rs). Per round,
-after a warm-up: CPU per sample (the process's CPU-time clock over the samples it took) and
-RSS at the end. Rounds alternate which build starts first. Prints each round and the medians,
-and the ratio B / A.
+after a warm-up: CPU per sample (the process's CPU-time clock over the samples it took), RSS
+at the end, and each thread's CPU and wake-ups per tick (as `./dev bench` shows them). Rounds
+alternate which build starts first. Prints each round, the medians, the ratio B / A, and the
+per-thread medians of A beside B.
 
 Usage: scripts/bench_ab.py A_BINARY B_BINARY [--seconds 20] [--rounds 4]
                            [--plugins-a DIR] [--plugins-b DIR]
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from harness import BUNDLED, cpu_seconds, free_port, rss_mb, start_ready, stop, ticks
+from harness import BUNDLED, cpu_seconds, free_port, per_thread, rss_mb, start_ready, stop, threads, ticks
 
 WARM_UP_S = 15  # plugins started, every plugin timer and delivery going, the second code page-out (10 s) past
 
@@ -42,18 +43,29 @@ def one_round(binaries, plugins, order, seconds, cache):
             procs[k] = (start_ready(os.path.join(tmp, k), api, cache=cache, binary=binaries[k], seconds=120,
                                     bundled_from=plugins[k]), api)
         time.sleep(WARM_UP_S)
-        before = {k: (cpu_seconds(p.pid), ticks(api)) for k, (p, api) in procs.items()}
+        before = {k: (cpu_seconds(p.pid), ticks(api), threads(p.pid)) for k, (p, api) in procs.items()}
         time.sleep(seconds)
-        after = {k: (cpu_seconds(p.pid), ticks(api)) for k, (p, api) in procs.items()}
+        after = {k: (cpu_seconds(p.pid), ticks(api), threads(p.pid)) for k, (p, api) in procs.items()}
         out = {}
         for k, (p, _) in procs.items():
             n = max(1, after[k][1] - before[k][1])
-            out[k] = ((after[k][0] - before[k][0]) * 1e6 / n, rss_mb(p.pid))
+            out[k] = ((after[k][0] - before[k][0]) * 1e6 / n, rss_mb(p.pid), per_thread(before[k][2], after[k][2], n))
         return out
     finally:
         for p, _ in procs.values():
             stop(p)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_per_thread(res):
+    """Each thread's medians over the rounds, A beside B: which threads a change moved."""
+    names = sorted({n for v in res.values() for r in v for n in r[2]})
+    med = lambda k, n, i: statistics.median(r[2].get(n, [0, 0, 0, 0])[i] for r in res[k])
+    print("\nper thread, medians (µs of CPU per tick; wake-ups per tick)")
+    print(f"{'thread':18} | {'A: µs':>8}{'wakes':>7} | {'B: µs':>8}{'wakes':>7}")
+    for n in sorted(names, key=lambda n: -max(med("A", n, 1), med("B", n, 1))):
+        if max(med("A", n, 1), med("B", n, 1)) >= 0.05:
+            print(f"{n:18} | {med('A', n, 1):>8.1f}{med('A', n, 2):>7.2f} | {med('B', n, 1):>8.1f}{med('B', n, 2):>7.2f}")
 
 
 def main():
@@ -92,12 +104,13 @@ def main():
                 res[k].append(out[k])
             print(f"round {r + 1}: A {out['A'][0]:.1f} µs per sample, {out['A'][1]:.1f} MB; "
                   f"B {out['B'][0]:.1f} µs, {out['B'][1]:.1f} MB; B / A {out['B'][0] / out['A'][0]:.2f}", flush=True)
-        med = {k: (statistics.median(c for c, _ in v), statistics.median(m for _, m in v)) for k, v in res.items()}
+        med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in res.items()}
         ratios = [b[0] / a[0] for a, b in zip(res["A"], res["B"])]
         print(f"\nmedians ({time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.2f} at the end)")
         print(f"  CPU per 100 ms sample: A {med['A'][0]:.1f} µs, B {med['B'][0]:.1f} µs; "
               f"B / A per round {min(ratios):.2f}–{max(ratios):.2f}, median {statistics.median(ratios):.2f}")
         print(f"  RSS at the end: A {med['A'][1]:.1f} MB, B {med['B'][1]:.1f} MB")
+        print_per_thread(res)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -40,7 +40,7 @@ import tempfile
 import time
 
 from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, memory_parts, need_release_build, rss_mb,
-                     start_ready, start_rotel, stop, threads, ticks)
+                     per_thread, start_ready, start_rotel, stop, threads, ticks)
 
 PERIOD_S = 0.1
 WARM_UP_S = 15  # plugins started, the first export (every 5 s) done, the second code page-out (10 s) past
@@ -78,23 +78,6 @@ def snapshot(api, pid):
     return {"cpu": cpu_seconds(pid), "ticks": ticks(api), "threads": threads(pid)}
 
 
-def breakdown(before, after, n_ticks):
-    """Per thread name: [threads, µs of CPU per tick, wake-ups per tick, involuntary switches
-    per tick], over the threads alive at both ends; what threads that came or went used is
-    the difference to the process total."""
-    rows = {}
-    for tid, (name, cpu1, vol1, inv1) in after["threads"].items():
-        b = before["threads"].get(tid)
-        if b is None or b[0] != name:
-            continue
-        r = rows.setdefault(name, [0, 0.0, 0.0, 0.0])
-        r[0] += 1
-        r[1] += (cpu1 - b[1]) / 1e3 / n_ticks
-        r[2] += (vol1 - b[2]) / n_ticks
-        r[3] += (inv1 - b[3]) / n_ticks
-    return rows
-
-
 def one_round(seconds, endpoint, cache):
     """sonde with export off and on, and the floor sampler, over one window."""
     tmp = tempfile.mkdtemp(prefix="sonde-bench-")
@@ -125,7 +108,7 @@ def one_round(seconds, endpoint, cache):
             res[f"cpu_{k}_ratio"] = cpu_ms / floor_cpu_ms
             res[f"rss_{k}_mb"] = rss_mb(p.pid)
             res[f"memory_{k}"] = memory_parts(p.pid)
-            res[f"threads_{k}"] = breakdown(s0[k], s1[k], n)
+            res[f"threads_{k}"] = per_thread(s0[k]["threads"], s1[k]["threads"], n)
             st = get(apis[k], "/api/status")
             res[f"p99_{k}_us"] = st["sampler"]["period"]["error_p99_us"]
             res[f"exported_{k}"] = st["export"]["stats"]["points_exported"]
@@ -155,7 +138,7 @@ def busy_round(seconds, cache):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def print_breakdown(rounds):
+def print_per_thread(rounds):
     names = sorted({n for r in rounds for k in ("off", "on") for n in r[f"threads_{k}"]})
     med = lambda k, n, i: statistics.median(r[f"threads_{k}"].get(n, [0, 0, 0, 0])[i] for r in rounds)
     rows = sorted(names, key=lambda n: -med("on", n, 1))
@@ -245,7 +228,7 @@ def main():
     print(f"points exported per round, export on (median): {med(rounds, 'exported_on'):.0f}")
     print("RSS of sonde (export off) by where it lives, medians (MB): " + ", ".join(
         f"{k} {statistics.median(r['memory_off'].get(k, 0) for r in rounds):.1f}" for k in rounds[0]["memory_off"]))
-    print_breakdown(rounds)
+    print_per_thread(rounds)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rounds": rounds, "busy": busy, "cold": colds, "medians": res}, f, indent=1)

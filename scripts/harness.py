@@ -139,6 +139,23 @@ def threads(pid):
     return out
 
 
+def per_thread(before, after, n_ticks):
+    """Per thread name, between two `threads()` snapshots: [threads, µs of CPU per tick,
+    wake-ups per tick, involuntary switches per tick], over the threads alive at both ends;
+    what threads that came or went used is the difference to the process total."""
+    rows = {}
+    for tid, (name, cpu1, vol1, inv1) in after.items():
+        b = before.get(tid)
+        if b is None or b[0] != name:
+            continue
+        r = rows.setdefault(name, [0, 0.0, 0.0, 0.0])
+        r[0] += 1
+        r[1] += (cpu1 - b[1]) / 1e3 / n_ticks
+        r[2] += (vol1 - b[2]) / n_ticks
+        r[3] += (inv1 - b[3]) / n_ticks
+    return rows
+
+
 def rss_mb(pid, field="VmRSS"):
     """The process's resident memory in MB; field="VmHWM" gives its peak so far."""
     with open(f"/proc/{pid}/status") as f:
