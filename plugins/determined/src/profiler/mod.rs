@@ -265,7 +265,8 @@ impl Profiler {
     /// pacing changes, so a job's first report brings them all at the next
     /// whole second.
     pub(crate) fn follow_jobs(&mut self, host: &mut dyn Host) {
-        match (self.resolving(), self.tick_timer) {
+        let resolving = self.resolving();
+        match (resolving, self.tick_timer) {
             (true, None) => self.set_tick_timer(host),
             (false, Some(id)) => {
                 host.cancel_timer(id);
@@ -273,7 +274,7 @@ impl Profiler {
             }
             _ => {}
         }
-        let wanted = self.samples_wanted();
+        let wanted = self.samples_for(resolving);
         if wanted != self.samples_asked {
             host.request_samples(wanted.as_ref());
             self.samples_asked = wanted;
@@ -289,8 +290,12 @@ impl Profiler {
     /// [`IDLE_DELIVER_EVERY_MS`] (or the setting, if longer) while no job
     /// is being resolved.
     pub fn samples_wanted(&self) -> Option<SampleRequest> {
+        self.samples_for(self.resolving())
+    }
+
+    fn samples_for(&self, resolving: bool) -> Option<SampleRequest> {
         let mut req = self.settings.wanted_samples()?;
-        if !self.resolving() {
+        if !resolving {
             req.deliver_every_ms = req.deliver_every_ms.max(IDLE_DELIVER_EVERY_MS);
         }
         Some(req)
