@@ -166,8 +166,9 @@ e2e: setup plugins mpi-probe fake-nvml web
 floor-sampler:
     mkdir -p target && cc -O2 -Wall -Wextra -o target/floor-sampler tools/floor-sampler/floor.c
 
-# benchmarks: criterion micro-benchmarks, then the whole process beside the floor sampler (CPU per sample and ratio, per-thread breakdown, RSS, period error, cold start); `./dev bench --check` runs only the whole-process part and compares it with README.md's figures
+# benchmarks: whether host/hot-code.txt still matches the binary, criterion micro-benchmarks, then the whole process beside the floor sampler (CPU per sample and ratio, per-thread breakdown, RSS, period error, cold start); `./dev bench --check` runs only the whole-process part and compares it with README.md's figures
 bench *ARGS: build fake-nvml floor-sampler
+    python3 scripts/hot_code.py --check || echo "(the figures below are of a binary whose hot code is spread out)"
     if [[ " {{ARGS}} " != *" --check "* ]]; then cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent; fi
     bash scripts/bench-process.sh {{ARGS}}
 
@@ -181,6 +182,10 @@ hot-code *ARGS: build
 # one idle release sonde over an hour (bundled plugins, export off, its API read only at the end): RSS and where it lives each minute, the live store's size once its hour is full; --minutes N for a shorter run
 rss-over-time *ARGS: build
     python3 scripts/rss_over_time.py {{ARGS}}
+
+# where the idle host's CPU above the floor goes: the floor sampler beside sonde with no plugins, with sysmetrics only and with every bundled plugin, in one window (CPU per sample, × the floor, RSS, each thread's CPU and wake-ups)
+bench-parts *ARGS: build floor-sampler
+    python3 scripts/bench_parts.py {{ARGS}}
 
 # two sonde builds side by side in one window (bundled plugins, export off): CPU per sample and RSS of each, the ratio B / A and each thread's CPU and wake-ups, e.g. the previous commit's build against this one
 bench-ab A B *ARGS: plugins

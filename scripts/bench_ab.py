@@ -29,7 +29,8 @@ import sys
 import tempfile
 import time
 
-from harness import BUNDLED, cpu_seconds, free_port, per_thread, rss_mb, start_ready, stop, threads, ticks
+from harness import (BUNDLED, cpu_seconds, free_port, per_thread, print_thread_columns, rss_mb, start_ready, stop,
+                     threads, ticks)
 
 WARM_UP_S = 15  # plugins started, every plugin timer and delivery going, the second code page-out (10 s) past
 
@@ -55,17 +56,6 @@ def one_round(binaries, plugins, order, seconds, cache):
         for p, _ in procs.values():
             stop(p)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def print_per_thread(res):
-    """Each thread's medians over the rounds, A beside B: which threads a change moved."""
-    names = sorted({n for v in res.values() for r in v for n in r[2]})
-    med = lambda k, n, i: statistics.median(r[2].get(n, [0, 0, 0, 0])[i] for r in res[k])
-    print("\nper thread, medians (µs of CPU per tick; wake-ups per tick)")
-    print(f"{'thread':18} | {'A: µs':>8}{'wakes':>7} | {'B: µs':>8}{'wakes':>7}")
-    for n in sorted(names, key=lambda n: -max(med("A", n, 1), med("B", n, 1))):
-        if max(med("A", n, 1), med("B", n, 1)) >= 0.05:
-            print(f"{n:18} | {med('A', n, 1):>8.1f}{med('A', n, 2):>7.2f} | {med('B', n, 1):>8.1f}{med('B', n, 2):>7.2f}")
 
 
 def main():
@@ -110,7 +100,7 @@ def main():
         print(f"  CPU per 100 ms sample: A {med['A'][0]:.1f} µs, B {med['B'][0]:.1f} µs; "
               f"B / A per round {min(ratios):.2f}–{max(ratios):.2f}, median {statistics.median(ratios):.2f}")
         print(f"  RSS at the end: A {med['A'][1]:.1f} MB, B {med['B'][1]:.1f} MB")
-        print_per_thread(res)
+        print_thread_columns([(k, [r[2] for r in v]) for k, v in res.items()])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Whole-process benchmark: sonde beside the floor sampler, in the same window.
 
-Each round starts, side by side on the same machine:
-- the floor sampler (tools/floor-sampler, C): every 100 ms it preads and parses the very files
-  sonde's sampler keeps open (read from sonde's own descriptors), sleeping to absolute
-  deadlines: what sampling this machine costs at the least;
+Each round runs, one after the other on the same machine, each beside a floor sampler started
+for it in the same window:
 - sonde (release build) with every bundled plugin and export off;
-- sonde with every bundled plugin exporting over OTLP/gRPC to rotel (blackhole exporter);
-and measures them over the same SECONDS window: CPU per sample (the process's CPU-time clock
-divided by the samples taken), its ratio to the floor, RSS at the end, and for each sonde a
-per-thread breakdown (µs of CPU per tick and wake-ups per tick, by thread name). Nothing posts
-to sonde and no dashboard is open: this is the idle host.
+- sonde with every bundled plugin exporting over OTLP/gRPC to rotel (blackhole exporter).
+The floor sampler (tools/floor-sampler, C) preads and parses every 100 ms the very files that
+sonde's sampler keeps open (read from sonde's own descriptors), sleeping to absolute deadlines:
+what sampling this machine costs at the least. One sonde at a time, as on a node: two at once
+would wake on the same 100 ms grid and flatter each other (see one_round). Each window gives CPU
+per sample (the process's CPU-time clock divided by the samples taken), its ratio to that
+window's floor, RSS at the end, and a per-thread breakdown (µs of CPU per tick and wake-ups per
+tick, by thread name). Nothing posts to sonde and no dashboard is open: this is the idle host.
+Rounds alternate which sonde goes first.
 
 Then the sample period's error with both cores busy (one spinning process per core beside
 sonde, export off), and cold start to the first sample (compiling the plugins, then from the
@@ -78,45 +80,54 @@ def snapshot(api, pid):
     return {"cpu": cpu_seconds(pid), "ticks": ticks(api), "threads": threads(pid)}
 
 
-def one_round(seconds, endpoint, cache):
-    """sonde with export off and on, and the floor sampler, over one window."""
+def one_window(k, endpoint, seconds, cache):
+    """One sonde (export off when `endpoint` is None) beside a floor sampler started for it, over
+    one window; its figures keyed with `k`, and the floor's."""
     tmp = tempfile.mkdtemp(prefix="sonde-bench-")
-    procs = {}
+    p = None
     try:
-        apis = {"off": f"127.0.0.1:{free_port()}", "on": f"127.0.0.1:{free_port()}"}
-        for k, ep in (("off", None), ("on", endpoint)):
-            procs[k] = start_ready(os.path.join(tmp, k), apis[k], ep, cache)
+        api = f"127.0.0.1:{free_port()}"
+        p = start_ready(os.path.join(tmp, k), api, endpoint, cache)
         time.sleep(WARM_UP_S)
-        files = sampled_files(procs["off"].pid)
+        files = sampled_files(p.pid)
         floor = subprocess.Popen([FLOOR, str(seconds + 3), str(int(PERIOD_S * 1000)), *files],
                                  stdout=subprocess.PIPE, text=True)
         time.sleep(0.5)
         f0, t0 = cpu_seconds(floor.pid), time.monotonic()
-        s0 = {k: snapshot(apis[k], p.pid) for k, p in procs.items()}
+        s0 = snapshot(api, p.pid)
         time.sleep(seconds)
-        s1 = {k: snapshot(apis[k], p.pid) for k, p in procs.items()}
+        s1 = snapshot(api, p.pid)
         f1, t1 = cpu_seconds(floor.pid), time.monotonic()
         floor_rss = rss_mb(floor.pid)
         stop(floor)
         floor.communicate()
         floor_cpu_ms = (f1 - f0) * 1000 / ((t1 - t0) / PERIOD_S)
-        res = {"floor_cpu_ms": floor_cpu_ms, "floor_rss_mb": floor_rss, "files": files}
-        for k, p in procs.items():
-            n = max(1, s1[k]["ticks"] - s0[k]["ticks"])
-            cpu_ms = (s1[k]["cpu"] - s0[k]["cpu"]) * 1000 / n
-            res[f"cpu_{k}_ms"] = cpu_ms
-            res[f"cpu_{k}_ratio"] = cpu_ms / floor_cpu_ms
-            res[f"rss_{k}_mb"] = rss_mb(p.pid)
-            res[f"memory_{k}"] = memory_parts(p.pid)
-            res[f"threads_{k}"] = per_thread(s0[k]["threads"], s1[k]["threads"], n)
-            st = get(apis[k], "/api/status")
-            res[f"p99_{k}_us"] = st["sampler"]["period"]["error_p99_us"]
-            res[f"exported_{k}"] = st["export"]["stats"]["points_exported"]
-        return res
+        n = max(1, s1["ticks"] - s0["ticks"])
+        cpu_ms = (s1["cpu"] - s0["cpu"]) * 1000 / n
+        st = get(api, "/api/status")
+        return {
+            f"floor_{k}_ms": floor_cpu_ms, "floor_rss_mb": floor_rss, "files": files,
+            f"cpu_{k}_ms": cpu_ms, f"cpu_{k}_ratio": cpu_ms / floor_cpu_ms, f"rss_{k}_mb": rss_mb(p.pid),
+            f"memory_{k}": memory_parts(p.pid), f"threads_{k}": per_thread(s0["threads"], s1["threads"], n),
+            f"p99_{k}_us": st["sampler"]["period"]["error_p99_us"],
+            f"exported_{k}": st["export"]["stats"]["points_exported"],
+        }
     finally:
-        for p in procs.values():
+        if p:
             stop(p)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def one_round(seconds, endpoint, cache, off_first):
+    """sonde with export off, then with export on (or the other way round), each in its own
+    window beside its own floor sampler. Never both at once: two sondes sample on the same grid,
+    and a process woken at the same instant as another may cost less per wake-up than one woken
+    alone (`./dev bench-parts --wake-sharing`), which would flatter both against the floor."""
+    res = {}
+    for k in (("off", "on") if off_first else ("on", "off")):
+        res.update(one_window(k, endpoint if k == "on" else None, seconds, cache))
+    res["floor_cpu_ms"] = (res["floor_off_ms"] + res["floor_on_ms"]) / 2
+    return res
 
 
 def busy_round(seconds, cache):
@@ -200,11 +211,12 @@ def main():
                  for i in range(1 if a.no_cold else a.rounds)]
         rounds = []
         for i in range(a.rounds):
-            r = one_round(a.seconds, endpoint, cache)
+            r = one_round(a.seconds, endpoint, cache, off_first=i % 2 == 0)
             rounds.append(r)
-            print(f"round {i + 1}/{a.rounds}: floor {r['floor_cpu_ms']:.3f} ms, sonde export off "
-                  f"{r['cpu_off_ms']:.3f} ms ({r['cpu_off_ratio']:.2f}x), export on {r['cpu_on_ms']:.3f} ms "
-                  f"({r['cpu_on_ratio']:.2f}x); RSS {r['rss_off_mb']:.1f} / {r['rss_on_mb']:.1f} MB", flush=True)
+            print(f"round {i + 1}/{a.rounds}: sonde export off {r['cpu_off_ms']:.3f} ms, the floor "
+                  f"{r['floor_off_ms']:.3f} ms ({r['cpu_off_ratio']:.2f}x); export on {r['cpu_on_ms']:.3f} ms, the floor "
+                  f"{r['floor_on_ms']:.3f} ms ({r['cpu_on_ratio']:.2f}x); RSS {r['rss_off_mb']:.1f} / "
+                  f"{r['rss_on_mb']:.1f} MB", flush=True)
         busy = [busy_round(a.seconds, cache) for _ in range(a.rounds)]
     finally:
         stop(col)
@@ -218,7 +230,7 @@ def main():
     print(f"floor sampler reads: {' '.join(rounds[0]['files'])}")
     print(f"{'':40}{'floor':>10}{'export off':>12}{'export on':>12}")
     print(f"{'CPU per 100 ms sample (ms)':40}{res['floor_cpu_ms']:>10.3f}{res['cpu_off_ms']:>12.3f}{res['cpu_on_ms']:>12.3f}")
-    print(f"{'  × the floor sampler':40}{1:>10.2f}{res['cpu_off_ratio']:>12.2f}{res['cpu_on_ratio']:>12.2f}")
+    print(f"{'  × the floor sampler in its window':40}{1:>10.2f}{res['cpu_off_ratio']:>12.2f}{res['cpu_on_ratio']:>12.2f}")
     print(f"{'RSS at the end (MB)':40}{res['floor_rss_mb']:>10.1f}{res['rss_off_mb']:>12.1f}{res['rss_on_mb']:>12.1f}")
     print(f"sample period error, idle:        p99 {res['p99_off_us']:.0f} µs (export off), {res['p99_on_us']:.0f} µs (on)")
     print(f"sample period error, cores busy:  p50 {res['busy_p50_us']:.0f} µs, p99 {res['busy_p99_us']:.0f} µs")

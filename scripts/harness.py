@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,19 @@ def per_thread(before, after, n_ticks):
         r[2] += (vol1 - b[2]) / n_ticks
         r[3] += (inv1 - b[3]) / n_ticks
     return rows
+
+
+def print_thread_columns(columns):
+    """Each thread's medians over rounds, one column per run beside the others: `columns` is
+    [(label, [per_thread() of each round])]. Threads under 0.05 µs a tick everywhere are left
+    out; the costliest come first."""
+    names = {n for _, rounds in columns for r in rounds for n in r}
+    med = lambda rounds, n, i: statistics.median(r.get(n, [0, 0, 0, 0])[i] for r in rounds)
+    top = {n: max(med(rounds, n, 1) for _, rounds in columns) for n in names}
+    print("\nper thread, medians (µs of CPU per tick; wake-ups per tick)")
+    print(f"{'thread':18}" + "".join(f" | {label + ': µs':>14}{'wakes':>7}" for label, _ in columns))
+    for n in sorted((n for n in names if top[n] >= 0.05), key=lambda n: -top[n]):
+        print(f"{n:18}" + "".join(f" | {med(r, n, 1):>14.1f}{med(r, n, 2):>7.2f}" for _, r in columns))
 
 
 def rss_mb(pid, field="VmRSS"):

@@ -18,6 +18,11 @@ around it.
 
 Needs perf (Debian's linux-perf; ./dev hot-code installs it) and the release builds of sonde
 and otlp-loadgen.
+
+--check only counts how many of the listed names the release binary still has, and exits 1
+below STALE_BELOW: a change that renames hot functions (a moved or reworked module gives them
+new symbols) silently takes them out of the hot stretch, which showed as 1–2 MB more RSS.
+`./dev bench` runs it first.
 """
 
 import argparse
@@ -35,6 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness as h  # noqa: E402
 
 OUT = os.path.join(h.ROOT, "host/hot-code.txt")
+# The share of listed names the binary must still have; a fresh list has 99 % (a few names are
+# of functions the linker folded or a later build inlined).
+STALE_BELOW = 0.95
 
 HEADER = """\
 # The sonde binary's functions a running host runs (bundled plugins): idle first, then those a
@@ -100,11 +108,31 @@ def read_the_api(api, seconds):
     stream.close()
 
 
+def check(listing, exe):
+    """Prints how many of the names in `listing` the binary `exe` defines; exits 1 when too few."""
+    with open(listing) as f:
+        names = {line.strip() for line in f if line.strip() and not line.startswith("#")}
+    out = subprocess.run(["nm", "--defined-only", exe], capture_output=True, text=True, check=True).stdout
+    defined = {line.rsplit(" ", 1)[-1] for line in out.splitlines()}
+    share = len(names & defined) / max(1, len(names))
+    rel = os.path.relpath(listing, h.ROOT)
+    print(f"{rel}: {len(names & defined)} of {len(names)} listed functions are in {os.path.relpath(exe, h.ROOT)} "
+          f"({share:.0%})")
+    if share < STALE_BELOW:
+        print(f"{rel} is stale (under {STALE_BELOW:.0%}): the hot code is spread over the binary again; "
+              "regenerate it with ./dev hot-code")
+        sys.exit(1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=90.0, help="how long to sample the idle host")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--check", action="store_true", help="only count the listed names the release binary has")
     a = ap.parse_args()
+    if a.check:
+        h.need_release_build(recipe="./dev build")
+        return check(a.out, h.SONDE)
     if not shutil.which("perf"):
         sys.exit("hot-code: perf is not installed (Debian: apt-get install linux-perf)")
     if not os.path.exists(h.LOADGEN):

@@ -9,7 +9,7 @@
  * (clock_nanosleep with TIMER_ABSTIME, so the period does not drift). No
  * allocation after start, no threads, no output until the end.
  *
- *   floor-sampler SECONDS PERIOD_MS FILE...
+ *   [FLOOR_GRID_OFFSET_MS=N] floor-sampler SECONDS PERIOD_MS FILE...
  *
  * Runs for SECONDS (or until SIGTERM / SIGINT), then prints one line:
  * "samples N checksum C" (the checksum keeps the parse from being optimised
@@ -96,6 +96,13 @@ int main(int argc, char **argv) {
     const uint64_t period = (uint64_t)period_ms * 1000000u;
     const uint64_t end = mono_ns() + (uint64_t)(seconds * 1e9);
     uint64_t deadline = mono_ns(), samples = 0, checksum = 0;
+    /* FLOOR_GRID_OFFSET_MS: put the deadlines on multiples of the period on
+     * CLOCK_MONOTONIC plus this offset, the grid sonde's sampler wakes on
+     * (offset 0), so two samplers can be run in step or out of it. */
+    const char *offset = getenv("FLOOR_GRID_OFFSET_MS");
+    if (offset) {
+        deadline = (deadline / period + 1) * period + (uint64_t)atol(offset) % (uint64_t)period_ms * 1000000u;
+    }
     while (!stop && deadline < end) {
         for (int i = 0; i < n; i++) {
             off_t off = 0;
