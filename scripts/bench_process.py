@@ -8,7 +8,7 @@ for it in the same window:
 The floor sampler (tools/floor-sampler, C) preads and parses every 100 ms the very files that
 sonde's sampler keeps open (read from sonde's own descriptors), sleeping to absolute deadlines:
 what sampling this machine costs at the least. One sonde at a time, as on a node: two at once
-would wake on the same 100 ms grid and flatter each other (see one_round). Each window gives CPU
+would wake on the same 100 ms grid, which may flatter both (see one_round). Each window gives CPU
 per sample (the process's CPU-time clock divided by the samples taken), its ratio to that
 window's floor, RSS at the end, and a per-thread breakdown (µs of CPU per tick and wake-ups per
 tick, by thread name). Nothing posts to sonde and no dashboard is open: this is the idle host.
