@@ -183,7 +183,7 @@ hot-code *ARGS: build
 rss-over-time *ARGS: build
     python3 scripts/rss_over_time.py {{ARGS}}
 
-# where the idle host's CPU above the floor goes: the floor sampler beside sonde with no plugins, with sysmetrics only and with every bundled plugin, in one window (CPU per sample, × the floor, RSS, each thread's CPU and wake-ups)
+# where the idle host's CPU above the floor goes: sonde with no plugins, with sysmetrics only and with every bundled plugin, each alone in its own window beside the floor sampler (CPU per sample, × the floor, RSS, each thread's CPU and wake-ups); --wake-sharing: what a wake-up shared with another process costs
 bench-parts *ARGS: build floor-sampler
     python3 scripts/bench_parts.py {{ARGS}}
 
