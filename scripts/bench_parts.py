@@ -41,9 +41,9 @@ import subprocess
 import tempfile
 import time
 
+import bench_process
 from bench_process import PERIOD_S, sampled_files
-from harness import (BUNDLED, FLOOR, cpu_seconds, free_port, need_release_build, per_thread,
-                     print_thread_columns, rss_mb, start_ready, stop, threads, ticks)
+from harness import BUNDLED, FLOOR, cpu_seconds, free_port, need_release_build, print_thread_columns, start_ready, stop
 
 WARM_UP_S = 45  # past determined's and bottleneck's first two 10 s deliveries, whose calls fault code in
 
@@ -62,30 +62,11 @@ def plugin_sets(root):
     return dirs
 
 
-def one_window(plugins, seconds, warm_up, cache):
-    """One sonde (with the plugins in `plugins`) and the floor sampler over one window:
-    (sonde's µs per sample, its RSS, its per-thread figures, the floor's µs per sample)."""
-    tmp = tempfile.mkdtemp(prefix="sonde-parts-")
-    p = None
-    try:
-        api = f"127.0.0.1:{free_port()}"
-        p = start_ready(os.path.join(tmp, "sonde"), api, cache=cache, seconds=120, bundled_from=plugins)
-        time.sleep(warm_up)
-        floor = subprocess.Popen([FLOOR, str(seconds + 3), str(int(PERIOD_S * 1000)), *sampled_files(p.pid)],
-                                 stdout=subprocess.DEVNULL)
-        time.sleep(0.5)
-        f0, t0 = cpu_seconds(floor.pid), time.monotonic()
-        c0, n0, th0 = cpu_seconds(p.pid), ticks(api), threads(p.pid)
-        time.sleep(seconds)
-        c1, n1, th1 = cpu_seconds(p.pid), ticks(api), threads(p.pid)
-        f1, t1 = cpu_seconds(floor.pid), time.monotonic()
-        stop(floor)
-        n = max(1, n1 - n0)
-        return (c1 - c0) * 1e6 / n, rss_mb(p.pid), per_thread(th0, th1, n), (f1 - f0) * 1e6 / ((t1 - t0) / PERIOD_S)
-    finally:
-        if p:
-            stop(p)
-        shutil.rmtree(tmp, ignore_errors=True)
+def one_window(label, plugins, seconds, warm_up, cache):
+    """One sonde with the plugins in `plugins` beside its floor sampler (bench_process's window):
+    (its µs per sample, RSS, per-thread figures, the floor's µs per sample)."""
+    r = bench_process.one_window(label, None, seconds, cache, warm_up=warm_up, bundled_from=plugins)
+    return (r[f"cpu_{label}_ms"] * 1000, r[f"rss_{label}_mb"], r[f"threads_{label}"], r[f"floor_{label}_ms"] * 1000)
 
 
 def wake_sharing(rounds, seconds, files):
@@ -146,7 +127,7 @@ def main():
         print(f"{a.rounds} rounds of {a.seconds:.0f} s, {a.warm_up:.0f} s after start; load average {os.getloadavg()[0]:.2f} at the start", flush=True)
         for r in range(a.rounds):
             for k in labels[r % 3:] + labels[:r % 3]:
-                cpu, rss, per, floor = one_window(dirs[k], a.seconds, a.warm_up, cache)
+                cpu, rss, per, floor = one_window(k, dirs[k], a.seconds, a.warm_up, cache)
                 res[k].append((cpu, rss, per, floor))
                 print(f"round {r + 1}, {k}: {cpu:.1f} µs per sample, the floor {floor:.1f} µs ({cpu / floor:.2f}×); "
                       f"RSS {rss:.1f} MB", flush=True)

@@ -80,15 +80,16 @@ def snapshot(api, pid):
     return {"cpu": cpu_seconds(pid), "ticks": ticks(api), "threads": threads(pid)}
 
 
-def one_window(k, endpoint, seconds, cache):
-    """One sonde (export off when `endpoint` is None) beside a floor sampler started for it, over
-    one window; its figures keyed with `k`, and the floor's."""
+def one_window(k, endpoint, seconds, cache, warm_up=WARM_UP_S, bundled_from=None):
+    """One sonde (export off when `endpoint` is None; the bundled plugins, or those in
+    `bundled_from`) beside a floor sampler started for it, over one window `warm_up` seconds
+    after its start; its figures keyed with `k`, and the floor's."""
     tmp = tempfile.mkdtemp(prefix="sonde-bench-")
     p = None
     try:
         api = f"127.0.0.1:{free_port()}"
-        p = start_ready(os.path.join(tmp, k), api, endpoint, cache)
-        time.sleep(WARM_UP_S)
+        p = start_ready(os.path.join(tmp, k), api, endpoint, cache, bundled_from=bundled_from)
+        time.sleep(warm_up)
         files = sampled_files(p.pid)
         floor = subprocess.Popen([FLOOR, str(seconds + 3), str(int(PERIOD_S * 1000)), *files],
                                  stdout=subprocess.PIPE, text=True)
