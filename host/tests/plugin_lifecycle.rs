@@ -111,9 +111,18 @@ fn removed_plugins_leave_no_threads_or_fds_behind() {
     install("noop");
     manager.scan(false);
     assert_eq!(state("noop"), Some(RunState::Running));
+    let with_noop = usage();
     std::fs::remove_file(dir.join("noop.wasm")).unwrap();
     manager.scan(false);
     assert_eq!(state("noop"), None);
+    // Unloading does not join the plugin's thread, so it may still be ending:
+    // counted into `before`, it would hide a thread left behind later.
+    assert!(
+        wait_until(Duration::from_secs(5), || usage().0 < with_noop.0),
+        "noop's thread did not end: {:?} vs {with_noop:?}\n{}",
+        usage(),
+        describe()
+    );
     let before = usage();
     let before_text = describe();
 
