@@ -29,8 +29,8 @@ import sys
 import tempfile
 import time
 
-from harness import (BUNDLED, cpu_seconds, free_port, per_thread, print_thread_columns, rss_mb, start_ready, stop,
-                     threads, ticks)
+from harness import (BUNDLED, cpu_seconds, free_port, per_thread, print_thread_columns, rotated, rss_mb, start_ready,
+                     stop, threads, ticks)
 
 WARM_UP_S = 15  # plugins started, every plugin timer and delivery going, the second code page-out (10 s) past
 
@@ -88,7 +88,7 @@ def main():
               f"B = {binaries['B']} (plugins: {plugins['B'] or BUNDLED})\n{args.rounds} rounds of {args.seconds:.0f} s; "
               f"load average {os.getloadavg()[0]:.2f} at the start", flush=True)
         for r in range(args.rounds):
-            order = ["A", "B"] if r % 2 == 0 else ["B", "A"]
+            order = rotated(["A", "B"], r)
             out = one_round(binaries, plugins, order, args.seconds, cache)
             for k in res:
                 res[k].append(out[k])

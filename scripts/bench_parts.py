@@ -43,7 +43,8 @@ import time
 
 import bench_process
 from bench_process import PERIOD_S, sampled_files
-from harness import BUNDLED, FLOOR, cpu_seconds, free_port, need_release_build, print_thread_columns, start_ready, stop
+from harness import (BUNDLED, FLOOR, cpu_seconds, free_port, need_release_build, print_thread_columns, rotated,
+                     start_ready, stop)
 
 WARM_UP_S = 45  # past determined's and bottleneck's first two 10 s deliveries, whose calls fault code in
 
@@ -76,7 +77,7 @@ def wake_sharing(rounds, seconds, files):
     arrangements = {"alone": ["0"], "in step": ["0", "0"], "50 ms apart": ["0", "50"]}
     res = {k: [] for k in arrangements}
     for r in range(rounds):
-        for k in list(arrangements)[r % 3:] + list(arrangements)[:r % 3]:
+        for k in rotated(arrangements, r):
             procs = [subprocess.Popen([FLOOR, str(seconds + 3), str(int(PERIOD_S * 1000)), *files],
                                       env={**os.environ, "FLOOR_GRID_OFFSET_MS": off}, stdout=subprocess.DEVNULL)
                      for off in arrangements[k]]
@@ -126,7 +127,7 @@ def main():
         res = {k: [] for k in labels}
         print(f"{a.rounds} rounds of {a.seconds:.0f} s, {a.warm_up:.0f} s after start; load average {os.getloadavg()[0]:.2f} at the start", flush=True)
         for r in range(a.rounds):
-            for k in labels[r % 3:] + labels[:r % 3]:
+            for k in rotated(labels, r):
                 cpu, rss, per, floor = one_window(k, dirs[k], a.seconds, a.warm_up, cache)
                 res[k].append((cpu, rss, per, floor))
                 print(f"round {r + 1}, {k}: {cpu:.1f} µs per sample, the floor {floor:.1f} µs ({cpu / floor:.2f}×); "

@@ -42,7 +42,7 @@ import tempfile
 import time
 
 from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, memory_parts, need_release_build, rss_mb,
-                     per_thread, start_ready, start_rotel, stop, threads, ticks)
+                     per_thread, rotated, start_ready, start_rotel, stop, threads, ticks)
 
 PERIOD_S = 0.1
 WARM_UP_S = 15  # plugins started, the first export (every 5 s) done, the second code page-out (10 s) past
@@ -119,13 +119,13 @@ def one_window(k, endpoint, seconds, cache, warm_up=WARM_UP_S, bundled_from=None
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def one_round(seconds, endpoint, cache, off_first):
-    """sonde with export off, then with export on (or the other way round), each in its own
+def one_round(seconds, endpoint, cache, order):
+    """sonde with export off and with export on, in `order`, each in its own
     window beside its own floor sampler. Never both at once: two sondes sample on the same grid,
     and a process woken at the same instant as another may cost less per wake-up than one woken
     alone (`./dev bench-parts --wake-sharing`), which would flatter both against the floor."""
     res = {}
-    for k in (("off", "on") if off_first else ("on", "off")):
+    for k in order:
         res.update(one_window(k, endpoint if k == "on" else None, seconds, cache))
     res["floor_cpu_ms"] = (res["floor_off_ms"] + res["floor_on_ms"]) / 2
     return res
@@ -212,7 +212,7 @@ def main():
                  for i in range(1 if a.no_cold else a.rounds)]
         rounds = []
         for i in range(a.rounds):
-            r = one_round(a.seconds, endpoint, cache, off_first=i % 2 == 0)
+            r = one_round(a.seconds, endpoint, cache, rotated(("off", "on"), i))
             rounds.append(r)
             print(f"round {i + 1}/{a.rounds}: sonde export off {r['cpu_off_ms']:.3f} ms, the floor "
                   f"{r['floor_off_ms']:.3f} ms ({r['cpu_off_ratio']:.2f}x); export on {r['cpu_on_ms']:.3f} ms, the floor "

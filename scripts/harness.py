@@ -157,6 +157,14 @@ def per_thread(before, after, n_ticks):
     return rows
 
 
+def rotated(items, r):
+    """`items` started at its (r mod len)-th: round r's order, so that each goes first in turn
+    (a window's place in the round, e.g. after another sonde's exit, must not favour one)."""
+    items = list(items)
+    k = r % len(items)
+    return items[k:] + items[:k]
+
+
 def print_thread_columns(columns):
     """Each thread's medians over rounds, one column per run beside the others: `columns` is
     [(label, [per_thread() of each round])]. Threads under 0.05 µs a tick everywhere are left
