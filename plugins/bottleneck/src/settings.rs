@@ -57,8 +57,7 @@ pub struct Settings {
     /// time late and in clumps (its exporter thread waits for a CPU too), so
     /// its rate over one step is no longer evidence; a job's own work
     /// tripling from one step to the next while the node is saturated is not
-    /// what healthy loops do. The same holds for a step no CPU reading
-    /// follows (a job's last, its process gone).
+    /// what healthy loops do.
     pub starved_factor: f64,
     /// When the process reports no CPU time, host-bound needs the node's CPU
     /// at or above this utilization instead (0..1 of all cores): 0.9, i.e.

@@ -23,8 +23,7 @@
 //!    reports its CPU time) the process got at most `cpu_starved_share` of its
 //!    usual CPU rate (or the compute took `starved_factor` times the usual,
 //!    when a starved process's own CPU readings arrive too late to judge
-//!    by, or none follows the step because the process ended): something
-//!    outside the job took the CPU it needed.
+//!    by): something outside the job took the CPU it needed.
 //! 5. `compute-bound`: a GPU at `gpu_busy` or more; without a GPU, CPU at work
 //!    (above the idle thresholds of rule 3).
 //! 6. `unknown`: none of the above, or no evidence beyond the step's length.
@@ -234,11 +233,7 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         || match (e.process_cpu, e.usual_cpu) {
             (Some(p), Some(u)) => p <= s.cpu_starved_share * u,
             (Some(_), None) => false,
-            // The process reports its CPU time, but no reading follows this
-            // step (its last, before it exited): only `much_slower` can tell.
-            (None, Some(_)) => false,
-            // It never reported any: the node and the step's length decide.
-            (None, None) => true,
+            (None, _) => true,
         };
     if node_busy && slow && starved {
         let usual = e.usual_compute_s.unwrap_or(0.0);
@@ -405,25 +400,6 @@ mod tests {
             ..burner.clone()
         };
         assert_eq!(verdict(&young), Verdict::ComputeBound);
-        // It reports its CPU time, but no reading follows this step (a job's
-        // last, its process gone): 2.5 times its usual compute is not enough
-        // evidence, `starved_factor` (3) times is.
-        let no_reading = Evidence {
-            process_cpu: None,
-            ..burner.clone()
-        };
-        assert_ne!(verdict(&no_reading), Verdict::HostBound);
-        let much_slower = Evidence {
-            compute_s: 0.25,
-            ..no_reading.clone()
-        };
-        assert_eq!(verdict(&much_slower), Verdict::HostBound);
-        // A process that never reports CPU time: the node and the step decide.
-        let never = Evidence {
-            usual_cpu: None,
-            ..no_reading
-        };
-        assert_eq!(verdict(&never), Verdict::HostBound);
         let pressure = Evidence {
             memory_available: Some(0.01),
             ..healthy()
