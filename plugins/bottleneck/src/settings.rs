@@ -44,13 +44,28 @@ pub struct Settings {
     pub min_peak_bytes_per_s: f64,
     /// host-bound when the step's compute took at least this multiple of the
     /// rank's usual compute time (its `reference_quantile` over the last
-    /// `reference_steps` steps) while the process got less CPU than usual.
-    /// 1.4: step-to-step jitter of a steady loop stays within ±20 %.
+    /// `reference_steps` steps) and no CPU reading of the process covers the
+    /// step (with one that shows it got less CPU than usual,
+    /// `starved_slow_factor` applies). 1.4: step-to-step jitter of a steady
+    /// loop stays within ±20 %.
     pub slow_factor: f64,
     /// ... "less CPU than usual" means at most this share of the rank's usual
     /// CPU rate (cores) during the step. 0.75: a neighbour taking a quarter of
     /// the process's CPU is visible; small scheduling noise is not.
     pub cpu_starved_share: f64,
+    /// ... but a step whose process got at most `cpu_starved_share` of its
+    /// usual CPU rate needs only this multiple of its usual compute: 1.1.
+    /// The CPU reading is the better witness: beside a CPU burner at normal
+    /// priority (tests/tests/bottleneck.rs, 4 runs with two low-priority busy
+    /// loops beside it) the burner's 120 steps got 0.31–0.55 of their usual CPU
+    /// yet took only 1.15–4.6 times their usual compute, while the 237 steps
+    /// around them got 0.8–1.1 of it and took 0.53–1.9 times it. Lower
+    /// readings (0.48–0.76) came only at the step just before the burner
+    /// starts and just after it stops: the process's cumulative CPU is
+    /// interpolated between readings 100 ms apart, and there one of them falls
+    /// in the injector's half-second pause. `slow_factor` alone left up to 9
+    /// of the 30 burner steps `unknown`.
+    pub starved_slow_factor: f64,
     /// A step whose compute took at least this multiple of the usual with the
     /// node's CPU at `node_busy` is host-bound whatever the process's CPU
     /// readings say: 3. A process starved this much also reports its CPU
@@ -150,6 +165,7 @@ impl Default for Settings {
             min_peak_bytes_per_s: 10e6,
             slow_factor: 1.4,
             cpu_starved_share: 0.75,
+            starved_slow_factor: 1.1,
             starved_factor: 3.0,
             node_busy: 0.9,
             memory_pressure: 0.05,
@@ -205,6 +221,7 @@ impl Settings {
         }
         let positive = [
             ("slow_factor", self.slow_factor),
+            ("starved_slow_factor", self.starved_slow_factor),
             ("starved_factor", self.starved_factor),
             ("idle_cores", self.idle_cores),
             ("min_peak_bytes_per_s", self.min_peak_bytes_per_s),

@@ -18,12 +18,13 @@
 //!    least `comm_share` (or the rank names no phases): the rank waited on
 //!    something it does not report.
 //! 4. `host-bound`: available memory below `memory_pressure` of the node's;
-//!    or the node's CPU at `node_busy` or more while the step's compute took
-//!    `slow_factor` times the rank's usual or longer and (when the process
-//!    reports its CPU time) the process got at most `cpu_starved_share` of its
-//!    usual CPU rate (or the compute took `starved_factor` times the usual,
-//!    when a starved process's own CPU readings arrive too late to judge
-//!    by): something outside the job took the CPU it needed.
+//!    or the node's CPU at `node_busy` or more while the process got at most
+//!    `cpu_starved_share` of its usual CPU rate and the step's compute took
+//!    `starved_slow_factor` times the rank's usual or longer; or, with the
+//!    node as busy, the compute took `slow_factor` times the usual and no CPU
+//!    reading of the process covers the step (or the compute took `starved_factor` times
+//!    the usual, when a starved process's own CPU readings arrive too late to
+//!    judge by): something outside the job took the CPU it needed.
 //! 5. `compute-bound`: a GPU at `gpu_busy` or more; without a GPU, CPU at work
 //!    (above the idle thresholds of rule 3).
 //! 6. `unknown`: none of the above, or no evidence beyond the step's length.
@@ -223,19 +224,15 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         );
     }
     let node_busy = e.node_cpu.is_some_and(|n| n >= s.node_busy);
-    let slow = e
-        .usual_compute_s
-        .is_some_and(|u| u > 0.0 && e.compute_s >= s.slow_factor * u);
-    let much_slower = e
-        .usual_compute_s
-        .is_some_and(|u| u > 0.0 && e.compute_s >= s.starved_factor * u);
-    let starved = much_slower
-        || match (e.process_cpu, e.usual_cpu) {
-            (Some(p), Some(u)) => p <= s.cpu_starved_share * u,
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
-    if node_busy && slow && starved {
+    let slower_by = |factor: f64| e.usual_compute_s.is_some_and(|u| u > 0.0 && e.compute_s >= factor * u);
+    let cpu_starved = match (e.process_cpu, e.usual_cpu) {
+        (Some(p), Some(u)) => p <= s.cpu_starved_share * u,
+        _ => false,
+    };
+    // With the process's CPU readings as witness, a small slowdown will do.
+    let starved_and_slower = cpu_starved && slower_by(s.starved_slow_factor);
+    let starved = slower_by(s.starved_factor) || cpu_starved || e.process_cpu.is_none();
+    if node_busy && (starved_and_slower || (slower_by(s.slow_factor) && starved)) {
         let usual = e.usual_compute_s.unwrap_or(0.0);
         let mut parts = vec![format!(
             "compute took {:.0} ms against its usual {:.0} ms",
@@ -400,6 +397,31 @@ mod tests {
             ..burner.clone()
         };
         assert_eq!(verdict(&young), Verdict::ComputeBound);
+        // Half its usual CPU: a 1.2x slower compute is enough...
+        let starved_a_little_slower = Evidence {
+            compute_s: 0.096,
+            process_cpu: Some(0.45),
+            ..burner.clone()
+        };
+        assert_eq!(verdict(&starved_a_little_slower), Verdict::HostBound);
+        // ... but not its usual pace, nor a slower step that got its usual CPU.
+        let starved_as_fast = Evidence {
+            compute_s: 0.082,
+            ..starved_a_little_slower.clone()
+        };
+        assert_ne!(verdict(&starved_as_fast), Verdict::HostBound);
+        let slower_with_its_cpu = Evidence {
+            process_cpu: Some(0.9),
+            ..starved_a_little_slower.clone()
+        };
+        assert_eq!(verdict(&slower_with_its_cpu), Verdict::ComputeBound);
+        // Without CPU readings, 1.2x is within the jitter of a steady loop.
+        let no_readings = Evidence {
+            process_cpu: None,
+            usual_cpu: None,
+            ..starved_a_little_slower.clone()
+        };
+        assert_ne!(verdict(&no_readings), Verdict::HostBound);
         let pressure = Evidence {
             memory_available: Some(0.01),
             ..healthy()
