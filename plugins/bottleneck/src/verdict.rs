@@ -21,10 +21,11 @@
 //!    or the node's CPU at `node_busy` or more while the process got at most
 //!    `cpu_starved_share` of its usual CPU rate and the step's compute took
 //!    `starved_slow_factor` times the rank's usual or longer; or, with the
-//!    node as busy, the compute took `slow_factor` times the usual and no CPU
-//!    reading of the process covers the step (or the compute took `starved_factor` times
-//!    the usual, when a starved process's own CPU readings arrive too late to
-//!    judge by): something outside the job took the CPU it needed.
+//!    node as busy, the compute took `slow_factor` times the usual and no
+//!    CPU reading of the process covers the step; or it took
+//!    `starved_factor` times the usual, whatever the readings say (a starved
+//!    process's own readings arrive too late to judge by): something outside
+//!    the job took the CPU it needed.
 //! 5. `compute-bound`: a GPU at `gpu_busy` or more; without a GPU, CPU at work
 //!    (above the idle thresholds of rule 3).
 //! 6. `unknown`: none of the above, or no evidence beyond the step's length.
@@ -229,10 +230,12 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         (Some(p), Some(u)) => p <= s.cpu_starved_share * u,
         _ => false,
     };
-    // With the process's CPU readings as witness, a small slowdown will do.
-    let starved_and_slower = cpu_starved && slower_by(s.starved_slow_factor);
-    let starved = slower_by(s.starved_factor) || cpu_starved || e.process_cpu.is_none();
-    if node_busy && (starved_and_slower || (slower_by(s.slow_factor) && starved)) {
+    // With the process's CPU reading as witness a small slowdown will do;
+    // without one, the slowdown itself must stand out from the jitter.
+    let starved = (cpu_starved && slower_by(s.starved_slow_factor))
+        || slower_by(s.starved_factor)
+        || (e.process_cpu.is_none() && slower_by(s.slow_factor));
+    if node_busy && starved {
         let usual = e.usual_compute_s.unwrap_or(0.0);
         let mut parts = vec![format!(
             "compute took {:.0} ms against its usual {:.0} ms",
