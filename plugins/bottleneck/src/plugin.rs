@@ -165,7 +165,7 @@ impl Bottleneck {
                     if is_step {
                         rank.step(start, end, step);
                     } else {
-                        rank.phase(class, start, end);
+                        rank.phase(class, start, end, step);
                     }
                 }
             }
@@ -317,6 +317,7 @@ impl Bottleneck {
             for (&r, rank) in &mut job.ranks {
                 for step in rank.due(now, lag) {
                     let e = rank.evidence(&step, &self.node);
+                    let (start_ns, end_ns) = rank.iteration(&step);
                     let (v, reason) = judge(&e, s);
                     rank.remember(&e, s);
                     self.counters.steps_judged += 1;
@@ -328,8 +329,8 @@ impl Bottleneck {
                         rank: r,
                         node: rank.node.clone(),
                         unit: "step",
-                        start_ns: step.start,
-                        end_ns: step.end,
+                        start_ns,
+                        end_ns,
                         verdict: v,
                         reason,
                         last: false,

@@ -34,11 +34,16 @@ pub fn classify(name: &str, s: &Settings) -> PhaseClass {
     }
 }
 
+/// A timing of the rank that is not a step. `batch` is the batch index the
+/// reporter attached (-1: none): a phase beside the step, not inside it
+/// (Determined's and this project's own `dataloader_next`), belongs to the
+/// step of the same batch.
 #[derive(Debug, Clone, Copy)]
 pub struct Phase {
     pub class: PhaseClass,
     pub start: u64,
     pub end: u64,
+    pub batch: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,6 +59,13 @@ const MAX_PENDING: usize = 4096;
 const MAX_PROGRESS: usize = 1024;
 const MAX_READINGS: usize = 4096;
 const MAX_MPI_SPANS: usize = 4096;
+/// Step spans kept to bound where a step's sibling phases may lie.
+const MAX_STEP_SPANS: usize = 256;
+
+/// A phase without a batch index that ends this close to a step's start is
+/// the wait that led into it (a loop that times its dataloader but attaches
+/// no index): clocks read twice in a row differ by far less.
+const TOUCH_NS: u64 = 5_000_000;
 
 /// How long phases and readings outlive the judgement of their window.
 const KEEP_NS: u64 = 5_000_000_000;
@@ -198,6 +210,9 @@ pub struct Rank {
     since_reference: usize,
     /// The rank reports steps (else it is judged per MPI window).
     pub timed: bool,
+    /// The spans of its latest steps, by start: a step's siblings lie
+    /// between its neighbours (batch indices repeat each epoch).
+    step_spans: VecDeque<(u64, u64)>,
     /// Start of the next MPI window to judge (ranks without steps).
     pub next_window: Option<u64>,
     /// The last `dominant_steps` verdicts, and the dominant run.
@@ -281,14 +296,24 @@ impl Rank {
         };
         self.next_batch = batch + 1;
         self.timed = true;
+        let i = self.step_spans.partition_point(|&(s, _)| s <= start);
+        self.step_spans.insert(i, (start, end));
+        if self.step_spans.len() > MAX_STEP_SPANS {
+            self.step_spans.pop_front();
+        }
         self.pending.push_back(Step { batch, start, end });
         if self.pending.len() > MAX_PENDING {
             self.pending.pop_front();
         }
     }
 
-    pub fn phase(&mut self, class: PhaseClass, start: u64, end: u64) {
-        self.phases.push_back(Phase { class, start, end });
+    pub fn phase(&mut self, class: PhaseClass, start: u64, end: u64, batch: i64) {
+        self.phases.push_back(Phase {
+            class,
+            start,
+            end,
+            batch,
+        });
         if self.phases.len() > MAX_PHASES {
             self.phases.pop_front();
         }
@@ -326,9 +351,64 @@ impl Rank {
         self.mpi.prune(keep_from);
     }
 
-    /// The step's evidence: its phases, the process's CPU, MPI, and the node.
+    /// The step's whole iteration: the step span widened by the phases
+    /// reported beside it rather than inside it. Two shapes are common: a
+    /// phase with the step's batch index (Determined's `dataloader_next`
+    /// beside `train_batch`; the Python client's `StepClock`, which times
+    /// the wait for data from the last step's end to this step's begin), and
+    /// a phase with no index that ends where the step starts. Either must lie
+    /// between the step's neighbours, so an index repeated the next epoch is
+    /// not taken, and on this step's side of the gap between them. Nested
+    /// phases (OpenTelemetry child spans) change nothing.
+    pub fn iteration(&self, step: &Step) -> (u64, u64) {
+        let before = self
+            .step_spans
+            .iter()
+            .filter(|&&(s, e)| e <= step.start && (s, e) != (step.start, step.end))
+            .map(|&(_, e)| e)
+            .max()
+            .unwrap_or(0);
+        let after = self
+            .step_spans
+            .iter()
+            .filter(|&&(s, e)| s >= step.end && (s, e) != (step.start, step.end))
+            .map(|&(s, _)| s)
+            .min()
+            .unwrap_or(u64::MAX);
+        let (mut start, mut end) = (step.start, step.end);
+        for p in &self.phases {
+            if p.start < before || p.end > after {
+                continue;
+            }
+            // In a gap between two steps, a phase belongs to the step on its
+            // side of the gap's middle (the dataloader of the next step ends
+            // at its start; an optimizer of this one starts at its end).
+            let this_side = if p.end <= step.start {
+                before == 0 || p.end - before >= step.start - p.end
+            } else if p.start >= step.end {
+                after == u64::MAX || p.start - step.end <= after - p.start
+            } else {
+                true
+            };
+            let sibling = this_side
+                && if p.batch >= 0 {
+                    p.batch == step.batch
+                } else {
+                    p.end <= step.start + TOUCH_NS && p.end + TOUCH_NS >= step.start
+                };
+            if sibling {
+                start = start.min(p.start);
+                end = end.max(p.end);
+            }
+        }
+        (start, end)
+    }
+
+    /// The step's evidence over its iteration ([`Rank::iteration`]): its
+    /// phases, the process's CPU, MPI, and the node.
     pub fn evidence(&self, step: &Step, node: &NodeSamples) -> Evidence {
-        let (start, end) = (step.start, step.end.max(step.start + 1));
+        let (start, end) = self.iteration(step);
+        let end = end.max(start + 1);
         let wall = (end - start) as f64 / 1e9;
         let [input, comm, compute_named, named] = inside(&self.phases, start, end);
         let phased = named > 0.0;
@@ -346,6 +426,7 @@ impl Rank {
             input_share: input / wall,
             comm_share: comm / wall,
             compute_share: if phased { compute / wall } else { 0.0 },
+            compute_named: compute_named > 0.0,
             other_share: other / wall,
             compute_s: compute,
             process_cpu: self.cpu.cores(start, end),
@@ -470,12 +551,12 @@ mod tests {
         assert_eq!(classify("AllReduce", &s), PhaseClass::Comm);
         assert_eq!(classify("checkpoint", &s), PhaseClass::Other);
         let mut r = Rank::default();
-        r.phase(PhaseClass::Input, 0, 30 * MS);
-        r.phase(PhaseClass::Compute, 30 * MS, 80 * MS);
+        r.phase(PhaseClass::Input, 0, 30 * MS, 7);
+        r.phase(PhaseClass::Compute, 30 * MS, 80 * MS, 7);
         // Nested inside the compute phase: no double count.
-        r.phase(PhaseClass::Compute, 40 * MS, 50 * MS);
+        r.phase(PhaseClass::Compute, 40 * MS, 50 * MS, -1);
         // Outside the step.
-        r.phase(PhaseClass::Input, 200 * MS, 300 * MS);
+        r.phase(PhaseClass::Input, 200 * MS, 300 * MS, 8);
         r.step(0, 100 * MS, 7);
         let step = r.due(10_000 * MS, 0)[0];
         assert_eq!(step.batch, 7);
@@ -484,6 +565,48 @@ mod tests {
         assert!((e.compute_share - 0.5).abs() < 1e-9, "{e:?}");
         assert!((e.other_share - 0.2).abs() < 1e-9, "{e:?}");
         assert!(e.phased && e.process_cpu.is_none() && e.node_cpu.is_none());
+    }
+
+    /// The shapes real loops send for one iteration of 150 ms waiting for
+    /// data and 80 ms of training step: each gives the same shares.
+    #[test]
+    fn sibling_and_nested_shapes_give_the_same_iteration() {
+        let s = Settings::default();
+        let input = classify("dataloader_next", &s);
+        let node = NodeSamples::new(1e6);
+        let judge = |r: &mut Rank, batch: i64| {
+            let steps = r.due(u64::MAX, 0);
+            let step = steps.iter().find(|st| st.batch == batch).copied().expect("the step");
+            (r.iteration(&step), r.evidence(&step, &node))
+        };
+        let base = 1_000 * MS;
+        // StepClock / Determined: the dataloader beside the step, same index.
+        let mut sib = Rank::default();
+        sib.step(base - 300 * MS, base - 150 * MS, 2);
+        sib.phase(input, base - 150 * MS, base, 3);
+        sib.step(base, base + 80 * MS, 3);
+        // The next epoch starts its indices over: its batch 3 is not this one's.
+        sib.phase(input, base + 500 * MS, base + 600 * MS, 3);
+        sib.step(base + 600 * MS, base + 700 * MS, 3);
+        let (span, e) = judge(&mut sib, 3);
+        assert_eq!(span, (base - 150 * MS, base + 80 * MS));
+        assert!((e.input_share - 150.0 / 230.0).abs() < 1e-9, "{e:?}");
+        assert!((e.compute_s - 0.080).abs() < 1e-9, "{e:?}");
+        // No index on the dataloader: it ends where the step starts.
+        let mut bare = Rank::default();
+        bare.phase(input, base - 150 * MS, base, -1);
+        bare.phase(input, base - 900 * MS, base - 800 * MS, -1);
+        bare.step(base, base + 80 * MS, 3);
+        let (span, e2) = judge(&mut bare, 3);
+        assert_eq!(span, (base - 150 * MS, base + 80 * MS));
+        assert!((e2.input_share - e.input_share).abs() < 1e-9);
+        // OpenTelemetry's shape: the dataloader a child of the step span.
+        let mut nested = Rank::default();
+        nested.phase(input, base, base + 150 * MS, -1);
+        nested.step(base, base + 230 * MS, 3);
+        let (_, e3) = judge(&mut nested, 3);
+        assert!((e3.input_share - e.input_share).abs() < 1e-9);
+        assert!((e3.compute_s - e.compute_s).abs() < 1e-9);
     }
 
     #[test]

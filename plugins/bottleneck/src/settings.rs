@@ -94,6 +94,10 @@ pub struct Settings {
     /// ... and when the process reports no CPU time: the node's CPU at most
     /// this utilization (0.25), since a computing rank keeps a core busy.
     pub idle_node_cpu: f64,
+    /// With no CPU or GPU reading at all, a step whose named compute phases
+    /// (forward, backward, optimizer, ...) take at least this share (0.7) is
+    /// compute-bound by its phases alone: what fills the step is the answer.
+    pub compute_fill: f64,
     /// GPU utilization (0..1) at or below which the GPU is idle: 0.2.
     pub gpu_idle: f64,
     /// GPU utilization at or above which a step is compute-bound on the GPU:
@@ -172,6 +176,7 @@ impl Default for Settings {
             idle_cpu_share: 0.75,
             idle_cores: 0.1,
             idle_node_cpu: 0.25,
+            compute_fill: 0.7,
             gpu_idle: 0.2,
             gpu_busy: 0.6,
             reference_steps: 256,
@@ -209,6 +214,7 @@ impl Settings {
             ("gpu_idle", self.gpu_idle),
             ("idle_cpu_share", self.idle_cpu_share),
             ("idle_node_cpu", self.idle_node_cpu),
+            ("compute_fill", self.compute_fill),
             ("gpu_busy", self.gpu_busy),
             ("reference_quantile", self.reference_quantile),
             ("dominant_share", self.dominant_share),

@@ -283,3 +283,57 @@ fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
             .any(|d| d.kind == "straggler" && d.reason.starts_with("rank 3 is the straggler of mpi"))
     );
 }
+
+/// The loop of the Python client's `StepClock` (and Determined's): each
+/// `dataloader_next` is reported beside `train_batch`, from the last step's
+/// end to this step's begin, with the same batch index. 150 ms of waiting
+/// for data against 80 ms of training is input-bound, as the same loop with
+/// the dataloader nested in the step would be.
+#[test]
+fn a_dataloader_beside_the_step_is_input_bound() {
+    let shapes = [("sibling", false), ("nested", true)];
+    for (shape, nested) in shapes {
+        let mut host = FakeHost {
+            now: T0,
+            ..FakeHost::default()
+        };
+        let mut p = Bottleneck::start(&mut host, Settings::default());
+        p.on_samples(&mut host, samples(0, 8000, 0.5, true)).unwrap();
+        let mut b = empty(vec![origin("loop", 0)], &["train_batch", "dataloader_next"]);
+        let mut t = TimingColumns::default();
+        for batch in 0..30u64 {
+            let begin = T0 + batch * 230 * MS;
+            let (step_start, load) = if nested {
+                (begin, (begin, begin + 150 * MS))
+            } else {
+                (begin + 150 * MS, (begin, begin + 150 * MS))
+            };
+            for (name, a, z) in [(1, load.0, load.1), (0, step_start, begin + 230 * MS)] {
+                t.origin.push(0);
+                t.name.push(name);
+                t.start.push(a);
+                t.end.push(z);
+                t.step.push(batch as i64);
+            }
+        }
+        b.timings = Some(t);
+        p.on_events(&mut host, &b);
+        host.now = T0 + 12_000 * MS;
+        p.on_samples(&mut host, samples(8000, 12_000, 0.5, false)).unwrap();
+        let rows = &p.jobs["loop"].rows;
+        assert_eq!(rows.len(), 30, "{shape}");
+        let input = rows.iter().filter(|r| r.verdict.name() == "input-bound").count();
+        assert_eq!(
+            input,
+            30,
+            "{shape}: {:?}",
+            rows.iter().map(|r| &r.reason).collect::<Vec<_>>()
+        );
+        let first = &rows[0];
+        assert_eq!(
+            (first.start_ns, first.end_ns),
+            (T0, T0 + 230 * MS),
+            "{shape}: the whole iteration"
+        );
+    }
+}

@@ -88,6 +88,9 @@ pub struct Evidence {
     pub input_share: f64,
     pub comm_share: f64,
     pub compute_share: f64,
+    /// Whether `compute_share` comes from phases named as compute (else it
+    /// is what input and communication leave).
+    pub compute_named: bool,
     /// Time inside the step but outside every named phase.
     pub other_share: f64,
     /// Compute time of this step (named compute phases, else the time outside
@@ -265,6 +268,16 @@ pub fn judge(e: &Evidence, s: &Settings) -> (Verdict, String) {
         }
         parts.push(e.cpu_words());
         return (Verdict::ComputeBound, Evidence::join(parts));
+    }
+    let unread = e.process_cpu.is_none() && e.node_cpu.is_none() && e.gpu.is_none();
+    if unread && e.compute_named && e.compute_share >= s.compute_fill {
+        return (
+            Verdict::ComputeBound,
+            format!(
+                "compute phases take {} of the step (no CPU or GPU reading)",
+                pct(e.compute_share)
+            ),
+        );
     }
     (
         Verdict::Unknown,
@@ -452,5 +465,36 @@ mod tests {
         };
         // A GPU job whose GPU is neither busy nor idle: no rule holds.
         assert_eq!(verdict(&gpu_idle_cpu_busy), Verdict::Unknown);
+    }
+
+    /// A trace with no CPU or GPU reading (a replayed operation-level
+    /// trace): named compute filling the step is the answer; compute that
+    /// is only what the other phases leave is not.
+    #[test]
+    fn compute_phases_filling_the_step_are_compute_bound_without_readings() {
+        let traced = Evidence {
+            wall_s: 2.2,
+            phased: true,
+            compute_share: 0.85,
+            compute_named: true,
+            comm_share: 0.1,
+            other_share: 0.05,
+            compute_s: 1.87,
+            ..Evidence::default()
+        };
+        let (v, why) = judge(&traced, &Settings::default());
+        assert_eq!(v, Verdict::ComputeBound);
+        assert_eq!(why, "compute phases take 85 % of the step (no CPU or GPU reading)");
+        let leftover = Evidence {
+            compute_named: false,
+            ..traced.clone()
+        };
+        assert_eq!(verdict(&leftover), Verdict::Unknown);
+        let half = Evidence {
+            compute_share: 0.5,
+            other_share: 0.4,
+            ..traced
+        };
+        assert_eq!(verdict(&half), Verdict::Unknown);
     }
 }
