@@ -10,7 +10,8 @@
 //! - `settings`: the settings JSON; every threshold with the reasoning for its default.
 //! - `verdict`: the rules: evidence in, verdict and sentence out (pure).
 //! - `node`: the node's samples as ticks; a window's CPU, memory, network and
-//!   disk against their observed peaks, GPU.
+//!   disk against their observed peaks, GPU. A rank is judged against its own
+//!   node: this host's samples, or on a master its node's agent's.
 //! - `rank`: one rank's steps, phases, CPU time, MPI spans, history, dominant verdict.
 //! - `job`: per-step rows, per-batch and persistent stragglers, verdict shares.
 //! - `plugin`: every hook's logic, with the host behind the SDK's `Host`.
@@ -49,16 +50,20 @@ pub fn sample_request(has_jobs: bool) -> SampleRequest {
     SampleRequest {
         period_ms: 100,
         deliver_every_ms: if has_jobs { 1000 } else { IDLE_DELIVER_EVERY_MS },
-        metrics: vec![
-            "system.cpu.utilization".into(),
-            "system.memory.limit".into(),
-            "system.memory.linux.available".into(),
-            "system.network.io".into(),
-            "system.disk.io".into(),
-            "hw.gpu.utilization".into(),
-        ],
+        metrics: NODE_METRICS.iter().map(|m| m.to_string()).collect(),
     }
 }
+
+/// What a step is judged against on its node: this host's samples, or on a
+/// cluster master the samples the node's agent forwarded.
+pub const NODE_METRICS: [&str; 6] = [
+    "system.cpu.utilization",
+    "system.memory.limit",
+    "system.memory.linux.available",
+    "system.network.io",
+    "system.disk.io",
+    "hw.gpu.utilization",
+];
 
 pub fn manifest(has_jobs: bool) -> Manifest {
     Manifest {

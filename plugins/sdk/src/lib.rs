@@ -19,6 +19,9 @@
 //! - `cpu`: `system.cpu.utilization` per `cpu.mode` read back as one busy
 //!   share ([`BusyShare`], [`CpuBusyColumns`]), the one rule every plugin uses.
 //! - `instance`: the cell that keeps a plugin's state between calls.
+//! - `findings`: [`Finding`], a decision about one job that its page shows.
+//! - `agents`: on a cluster master, agents' forwarded samples regrouped per
+//!   node into sample batches, so a plugin judges a rank by its own node.
 //!
 //! A plugin crate (`crate-type = ["cdylib"]`, built for `wasm32-wasip2`)
 //! implements [`Plugin`] for its state and ends with
@@ -69,8 +72,10 @@ wit_bindgen::generate!({
     },
 });
 
+pub mod agents;
 mod attrs;
 mod cpu;
+mod findings;
 mod host_calls;
 mod http;
 mod instance;
@@ -97,6 +102,7 @@ pub use exports::sonde::plugin::hooks;
 pub use exports::sonde::plugin::hooks::Guest;
 
 pub use cpu::{BusyShare, CPU_UTILIZATION, CpuBusyColumns, CpuMode, CpuSeries};
+pub use findings::Finding;
 pub use host_calls::{Host, WasmHost};
 pub use http::query_param;
 pub use instance::InstanceCell;

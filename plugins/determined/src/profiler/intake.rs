@@ -273,11 +273,11 @@ impl Profiler {
         // Agents' samples arrive an export interval or more after they were
         // taken: each waits the lag from its arrival, so that the reports it
         // is judged by (forwarded separately) can arrive too.
-        let ignored = self.agents.ignored;
+        let ignored = self.agents.ignored();
         for (source, m) in self.agents.read(&batch) {
             self.pending_sys.push_back(PendingSys::new(source, m.time.max(now), m));
         }
-        self.out.counters.ignored_node_overflow += self.agents.ignored - ignored;
+        self.out.counters.ignored_node_overflow += self.agents.ignored() - ignored;
         self.settle(host);
     }
 
