@@ -303,7 +303,11 @@ impl Host {
         let p = self.plugins.clone();
         let _ = tokio::time::timeout(
             deadline / 2,
-            tokio::task::spawn_blocking(move || p.shutdown(per_plugin)),
+            tokio::task::spawn_blocking(move || {
+                p.shutdown(per_plugin);
+                // The findings the plugins published, on disk before the store closes.
+                p.decisions().close();
+            }),
         )
         .await;
         let stats = self.pipeline_task.shutdown(deadline.saturating_sub(t0.elapsed())).await;

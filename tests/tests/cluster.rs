@@ -124,11 +124,13 @@ fn a_master_sees_every_node_and_both_ranks_of_a_job_reported_to_different_agents
     assert_eq!(on(0), "node-0", "rank 0 runs where it reported");
     assert_eq!(on(1), "node-1");
     for b in job["steps"].as_array().unwrap() {
-        assert_eq!(b["slowest_rank"], 1, "rank 1 is 7 ms slower in every batch: {b}");
-        assert!((b["spread_s"].as_f64().unwrap() - 0.007).abs() < 1e-6, "{b}");
-        let r0 = &b["ranks"][0];
+        let (r0, r1) = (&b["ranks"][0], &b["ranks"][1]);
         assert!((r0["phases"]["forward"].as_f64().unwrap() - 0.008).abs() < 1e-9, "{r0}");
         assert!((r0["total_s"].as_f64().unwrap() - 0.025).abs() < 1e-9, "{r0}");
+        assert!(
+            (r1["total_s"].as_f64().unwrap() - 0.032).abs() < 1e-9,
+            "rank 1 is 7 ms slower: {r1}"
+        );
     }
     let jobs = c.master.json("/api/jobs");
     let listed = &jobs["jobs"]

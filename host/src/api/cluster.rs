@@ -42,8 +42,27 @@ pub async fn job(State(st): State<AppState>, Path(name): Path<String>, Query(q):
     if !(1..=MAX_BATCHES).contains(&batches) {
         return super::bad_request("batches", format!("{batches} is out of range 1..={MAX_BATCHES}"));
     }
+    // The job's findings (the diagnosis, and what any plugin found) come
+    // from the decision board, which keeps them across restarts: a job the
+    // registry no longer holds still shows what was found about it.
+    let findings = st.plugins.decisions().of_job(&name);
     match st.cluster.jobs.view(&name, batches) {
-        Some(v) => Json(v).into_response(),
+        Some(v) => {
+            let mut body = serde_json::to_value(v).unwrap_or_default();
+            body["findings"] = json!(findings);
+            Json(body).into_response()
+        }
+        None if !findings.is_empty() => Json(json!({
+            "job": name,
+            "kinds": [],
+            "nodes": [],
+            "ranks": [],
+            "steps": [],
+            "phase_order": [],
+            "findings": findings,
+            "note": "this host has kept no steps of the job (it reported before a restart, or was dropped)",
+        }))
+        .into_response(),
         None => (
             StatusCode::NOT_FOUND,
             Json(json!({"error": format!("no job named {name:?} has reported")})),

@@ -258,10 +258,21 @@ async fn plugin(State(st): State<AppState>, Path(name): Path<String>) -> Respons
 #[derive(serde::Deserialize)]
 struct DecisionQuery {
     plugin: Option<String>,
+    /// Only this job's decisions (its findings first).
+    job: Option<String>,
 }
 
 async fn decisions(State(st): State<AppState>, Query(q): Query<DecisionQuery>) -> Json<serde_json::Value> {
-    Json(json!({"decisions": st.plugins.decisions().list(q.plugin.as_deref())}))
+    let board = st.plugins.decisions();
+    let list = match &q.job {
+        Some(job) => board
+            .of_job(job)
+            .into_iter()
+            .filter(|e| q.plugin.as_deref().is_none_or(|p| e.plugin == p))
+            .collect(),
+        None => board.list(q.plugin.as_deref()),
+    };
+    Json(json!({"decisions": list}))
 }
 
 /// The event tables running plugins declared: what `POST /api/ingest` and

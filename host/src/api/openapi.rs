@@ -291,7 +291,7 @@ fn operations() -> Vec<Op> {
         .param(("job", "job name (origin.job / sonde.job)", "train-1"))
         .query("batches", "integer", "the last N batch indices, 1..=50000 (default 200)")
         .responses(&[
-            (200, "{job, kinds, nodes, ranks, steps: [{batch, ranks: [{rank, phases, total_s}], slowest_rank, spread_s}]}"),
+            (200, "{job, kinds, nodes, ranks, steps: [{batch, ranks: [{rank, start_ns, end_ns, total_s, phases, span}]}], findings}"),
             (400, "a bad parameter"),
             (404, "no such job"),
         ]),

@@ -2,6 +2,13 @@
 //! ranks it runs on, when it was first and last heard from, and its steps:
 //! per batch index, each rank's phases (the Timings view of every rank).
 //!
+//! The registry keeps what was reported and judges nothing: which rank holds
+//! a job back, and why, is the diagnosis plugin's finding (`plugin::findings`),
+//! shown beside this view. A rank's step is the span of every timing of its
+//! batch; a timing that encloses the others of its batch (the step span of
+//! nested phases) is that span, not one more phase, so phases add up to the
+//! step in both shapes jobs send: nested and side by side.
+//!
 //! ```text
 //!  IngestHub ──(every accepted report)──► JobRegistry::observe
 //!                                            │ job ─► ranks ─► batch ─► phases
@@ -48,8 +55,27 @@ fn kinds_of(r: &Report) -> impl Iterator<Item = &str> {
 struct Step {
     start: u64,
     end: u64,
-    /// Phase name → (total ns in this batch, when it first started).
-    phases: Vec<(String, u64, u64)>,
+    /// Phase name → (total ns in this batch, when it first started, when it
+    /// last ended).
+    phases: Vec<(String, u64, u64, u64)>,
+}
+
+impl Step {
+    /// Names of the timings that enclose another, shorter timing of the
+    /// batch: the step span when phases are nested in it (whether or not a
+    /// dataloader is also timed beside it). Timings side by side enclose
+    /// none, and each is a phase.
+    fn enclosing(&self) -> Vec<&str> {
+        self.phases
+            .iter()
+            .filter(|(name, _, first, last)| {
+                self.phases.iter().any(|(other, _, f, l)| {
+                    other != name && f >= first && l <= last && l.saturating_sub(*f) < last.saturating_sub(*first)
+                })
+            })
+            .map(|(n, ..)| n.as_str())
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -109,9 +135,17 @@ pub struct RankStep {
     pub rank: i32,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Sum of the phases' durations, in seconds.
+    /// The step's length: from its first timing's start to its last one's
+    /// end, in seconds.
     pub total_s: f64,
+    /// Seconds per phase: every timing of the batch but the ones that
+    /// enclose the others (see `span`).
     pub phases: BTreeMap<String, f64>,
+    /// When each phase first started in this batch, ns since the epoch.
+    pub phase_start_ns: BTreeMap<String, u64>,
+    /// The timings that enclose the others of the batch (the step span of
+    /// nested phases): the step itself, not a part of it.
+    pub span: Vec<String>,
 }
 
 /// One batch index across ranks.
@@ -119,10 +153,6 @@ pub struct RankStep {
 pub struct BatchView {
     pub batch: u64,
     pub ranks: Vec<RankStep>,
-    /// The rank whose phases took longest in this batch, and by how many
-    /// seconds it trailed the fastest (0 with one rank).
-    pub slowest_rank: i32,
-    pub spread_s: f64,
 }
 
 /// `GET /api/jobs/{job}`.
@@ -207,8 +237,9 @@ impl JobRegistry {
                     .iter()
                     .filter_map(|(rank, r)| {
                         let s = r.steps.get(&batch)?;
-                        let total: u64 = s.phases.iter().map(|(_, d, _)| d).sum();
-                        for (name, _, first) in &s.phases {
+                        let span = s.enclosing();
+                        let parts = s.phases.iter().filter(|(n, ..)| !span.contains(&n.as_str()));
+                        for (name, _, first, _) in parts.clone() {
                             let o = order.entry(name.as_str()).or_insert((0.0, 0u64));
                             o.0 += first.saturating_sub(s.start) as f64;
                             o.1 += 1;
@@ -217,22 +248,14 @@ impl JobRegistry {
                             rank: *rank,
                             start_ns: s.start,
                             end_ns: s.end,
-                            total_s: total as f64 / 1e9,
-                            phases: s.phases.iter().map(|(n, d, _)| (n.clone(), *d as f64 / 1e9)).collect(),
+                            total_s: s.end.saturating_sub(s.start) as f64 / 1e9,
+                            phases: parts.clone().map(|(n, d, ..)| (n.clone(), *d as f64 / 1e9)).collect(),
+                            phase_start_ns: parts.map(|(n, _, first, _)| (n.clone(), *first)).collect(),
+                            span: span.into_iter().map(str::to_string).collect(),
                         })
                     })
                     .collect();
-                let slowest = ranks.iter().max_by(|a, b| a.total_s.total_cmp(&b.total_s));
-                let fastest = ranks.iter().min_by(|a, b| a.total_s.total_cmp(&b.total_s));
-                BatchView {
-                    batch,
-                    slowest_rank: slowest.map_or(-1, |s| s.rank),
-                    spread_s: match (slowest, fastest) {
-                        (Some(s), Some(f)) => s.total_s - f.total_s,
-                        _ => 0.0,
-                    },
-                    ranks,
-                }
+                BatchView { batch, ranks }
             })
             .collect();
         let mut phase_order: Vec<(&str, f64)> = order.into_iter().map(|(n, (sum, k))| (n, sum / k as f64)).collect();
@@ -335,12 +358,15 @@ impl JobRegistry {
             step.start = step.start.min(t.start);
             step.end = step.end.max(t.end);
             let d = t.end.saturating_sub(t.start);
-            match step.phases.iter().position(|(n, _, _)| *n == t.name) {
+            match step.phases.iter().position(|(n, ..)| *n == t.name) {
                 Some(i) => {
                     step.phases[i].1 += d;
                     step.phases[i].2 = step.phases[i].2.min(t.start);
+                    step.phases[i].3 = step.phases[i].3.max(t.end);
                 }
-                None if step.phases.len() < MAX_PHASES_PER_STEP => step.phases.push((t.name.clone(), d, t.start)),
+                None if step.phases.len() < MAX_PHASES_PER_STEP => {
+                    step.phases.push((t.name.clone(), d, t.start, t.end))
+                }
                 None => job.phases_refused += 1,
             }
         }
@@ -449,13 +475,61 @@ mod tests {
         assert_eq!(b.ranks.len(), 2);
         assert_eq!(b.ranks[0].phases["forward"], 2e-6);
         assert_eq!(b.ranks[0].phases["backward"], 1e-6);
-        assert_eq!(b.slowest_rank, 1);
-        assert!((b.spread_s - 5e-6).abs() < 1e-12);
+        assert_eq!(b.ranks[0].total_s, 3e-6);
+        assert_eq!(b.ranks[1].total_s, 8e-6);
         assert_eq!(
             v.phase_order,
             vec!["forward", "backward"],
             "as they run, not alphabetically"
         );
+    }
+
+    /// 100 ms of dataloader and 400 ms of step: 0.5 s, whether the step
+    /// span encloses its phases or the dataloader is timed beside it.
+    #[test]
+    fn a_step_is_its_span_in_both_shapes() {
+        const MS: u64 = 1_000_000;
+        let reg = JobRegistry::new(8, 100);
+        let nested = [
+            ("train_batch", 0, 500 * MS, 3),
+            ("dataloader_next", 0, 100 * MS, 3),
+            ("forward", 100 * MS, 300 * MS, 3),
+            ("backward", 300 * MS, 500 * MS, 3),
+        ];
+        let beside = [
+            ("dataloader_next", 0, 100 * MS, 3),
+            ("train_batch", 100 * MS, 500 * MS, 3),
+        ];
+        // Both at once: the dataloader beside the step, forward and backward in it.
+        let mixed = [
+            ("dataloader_next", 0, 100 * MS, 3),
+            ("train_batch", 100 * MS, 500 * MS, 3),
+            ("forward", 100 * MS, 300 * MS, 3),
+            ("backward", 300 * MS, 500 * MS, 3),
+        ];
+        reg.observe(&[
+            report("nested", "n1", 0, &nested),
+            report("beside", "n1", 0, &beside),
+            report("mixed", "n1", 0, &mixed),
+        ]);
+        for (job, span, parts) in [
+            ("nested", vec!["train_batch"], 3),
+            ("beside", vec![], 2),
+            ("mixed", vec!["train_batch"], 3),
+        ] {
+            let v = reg.view(job, 10).unwrap();
+            let r = &v.steps[0].ranks[0];
+            assert_eq!(r.total_s, 0.5, "{job}");
+            assert_eq!(r.span, span, "{job}");
+            assert_eq!(r.phases.len(), parts, "{job}");
+            let sum: f64 = r.phases.values().sum();
+            assert!((sum - 0.5).abs() < 1e-9, "{job}: phases add up to the step, {sum}");
+            assert_eq!(
+                v.phase_order.contains(&"train_batch".to_string()),
+                job == "beside",
+                "{job}"
+            );
+        }
     }
 
     #[test]

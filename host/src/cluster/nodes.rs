@@ -9,8 +9,12 @@
 //!     duplicate name, clock skew) ──► decisions (log records) + node events
 //!  GET /api/cluster/nodes ◄── NodeRegistry::list
 //! ```
-//! - **lost / back**: a node not heard from for `cluster.node_timeout_ms`
-//!   (default 3 export intervals) is `lost`; the next report makes it `back`.
+//! - **lost / back**: a node whose own sonde (an agent's telemetry, which
+//!   names no job) is not heard from for `cluster.node_timeout_ms` (default
+//!   3 export intervals) is `lost`; the next report makes it `back`, after
+//!   the outage as observed (from its last report before, to this one). A
+//!   node only jobs name has no sonde to lose: when its jobs end it goes
+//!   quiet, which is an ending, not a failure.
 //! - **clock skew**: heartbeat send time minus the master's receive time; past
 //!   `cluster.max_clock_skew_ms` the node is flagged. Its points keep their
 //!   own timestamps: the skew is shown, never silently corrected.
@@ -105,7 +109,9 @@ struct Node {
     first_seen_ns: u64,
     last_seen_ns: u64,
     state: NodeState,
-    lost_since_ns: u64,
+    /// A sonde of its own reported from it (telemetry with no job): only
+    /// then can it be lost.
+    own: bool,
     reports: u64,
     rows: u64,
     heartbeat: Option<AgentHeartbeat>,
@@ -190,7 +196,7 @@ impl NodeRegistry {
                 first_seen_ns: now,
                 last_seen_ns: now,
                 state: NodeState::Up,
-                lost_since_ns: 0,
+                own: false,
                 reports: 0,
                 rows: 0,
                 heartbeat: None,
@@ -201,15 +207,17 @@ impl NodeRegistry {
                 skewed: false,
                 transitions: 0,
             });
+            let silent_since = node.last_seen_ns;
             node.last_seen_ns = node.last_seen_ns.max(now);
             node.reports += 1;
             node.rows += r.rows() as u64;
+            node.own |= r.origin.job.is_empty();
             if node.state == NodeState::Lost {
                 node.state = NodeState::Up;
                 node.transitions += 1;
                 nodes.pending.push(Transition::Back {
                     node: r.origin.node.clone(),
-                    lost_ms: now.saturating_sub(node.lost_since_ns) / 1_000_000,
+                    lost_ms: now.saturating_sub(silent_since) / 1_000_000,
                 });
             }
             for e in r.custom.iter().filter(|e| e.name == HEARTBEAT_EVENT) {
@@ -267,9 +275,8 @@ impl NodeRegistry {
         let nodes = &mut *n;
         for (name, node) in nodes.map.iter_mut() {
             let silent = now.saturating_sub(node.last_seen_ns);
-            if node.state == NodeState::Up && silent > self.timeout_ns {
+            if node.own && node.state == NodeState::Up && silent > self.timeout_ns {
                 node.state = NodeState::Lost;
-                node.lost_since_ns = now;
                 node.transitions += 1;
                 nodes.pending.push(Transition::Lost {
                     node: name.clone(),
@@ -405,11 +412,26 @@ mod tests {
             reg.tick(20 * S),
             vec![Transition::Back {
                 node: "b".into(),
-                lost_ms: 6_000
-            }]
+                lost_ms: 10_000
+            }],
+            "the outage as observed: from its last report at 10 s"
         );
         let views = reg.list_at(20 * S);
         assert!(views.iter().all(|v| v.state == NodeState::Up));
+    }
+
+    #[test]
+    fn a_node_only_a_job_named_is_never_lost() {
+        let reg = NodeRegistry::new(3_000, 2_000, 16);
+        let mut job = from("vm");
+        job.origin.job = "mpi-1".into();
+        reg.observe_at(&[job, from("a")], 10 * S);
+        reg.observe_at(&[from("a")], 20 * S);
+        assert!(
+            reg.tick(20 * S).is_empty(),
+            "the job ended: its node goes quiet, not lost"
+        );
+        assert_eq!(reg.stats().lost, 0);
     }
 
     #[test]

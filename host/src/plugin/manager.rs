@@ -81,6 +81,12 @@ impl PluginManager {
         let engine = PluginEngine::new(&cfg.host.data_dir.join("cache"))?;
         let linker = linker(&engine)?;
         let state = StateStore::open(&cfg.host.data_dir.join("state.redb"))?;
+        // Each job's findings outlive a restart: kept in the host's own namespace.
+        let decisions = DecisionBoard::default();
+        let restored = decisions.persist_to(state.namespace(super::decisions::FINDINGS_NAMESPACE));
+        if restored > 0 {
+            tracing::info!(restored, "findings of earlier runs restored");
+        }
         let dir = cfg.plugins.dir.clone();
         std::fs::create_dir_all(&dir).with_context(|| format!("creating the plugins directory {}", dir.display()))?;
         Ok(Arc::new(Self {
@@ -90,7 +96,7 @@ impl PluginManager {
                 output: Output::Pipeline(pipeline),
                 clock: Default::default(),
                 state,
-                decisions: DecisionBoard::default(),
+                decisions,
                 sinks: cfg.sinks.clone(),
                 tables: Arc::new(TableRegistry::default()),
                 plan: Arc::new(SamplePlan::new(cfg.sampler.period_ms)),

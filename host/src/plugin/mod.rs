@@ -18,6 +18,7 @@
 //! - `manager`:  the set of plugins: directory loading and watching, fan-out, routes
 //! - `recording`: the tap behind `GET /api/record` and the recording's file format
 //! - `metrics`:  per-plugin self-metrics
+//! - `decisions`: the latest decision per subject, and a job's findings, kept across restarts
 //!
 //! Depends on `sample` (tick types), `pipeline` (where output goes), `state`
 //! and `sinks`; nothing here depends on `api`.
@@ -27,6 +28,7 @@ pub mod bindings;
 pub mod clock;
 pub mod config;
 pub mod deadline;
+pub mod decisions;
 pub mod engine;
 pub mod host_api;
 pub mod instance;
@@ -41,7 +43,7 @@ pub mod tables;
 pub mod v0_1;
 pub mod world;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -49,6 +51,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use parking_lot::Mutex;
 use serde::Serialize;
 
+pub use decisions::{DecisionBoard, DecisionEntry, DecisionListener, Finding};
 pub use manager::PluginManager;
 
 /// Where a plugin is in its life.
@@ -211,74 +214,6 @@ impl SamplePlan {
             .unwrap_or(base_ms);
         self.period_ms.store(p, Ordering::Relaxed);
         p
-    }
-}
-
-/// (plugin, kind, subject)
-type DecisionKey = (String, String, String);
-
-/// The latest decision per (plugin, kind, subject), for the API and dashboard.
-#[derive(Clone, Default)]
-pub struct DecisionBoard {
-    inner: Arc<Mutex<BTreeMap<DecisionKey, DecisionEntry>>>,
-    listeners: Arc<Mutex<Vec<DecisionListener>>>,
-}
-
-/// Called for every decision as it is recorded (on the plugin's thread: keep it short).
-pub type DecisionListener = Arc<dyn Fn(&DecisionEntry) + Send + Sync>;
-
-#[derive(Clone, Debug, Serialize)]
-pub struct DecisionEntry {
-    pub plugin: String,
-    pub kind: String,
-    pub subject: String,
-    pub reason: String,
-    pub body: serde_json::Value,
-    pub time_ns: u64,
-}
-
-impl DecisionBoard {
-    const MAX: usize = 10_000;
-
-    pub fn record(&self, plugin: &str, d: &bindings::types::Decision) {
-        self.record_at(plugin, d, crate::model::now_ns());
-    }
-
-    /// The same, made at `time_ns` (the plugin's clock).
-    pub fn record_at(&self, plugin: &str, d: &bindings::types::Decision, time_ns: u64) {
-        let body = serde_json::from_str(&d.body).unwrap_or_else(|_| serde_json::Value::String(d.body.clone()));
-        let entry = DecisionEntry {
-            plugin: plugin.to_string(),
-            kind: d.kind.clone(),
-            subject: d.subject.clone(),
-            reason: d.reason.clone(),
-            body,
-            time_ns,
-        };
-        let listeners = self.listeners.lock().clone();
-        for l in &listeners {
-            l(&entry);
-        }
-        let mut m = self.inner.lock();
-        let key = (plugin.to_string(), d.kind.clone(), d.subject.clone());
-        if m.len() >= Self::MAX && !m.contains_key(&key) {
-            return;
-        }
-        m.insert(key, entry);
-    }
-
-    /// Registers `f` to see every decision from now on.
-    pub fn listen(&self, f: DecisionListener) {
-        self.listeners.lock().push(f);
-    }
-
-    pub fn list(&self, plugin: Option<&str>) -> Vec<DecisionEntry> {
-        self.inner
-            .lock()
-            .values()
-            .filter(|e| plugin.is_none_or(|p| e.plugin == p))
-            .cloned()
-            .collect()
     }
 }
 
