@@ -373,13 +373,9 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
         0,
         "the slow rank never waits on the others"
     );
-    let named = decisions(&sonde).iter().any(|d| {
-        d["kind"] == "straggler"
-            && d["reason"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("rank 3 is the straggler")
-    });
+    let named = decisions(&sonde)
+        .iter()
+        .any(|d| d["kind"] == "straggler" && d["reason"].as_str().unwrap_or("").starts_with("rank 3 (node "));
     assert!(named, "no straggler decision naming rank 3: {:?}", decisions(&sonde));
 
     // Replayed alone with `sonde plugin test` (no mpi plugin: bottleneck only
@@ -392,12 +388,10 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
     assert!(r["delivered"]["events"].as_u64().unwrap() > 0, "{}", r["delivered"]);
     let replayed = &r["routes"][0]["body"];
     assert_eq!(replayed["straggler"]["rank"], 3, "{}", replayed["straggler"]);
-    let named = r["decisions"].as_array().unwrap().iter().any(|d| {
-        d["kind"] == "straggler"
-            && d["reason"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with("rank 3 is the straggler")
-    });
+    let named = r["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["kind"] == "straggler" && d["reason"].as_str().unwrap_or("").starts_with("rank 3 (node "));
     assert!(named, "the replay named no straggler: {}", r["decisions"]);
 }

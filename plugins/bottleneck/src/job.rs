@@ -51,6 +51,9 @@ pub struct Persistent {
     pub of: usize,
     pub late_by_s: f64,
     pub verdict: Verdict,
+    /// The batches of the window it was named over.
+    pub first_batch: i64,
+    pub last_batch: i64,
 }
 
 /// Batches waiting for every rank are cut off beyond this many.
@@ -75,7 +78,8 @@ pub struct Job {
 }
 
 impl Job {
-    /// Records a judged row; returns the persistent straggler when it changed.
+    /// Records a judged row; returns the persistent straggler when it
+    /// changed (another rank, or another verdict of its steps).
     pub fn add(&mut self, row: Row, s: &Settings) -> Option<Option<Persistent>> {
         self.counts[row.verdict.index()] += 1;
         self.totals[row.verdict.index()] += 1;
@@ -142,14 +146,15 @@ impl Job {
             self.stragglers.pop_front();
         }
         let now = self.persistent_straggler(s);
+        // A new rank, or the same rank for another reason: the finding
+        // names both, so either change is news.
         let same = match (&now, &self.persistent) {
-            (Some(a), Some(b)) => a.rank == b.rank,
+            (Some(a), Some(b)) => a.rank == b.rank && a.verdict == b.verdict,
             (None, None) => true,
             _ => false,
         };
-        let previous_rank_kept = same;
         self.persistent = now.clone();
-        (!previous_rank_kept).then_some(now)
+        (!same).then_some(now)
     }
 
     fn persistent_straggler(&self, s: &Settings) -> Option<Persistent> {
@@ -175,6 +180,8 @@ impl Job {
             of,
             late_by_s: late / n as f64,
             verdict: Verdict::ALL[v],
+            first_batch: self.stragglers.front().map_or(0, |b| b.batch),
+            last_batch: self.stragglers.back().map_or(0, |b| b.batch),
         })
     }
 

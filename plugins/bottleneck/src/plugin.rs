@@ -9,11 +9,11 @@
 //! changes). Every `emit_every_ms` the share of steps per verdict of each
 //! job is emitted as metrics.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde_json::json;
 use sonde_plugin_sdk::types::{
-    Attribute, Decision, EventBatch, MetricDesc, MetricKind, PointBatch, SampleBatch, Severity, Value,
+    Attribute, Decision, EventBatch, MetricDesc, MetricKind, PointBatch, SampleBatch, Severity,
 };
 
 use crate::MPI_SAMPLES;
@@ -22,7 +22,8 @@ use crate::node::NodeSamples;
 use crate::rank::{Rank, Run, classify};
 use crate::settings::Settings;
 use crate::verdict::{Verdict, judge};
-use sonde_plugin_sdk::Host;
+use sonde_plugin_sdk::agents::{AgentSeries, host_series};
+use sonde_plugin_sdk::{Finding, Host};
 
 /// Progress names that carry the batch index.
 const BATCH_NAMES: [&str; 2] = ["batch_idx", "batch"];
@@ -44,7 +45,12 @@ pub struct Counters {
 
 pub struct Bottleneck {
     pub settings: Settings,
+    /// This host's own samples.
     pub node: NodeSamples,
+    /// On a cluster master: the nodes whose agents forward their samples,
+    /// and those samples per node (index: node id − 1).
+    agents: AgentSeries,
+    agent_nodes: Vec<NodeSamples>,
     pub jobs: BTreeMap<String, Job>,
     pub counters: Counters,
     handles: HashMap<(String, usize), u32>,
@@ -68,6 +74,8 @@ impl Bottleneck {
     pub fn start(_host: &mut dyn Host, settings: Settings) -> Bottleneck {
         Bottleneck {
             node: NodeSamples::new(settings.min_peak_bytes_per_s),
+            agents: AgentSeries::default(),
+            agent_nodes: Vec::new(),
             settings,
             jobs: BTreeMap::new(),
             counters: Counters::default(),
@@ -168,6 +176,17 @@ impl Bottleneck {
                         rank.phase(class, start, end, step);
                     }
                 }
+            }
+        }
+        // Agents' forwarded samples (a cluster master): each to its node's ticks.
+        for (id, samples) in self.agents.read(batch, |i| host_series(i, &crate::NODE_METRICS)) {
+            let i = id as usize - 1;
+            if self.agent_nodes.len() <= i {
+                let peak = self.settings.min_peak_bytes_per_s;
+                self.agent_nodes.resize_with(i + 1, || NodeSamples::new(peak));
+            }
+            if let Err(e) = self.agent_nodes[i].read(samples) {
+                host.log(Severity::Warn, &format!("node {}'s samples: {e}", self.agents.node(id)));
             }
         }
         if let Some(c) = &batch.points {
@@ -315,14 +334,16 @@ impl Bottleneck {
         for (job_name, job) in &mut self.jobs {
             let mut rows = Vec::new();
             for (&r, rank) in &mut job.ranks {
+                let node = node_of(&self.agents, &self.agent_nodes, &self.node, &rank.node);
                 for step in rank.due(now, lag) {
-                    let e = rank.evidence(&step, &self.node);
+                    let e = rank.evidence(&step, node);
                     let (start_ns, end_ns) = rank.iteration(&step);
                     let (v, reason) = judge(&e, s);
                     rank.remember(&e, s);
                     self.counters.steps_judged += 1;
                     if let Some(prev) = rank.dominance(step.batch, v, s) {
-                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &reason));
+                        let since = run_start(&job.rows, r, rank, start_ns);
+                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &reason, (since, end_ns)));
                     }
                     rows.push(Row {
                         batch: step.batch,
@@ -348,7 +369,7 @@ impl Bottleneck {
                     && rank.mpi.until() >= start + w
                 {
                     rank.next_window = Some(start + w);
-                    let e = rank.window_evidence(start, start + w, &self.node);
+                    let e = rank.window_evidence(start, start + w, node);
                     if e.mpi.is_none() {
                         continue;
                     }
@@ -356,7 +377,15 @@ impl Bottleneck {
                     let batch = ((start - job.first_window.unwrap_or(start)) / w) as i64;
                     self.counters.windows_judged += 1;
                     if let Some(prev) = rank.dominance(batch, v, s) {
-                        decisions.push(run_decision(job_name, r, rank, prev.as_ref(), &reason));
+                        let since = run_start(&job.rows, r, rank, start);
+                        decisions.push(run_decision(
+                            job_name,
+                            r,
+                            rank,
+                            prev.as_ref(),
+                            &reason,
+                            (since, start + w),
+                        ));
                     }
                     rows.push(Row {
                         batch,
@@ -376,7 +405,7 @@ impl Bottleneck {
             rows.sort_by_key(|r| (r.batch, r.rank));
             for row in rows {
                 if let Some(change) = job.add(row, s) {
-                    decisions.push(straggler_decision(job_name, change.as_ref()));
+                    decisions.push(straggler_decision(job_name, change.as_ref(), job));
                 }
             }
         }
@@ -384,6 +413,27 @@ impl Bottleneck {
             host.emit_decision(&d);
         }
     }
+}
+
+/// The samples a rank is judged against: its node's agent's where that node
+/// forwards them (a cluster master), else this host's own.
+fn node_of<'a>(agents: &AgentSeries, nodes: &'a [NodeSamples], local: &'a NodeSamples, node: &str) -> &'a NodeSamples {
+    agents
+        .id(node)
+        .and_then(|id| nodes.get(id as usize - 1))
+        .unwrap_or(local)
+}
+
+/// When a rank's new dominant run began: its first step's start among the
+/// job's rows, else `fallback` (the step that made it dominant).
+fn run_start(rows: &VecDeque<Row>, rank_id: i32, rank: &Rank, fallback: u64) -> u64 {
+    let Some(first) = rank.run.as_ref().map(|r| r.first) else {
+        return fallback;
+    };
+    rows.iter()
+        .rev()
+        .find(|row| row.rank == rank_id && row.batch == first)
+        .map_or(fallback, |row| row.start_ns.min(fallback))
 }
 
 fn steps_words(unit: &str, first: i64, last: i64) -> String {
@@ -396,8 +446,9 @@ fn steps_words(unit: &str, first: i64, last: i64) -> String {
 }
 
 /// "steps 1200–1207 on rank 3 are input-bound: the dataloader takes 61 % of
-/// the step; ...; before: steps 0–1199 compute-bound".
-fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, why: &str) -> Decision {
+/// the step; ...; before: steps 0–1199 compute-bound": a finding about the
+/// rank, over the time from its run's first step (`since_ns`) to `until_ns`.
+fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, why: &str, span: (u64, u64)) -> Decision {
     let run = r.run.as_ref().expect("a change sets the run");
     let unit = if r.timed { "step" } else { "window" };
     let mut reason = format!(
@@ -412,50 +463,72 @@ fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, why: &st
             p.verdict.name()
         ));
     }
-    let body = json!({
-        "job": job,
-        "rank": rank,
-        "verdict": run.verdict,
-        "first": run.first,
-        "last": run.last,
-        "previous": previous.map(|p| json!({"verdict": p.verdict, "first": p.first, "last": p.last})),
-        "reason": reason,
-    });
-    Decision {
-        kind: "bottleneck".into(),
-        subject: format!("{job}/rank-{rank}"),
-        reason,
-        body: body.to_string(),
-        attributes: vec![
-            Attribute::new("sonde.job", job),
-            Attribute {
-                key: "sonde.rank".into(),
-                value: Value::Int(rank as i64),
-            },
-            Attribute::new("bottleneck.verdict", run.verdict.name()),
-        ],
-    }
+    Finding::new(job, "bottleneck", reason)
+        .about("rank", rank)
+        .during(span.0, span.1)
+        .evidence(json!({
+            "rank": rank,
+            "node": r.node,
+            "verdict": run.verdict.name(),
+            format!("{unit}s"): format!("{}–{}", run.first, run.last),
+            "why": why,
+            "before": previous.map(|p| format!("{} {}–{}", p.verdict.name(), p.first, p.last)),
+        }))
+        .attribute("sonde.rank", rank as i64)
+        .attribute("bottleneck.verdict", run.verdict.name())
+        .decision()
 }
 
-fn straggler_decision(job: &str, p: Option<&Persistent>) -> Decision {
-    let reason = match p {
-        Some(p) => format!(
-            "rank {} is the straggler of {job}: it finished last in {} of the last {} batches, by {:.0} ms on \
-             average; its steps there are {}",
-            p.rank,
-            p.batches,
-            p.of,
-            p.late_by_s * 1e3,
-            p.verdict.name()
-        ),
-        None => format!("{job} has no persistent straggler any more"),
+/// The job's headline finding: the rank the others wait for, and why.
+/// "rank 3 (node n1) holds the job back: last to finish in 20 of the last
+/// 20 batches, 250 ms after the next rank on average; its steps there are
+/// input-bound".
+fn straggler_decision(job_name: &str, p: Option<&Persistent>, job: &Job) -> Decision {
+    let Some(p) = p else {
+        return Finding::new(job_name, "straggler", "no rank holds the job back any more")
+            .headline()
+            .ended()
+            .evidence(json!({"job": job_name, "straggler": null}))
+            .decision();
     };
-    let body = json!({"job": job, "straggler": p, "reason": reason});
-    Decision {
-        kind: "straggler".into(),
-        subject: job.to_string(),
-        reason,
-        body: body.to_string(),
-        attributes: vec![Attribute::new("sonde.job", job)],
+    let node = job.ranks.get(&p.rank).map_or("", |r| r.node.as_str());
+    let on = if node.is_empty() {
+        String::new()
+    } else {
+        format!(" (node {node})")
+    };
+    let reason = format!(
+        "rank {}{on} holds the job back: last to finish in {} of the last {} batches, {:.0} ms after the next \
+         rank on average; its steps there are {}",
+        p.rank,
+        p.batches,
+        p.of,
+        p.late_by_s * 1e3,
+        p.verdict.name()
+    );
+    // The time of the window it was named over, from the rank's rows.
+    let rows = job
+        .rows
+        .iter()
+        .filter(|r| r.rank == p.rank && (p.first_batch..=p.last_batch).contains(&r.batch));
+    let range = rows.fold(None, |acc: Option<(u64, u64)>, r| {
+        Some(acc.map_or((r.start_ns, r.end_ns), |(a, b)| (a.min(r.start_ns), b.max(r.end_ns))))
+    });
+    let mut f = Finding::new(job_name, "straggler", reason)
+        .about("rank", p.rank)
+        .subject(job_name)
+        .headline()
+        .evidence(json!({
+            "rank": p.rank,
+            "node": node,
+            "last in": format!("{} of {} batches", p.batches, p.of),
+            "batches": format!("{}–{}", p.first_batch, p.last_batch),
+            "late by (ms)": (p.late_by_s * 1e4).round() / 10.0,
+            "verdict": p.verdict.name(),
+        }))
+        .attribute("bottleneck.verdict", p.verdict.name());
+    if let Some((a, b)) = range {
+        f = f.during(a, b);
     }
+    f.decision()
 }

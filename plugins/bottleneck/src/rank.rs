@@ -5,7 +5,7 @@
 //! [`Rank::evidence`] joins a step with all of that and with its node's
 //! samples in the step's window.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::node::NodeSamples;
 use crate::settings::Settings;
@@ -195,7 +195,12 @@ pub struct Run {
 #[derive(Debug, Default)]
 pub struct Rank {
     pub node: String,
+    /// Ordered by start, so a step's phases are found by binary search
+    /// (a burst of many thousand timings is judged in one call).
     pub phases: VecDeque<Phase>,
+    /// The longest phase kept, which bounds how far before a window a phase
+    /// overlapping it can start.
+    longest_phase: u64,
     pub pending: VecDeque<Step>,
     progress: VecDeque<(u64, i64)>,
     next_batch: i64,
@@ -213,6 +218,12 @@ pub struct Rank {
     /// The spans of its latest steps, by start: a step's siblings lie
     /// between its neighbours (batch indices repeat each epoch).
     step_spans: VecDeque<(u64, u64)>,
+    /// Whether it reports a step timing (a name in `step_names`).
+    named_steps: bool,
+    /// Until it does: per batch index, the span of its phases, which
+    /// becomes the batch's step once `lag` has passed (a loop that times
+    /// forward and backward but no step around them).
+    unstepped: BTreeMap<i64, (u64, u64)>,
     /// Start of the next MPI window to judge (ranks without steps).
     pub next_window: Option<u64>,
     /// The last `dominant_steps` verdicts, and the dominant run.
@@ -243,10 +254,10 @@ fn merged(spans: &mut [(u64, u64)]) -> f64 {
 }
 
 /// Seconds of input, communication, compute and any named phase inside
-/// [start, end], in one pass over the rank's phases.
-fn inside(phases: &VecDeque<Phase>, start: u64, end: u64) -> [f64; 4] {
+/// [start, end], in one pass over the phases that may overlap it.
+fn inside(phases: &VecDeque<Phase>, longest: u64, start: u64, end: u64) -> [f64; 4] {
     let mut per_class: [Vec<(u64, u64)>; 4] = Default::default();
-    for p in phases.iter().filter(|p| p.end > start && p.start < end) {
+    for p in starting_within(phases, start.saturating_sub(longest), end).filter(|p| p.end > start) {
         let span = (p.start.max(start), p.end.min(end));
         let k = match p.class {
             PhaseClass::Input => 0,
@@ -261,6 +272,13 @@ fn inside(phases: &VecDeque<Phase>, start: u64, end: u64) -> [f64; 4] {
         per_class[3].push(span);
     }
     per_class.map(|mut v| merged(&mut v))
+}
+
+/// The phases (ordered by start) that start in [from, to).
+fn starting_within(phases: &VecDeque<Phase>, from: u64, to: u64) -> impl Iterator<Item = &Phase> {
+    let lo = phases.partition_point(|p| p.start < from);
+    let hi = phases.partition_point(|p| p.start < to).max(lo);
+    phases.range(lo..hi)
 }
 
 fn quantile(values: &VecDeque<f64>, q: f64) -> f64 {
@@ -294,6 +312,14 @@ impl Rank {
                 None => self.next_batch,
             }
         };
+        if !self.named_steps {
+            self.named_steps = true;
+            self.unstepped.clear();
+        }
+        self.push_step(batch, start, end);
+    }
+
+    fn push_step(&mut self, batch: i64, start: u64, end: u64) {
         self.next_batch = batch + 1;
         self.timed = true;
         let i = self.step_spans.partition_point(|&(s, _)| s <= start);
@@ -308,12 +334,37 @@ impl Rank {
     }
 
     pub fn phase(&mut self, class: PhaseClass, start: u64, end: u64, batch: i64) {
-        self.phases.push_back(Phase {
+        let p = Phase {
             class,
             start,
             end,
             batch,
-        });
+        };
+        // Reports arrive mostly in order: a late one is put in its place.
+        if self.phases.back().is_some_and(|b| b.start > start) {
+            let i = self.phases.partition_point(|q| q.start <= start);
+            self.phases.insert(i, p);
+        } else {
+            self.phases.push_back(p);
+        }
+        self.longest_phase = self.longest_phase.max(end - start);
+        if !self.named_steps && batch >= 0 {
+            let span = self.unstepped.entry(batch).or_insert((start, end));
+            // The same index far later is the next epoch's batch: the one
+            // before is complete.
+            let far = span.1 + (span.1 - span.0).saturating_mul(4).max(1_000_000_000);
+            if start > far {
+                let (a, z) = *span;
+                self.unstepped.remove(&batch);
+                self.push_step(batch, a, z);
+                self.unstepped.insert(batch, (start, end));
+            } else {
+                *span = (span.0.min(start), span.1.max(end));
+            }
+            if self.unstepped.len() > MAX_PENDING {
+                self.unstepped.pop_first();
+            }
+        }
         if self.phases.len() > MAX_PHASES {
             self.phases.pop_front();
         }
@@ -321,6 +372,16 @@ impl Rank {
 
     /// Steps whose judgement is due at `now`, oldest first.
     pub fn due(&mut self, now: u64, lag_ns: u64) -> Vec<Step> {
+        let ready: Vec<i64> = self
+            .unstepped
+            .iter()
+            .filter(|&(_, &(_, end))| end + lag_ns <= now)
+            .map(|(&b, _)| b)
+            .collect();
+        for b in ready {
+            let (start, end) = self.unstepped.remove(&b).expect("listed above");
+            self.push_step(b, start, end);
+        }
         let mut out = Vec::new();
         while let Some(s) = self.pending.front()
             && s.end + lag_ns <= now
@@ -376,7 +437,17 @@ impl Rank {
             .min()
             .unwrap_or(u64::MAX);
         let (mut start, mut end) = (step.start, step.end);
-        for p in &self.phases {
+        // Where a sibling can start: no earlier than the previous step's end
+        // (nor than a phase ending near this step's start could), and before
+        // the next step's start; while the next step is unknown, within one
+        // more step's length after this one.
+        let from = before.max(step.start.saturating_sub(self.longest_phase + TOUCH_NS));
+        let to = if after == u64::MAX {
+            step.end.saturating_add(step.end - step.start).saturating_add(TOUCH_NS)
+        } else {
+            after
+        };
+        for p in starting_within(&self.phases, from, to) {
             if p.start < before || p.end > after {
                 continue;
             }
@@ -410,7 +481,7 @@ impl Rank {
         let (start, end) = self.iteration(step);
         let end = end.max(start + 1);
         let wall = (end - start) as f64 / 1e9;
-        let [input, comm, compute_named, named] = inside(&self.phases, start, end);
+        let [input, comm, compute_named, named] = inside(&self.phases, self.longest_phase, start, end);
         let phased = named > 0.0;
         let other = (wall - named).max(0.0);
         // Without named compute phases, compute is what is neither input nor communication.
@@ -607,6 +678,41 @@ mod tests {
         let (_, e3) = judge(&mut nested, 3);
         assert!((e3.input_share - e.input_share).abs() < 1e-9);
         assert!((e3.compute_s - e.compute_s).abs() < 1e-9);
+    }
+
+    /// A loop that times forward and backward with their batch index but no
+    /// step around them: each batch's phases make its step.
+    #[test]
+    fn phases_without_a_step_timing_make_the_batchs_step() {
+        let s = Settings::default();
+        let fwd = classify("forward", &s);
+        let mut r = Rank::default();
+        for b in 0..3u64 {
+            let t = b * 100 * MS;
+            r.phase(fwd, t, t + 60 * MS, b as i64);
+            r.phase(classify("backward", &s), t + 60 * MS, t + 90 * MS, b as i64);
+        }
+        assert!(r.due(300 * MS, 1000 * MS).is_empty(), "not before the lag");
+        let due = r.due(2000 * MS, 1000 * MS);
+        assert_eq!(
+            due,
+            [0, 1, 2].map(|b| Step {
+                batch: b,
+                start: b as u64 * 100 * MS,
+                end: b as u64 * 100 * MS + 90 * MS
+            })
+        );
+        let e = r.evidence(&due[1], &NodeSamples::new(1e6));
+        assert!(e.compute_named && (e.compute_share - 1.0).abs() < 1e-9, "{e:?}");
+        // The next epoch's batch 0, a minute later, is a step of its own.
+        r.phase(fwd, 60_000 * MS, 60_050 * MS, 0);
+        r.phase(fwd, 120_000 * MS, 120_050 * MS, 0);
+        let due = r.due(200_000 * MS, 1000 * MS);
+        assert_eq!(due.len(), 2, "{due:?}");
+        // Once a step timing comes, phases no longer make steps.
+        r.step(300_000 * MS, 300_100 * MS, 9);
+        r.phase(fwd, 300_000 * MS, 300_050 * MS, 9);
+        assert_eq!(r.due(400_000 * MS, 1000 * MS).len(), 1);
     }
 
     #[test]

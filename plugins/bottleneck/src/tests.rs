@@ -277,11 +277,11 @@ fn an_mpi_job_without_steps_is_judged_per_window_and_the_slow_rank_named() {
     assert_eq!((s.rank, s.batches, s.of), (3, 20, 20));
     // 100 % of its time outside MPI against rank 2's 75 %: 250 ms of each second.
     assert!((s.late_by_s - 0.25).abs() < 1e-6, "{s:?}");
-    assert!(
-        host.decisions
-            .iter()
-            .any(|d| d.kind == "straggler" && d.reason.starts_with("rank 3 is the straggler of mpi"))
-    );
+    assert!(host.decisions.iter().any(|d| {
+        d.kind == "straggler"
+            && d.reason
+                .starts_with("rank 3 (node n1) holds the job back: last to finish in 20 of the last 20")
+    }));
 }
 
 /// The loop of the Python client's `StepClock` (and Determined's): each
@@ -335,5 +335,67 @@ fn a_dataloader_beside_the_step_is_input_bound() {
             (T0, T0 + 230 * MS),
             "{shape}: the whole iteration"
         );
+    }
+}
+
+/// On a cluster master: the master's own machine idles, while the node the
+/// rank runs on is busy, as its agent's forwarded samples say. The rank is
+/// judged against its own node.
+#[test]
+fn on_a_master_a_rank_is_judged_by_its_own_nodes_samples() {
+    let mut host = FakeHost {
+        now: T0,
+        ..FakeHost::default()
+    };
+    let mut p = Bottleneck::start(&mut host, Settings::default());
+    // The master itself: 5 % busy.
+    p.on_samples(&mut host, samples(0, 8000, 0.05, true)).unwrap();
+    // node-b's agent: 60 % busy, every 100 ms, as points of its own telemetry.
+    let agent = Origin {
+        job: String::new(),
+        node: "node-b".into(),
+        index: -1,
+        rank: -1,
+        local_rank: -1,
+        ..Default::default()
+    };
+    let mut rank0 = origin("train", 0);
+    rank0.node = "node-b".into();
+    let mut b = empty(vec![agent, rank0], &["train_batch"]);
+    b.point_series = vec![SeriesInfo {
+        id: 0,
+        metric: "system.cpu.utilization".into(),
+        unit: "1".into(),
+        kind: SeriesKind::Gauge,
+        attributes: vec![
+            Attribute::new("cpu.mode", "idle"),
+            Attribute::new("host.name", "node-b"),
+        ],
+    }];
+    let mut pts = PointColumns::default();
+    for k in 0..80u64 {
+        pts.origin.push(0);
+        pts.series.push(0);
+        pts.time.push(T0 + k * 100 * MS);
+        pts.value.push(0.4);
+    }
+    b.points = Some(pts);
+    let mut t = TimingColumns::default();
+    for batch in 0..20u64 {
+        t.origin.push(1);
+        t.name.push(0);
+        t.start.push(T0 + batch * 200 * MS);
+        t.end.push(T0 + batch * 200 * MS + 190 * MS);
+        t.step.push(batch as i64);
+    }
+    b.timings = Some(t);
+    p.on_events(&mut host, &b);
+    host.now = T0 + 12_000 * MS;
+    p.on_samples(&mut host, samples(8000, 12_000, 0.05, false)).unwrap();
+    let rows = &p.jobs["train"].rows;
+    assert_eq!(rows.len(), 20);
+    for r in rows {
+        assert_eq!(r.verdict.name(), "compute-bound", "{}", r.reason);
+        assert!(r.reason.contains("node CPU at 60 %"), "{}", r.reason);
     }
 }
