@@ -1,12 +1,15 @@
-// Jobs: the list (/api/jobs) and a page per job (/api/jobs/{job}): every
-// rank's step time per batch stacked by phase with each batch's slowest rank
-// marked, the straggler strip, the ranks table, the job's nodes' system
-// metrics, the plugin panels that apply to its kinds, and a Perfetto export.
-// The page paints from the last 500 batches first, then loads the rest.
+// Jobs: the list (/api/jobs) and a page per job (/api/jobs/{job}). A job's
+// page opens with its diagnosis (the findings plugins published about it,
+// headline first), then every rank's step time per batch stacked by phase
+// with the named rank marked, the straggler strip, the ranks table, the job's
+// nodes' system metrics, the plugin panels that apply to its kinds, and a
+// Perfetto export. The page paints from the last 500 batches first, then
+// loads the rest.
 import { get, call, el } from './api.js';
 import { TimeChart } from './live.js';
 import { href, setParams } from './router.js';
-import { model, BatchView, StepChart, StragglerStrip, PHASE_COLORS, ramp } from './steps.js';
+import { model, markCulprit, BatchView, StepChart, StragglerStrip, PHASE_COLORS, ramp } from './steps.js';
+import { diagnosis, culpritRank } from './findings.js';
 import { chromeTrace, download } from './trace.js';
 import { nodeMatch, NODE_CHARTS, LOCAL } from './nodes.js';
 import { decisionList } from './decisions.js';
@@ -111,6 +114,13 @@ export class JobPage {
       if (s && s.last_ns !== this.job.last_ns) {
         const r = await this.load(this.job.steps.length >= FIRST_BATCHES ? this.allBatches() : FIRST_BATCHES);
         if (!this.dead && r.ok) this.render(r.json, false);
+      } else {
+        // Findings come after the steps they judge: redraw when they change.
+        const d = await get(`/api/decisions?job=${encodeURIComponent(this.name)}`);
+        const findings = (d.json && d.json.decisions) || [];
+        if (!this.dead && d.ok && JSON.stringify(findings) !== JSON.stringify(this.job.findings || [])) {
+          this.render({ ...this.job, findings }, false);
+        }
       }
       await this.panels();
     } finally {
@@ -131,7 +141,13 @@ export class JobPage {
     this.job = job;
     const m = model(job);
     this.m = m;
+    this.culprit = culpritRank(job.findings);
+    if (this.culprit != null) {
+      const h = job.findings.find((f) => f.finding && f.finding.headline && !f.finding.ended);
+      markCulprit(m, this.culprit, h.finding.start_ns, h.finding.end_ns);
+    }
     if (first) this.skeleton(job);
+    this.diag.replaceChildren(diagnosis(job));
     this.summary(job, m);
     this.ranksTable(job, m);
     this.exportBtn.disabled = !m.nB;
@@ -150,7 +166,7 @@ export class JobPage {
     this.strip = new StragglerStrip(this.stripBox, this.view, m, { rank: rankPos >= 0 ? rankPos : null });
     this.strip.legend = this.stripLegend;
     this.legend.replaceChildren(...m.phases.map((p, i) => el('span', { class: 'key' }, el('i', { style: `background:${PHASE_COLORS[i % PHASE_COLORS.length]}` }), p)),
-      m.nR > 1 ? el('span', { class: 'key' }, el('i', { class: 'outline' }), '▼ slowest rank of the batch (zoomed out: black line)') : '');
+      this.culprit != null ? el('span', { class: 'key' }, el('i', { class: 'outline' }), `▼ rank ${this.culprit}, which the diagnosis names (zoomed out: black line, the slowest rank's time)`) : '');
     const from = keepView ? keepView[0] : this.params.from != null ? +this.params.from : null;
     const to = keepView ? keepView[1] : this.params.to != null ? +this.params.to : null;
     if (from != null && to != null && !Number.isNaN(from)) {
@@ -164,6 +180,7 @@ export class JobPage {
   }
 
   skeleton(job) {
+    this.diag = el('div', { class: 'diagnosis-box' });
     this.head = el('div', { class: 'job-summary' });
     this.rankSel = el('select', { id: 'job-rank', 'aria-label': 'rank' });
     this.rankSel.addEventListener('change', () => { this.params.rank = this.rankSel.value; setParams({ rank: this.rankSel.value }); this.render(this.job, false); });
@@ -188,6 +205,7 @@ export class JobPage {
     this.box.replaceChildren(
       el('p', {}, el('a', { href: href('jobs') }, '← all jobs')),
       el('h2', {}, `Job ${job.job}`),
+      this.diag,
       this.head,
       el('div', { class: 'toolbar' }, el('label', {}, 'rank ', this.rankSel), zoom(0.5), zoom(2), pan(-0.25, 'earlier batches'), pan(0.25, 'later batches'), zoom(0), exportBtn, this.folded),
       el('h3', {}, 'Ranks'), this.ranksBox,
@@ -215,27 +233,23 @@ export class JobPage {
     this.rankSel.value = this.params.rank || '';
   }
 
+  // The ranks; the one the diagnosis names is marked (the page ranks nobody itself).
   ranksTable(job, m) {
     const ranks = Array.isArray(job.ranks) ? job.ranks : [];
-    // The rank slowest in the most batches is the straggler.
-    let worst = -1;
-    m.stats.forEach((s, i) => { if (m.nR > 1 && s.slowest > 0 && (worst < 0 || s.slowest > m.stats[worst].slowest)) worst = i; });
     this.ranksBox.replaceChildren(el('table', { class: 'ranks-table' },
-      el('thead', {}, el('tr', {}, ...['rank', 'node', 'local rank', 'role', 'last batch', 'mean step', 'behind fastest (mean)', 'slowest in'].map((h) => el('th', {}, h)))),
+      el('thead', {}, el('tr', {}, ...['rank', 'node', 'local rank', 'role', 'last batch', 'mean step'].map((h) => el('th', {}, h)))),
       el('tbody', {}, ...m.rankIds.map((rank, i) => {
         const info = ranks.find((r) => r.rank === rank) || {};
         const s = m.stats[i];
-        const slow = i === worst;
+        const named = rank === this.culprit;
         const sel = String(rank) === String(this.params.rank ?? '');
-        return el('tr', { 'data-rank': rank, class: `${slow ? 'straggler' : ''}${sel ? ' selected' : ''}`, 'data-slowest': s.slowest },
-          el('td', {}, el('a', { href: href('jobs', this.name, { ...this.params, rank }) }, `rank ${rank}`), slow ? el('strong', { class: 'straggler-flag' }, ' ▼ straggler') : ''),
+        return el('tr', { 'data-rank': rank, class: `${named ? 'straggler' : ''}${sel ? ' selected' : ''}` },
+          el('td', {}, el('a', { href: href('jobs', this.name, { ...this.params, rank }) }, `rank ${rank}`), named ? el('strong', { class: 'straggler-flag' }, ' ▼ holds the job back') : ''),
           el('td', {}, info.node ? el('a', { href: href('nodes', info.node) }, info.node) : '–'),
           el('td', {}, info.local_rank == null || info.local_rank < 0 ? '–' : String(info.local_rank)),
           el('td', {}, info.role || '–'),
           el('td', {}, info.last_batch == null ? '–' : String(info.last_batch)),
-          el('td', {}, s.n ? dur(s.sum / s.n) : '–'),
-          el('td', {}, s.n ? dur(s.behind / s.n) : '–'),
-          el('td', {}, m.nB && m.nR > 1 ? `${s.slowest} of ${m.nB} batches (${((100 * s.slowest) / m.nB).toFixed(0)}%)` : '–'));
+          el('td', {}, s.n ? dur(s.sum / s.n) : '–'));
       }))));
   }
 
@@ -280,7 +294,8 @@ export class JobPage {
       } catch (e) {
         p.querySelector('.custom-panel').replaceChildren(el('p', { class: 'error' }, `panel failed: ${e}`));
       }
-      const d = await get(`/api/decisions?plugin=${encodeURIComponent(name)}`);
+      // This job's decisions only: another job's findings never show here.
+      const d = await get(`/api/decisions?plugin=${encodeURIComponent(name)}&job=${encodeURIComponent(this.name)}`);
       p.querySelector('.decisions').replaceChildren(decisionList((d.json && d.json.decisions) || [], 10));
     }
   }

@@ -1,9 +1,10 @@
 // A job's steps on canvas: per batch index, every rank's time stacked by phase
-// (the slowest rank of each batch outlined and marked), and the straggler
-// strip (rank × batch, coloured by step time). Both share one view over the
-// batches, zoomed with the wheel, +/- or the buttons, panned by dragging or
-// the arrow keys. Data are typed arrays built once; a frame draws at most one
-// column per pixel, so an hour of 8 ranks × 36 000 batches draws in a few ms.
+// (the rank the diagnosis names outlined and marked over the batches it
+// covers), and the straggler strip (rank × batch, coloured by each rank's own
+// step time). Both share one view over the batches, zoomed with the wheel,
+// +/- or the buttons, panned by dragging or the arrow keys. Data are typed
+// arrays built once; a frame draws at most one column per pixel, so an hour
+// of 8 ranks × 36 000 batches draws in a few ms.
 
 // Phase colours spaced in lightness (dark, light, mid, ...) so stacks read in greyscale.
 export const PHASE_COLORS = ['#1f4e9c', '#f2b35e', '#5aa6a0', '#7a2e5c', '#c9d66a', '#444444', '#e7869a', '#9ec5f0'];
@@ -36,14 +37,11 @@ export function model(job) {
   const dur = new Float32Array(nB * nR * nP);
   const total = new Float32Array(nB * nR).fill(NaN);
   const start = new Float64Array(nB * nR);
+  // The rank the diagnosis names, per batch (-1: none); see markCulprit.
   const slowest = new Int32Array(nB).fill(-1);
-  const spread = new Float32Array(nB);
   for (let b = 0; b < nB; b++) {
     const s = steps[b];
     batch[b] = s.batch;
-    spread[b] = s.spread_s || 0;
-    const sr = rIdx.get(s.slowest_rank);
-    slowest[b] = sr === undefined ? -1 : sr;
     for (const r of s.ranks) {
       const ri = rIdx.get(r.rank);
       total[b * nR + ri] = r.total_s;
@@ -51,17 +49,14 @@ export function model(job) {
       for (const p in r.phases) dur[(b * nR + ri) * nP + pIdx.get(p)] = r.phases[p];
     }
   }
-  // Per rank: mean step, times slowest, mean time behind the fastest.
-  const stats = rankIds.map(() => ({ sum: 0, n: 0, slowest: 0, behind: 0 }));
+  // Per rank: mean step.
+  const stats = rankIds.map(() => ({ sum: 0, n: 0 }));
   for (let b = 0; b < nB; b++) {
-    let min = Infinity;
-    for (let r = 0; r < nR; r++) { const t = total[b * nR + r]; if (t < min) min = t; }
     for (let r = 0; r < nR; r++) {
       const t = total[b * nR + r];
       if (Number.isNaN(t)) continue;
-      stats[r].sum += t; stats[r].n++; stats[r].behind += t - min;
+      stats[r].sum += t; stats[r].n++;
     }
-    if (slowest[b] >= 0 && nR > 1) stats[slowest[b]].slowest++;
   }
   // Per batch over all ranks: the sum of each phase, how many ranks, and the
   // slowest total, so a zoomed-out frame costs O(batches × phases).
@@ -90,7 +85,25 @@ export function model(job) {
       cumN[(b + 1) * nR + r] = cumN[b * nR + r] + (ok ? 1 : 0);
     }
   }
-  return { rankIds, phases, nB, nR, nP, batch, dur, total, start, slowest, spread, stats, phaseSum, count, maxTotal, cumT, cumN };
+  return { rankIds, phases, nB, nR, nP, batch, dur, total, start, slowest, stats, phaseSum, count, maxTotal, cumT, cumN };
+}
+
+// Marks `rank` (a rank id) as the culprit in the batches whose step starts
+// within [fromNs, toNs] (the diagnosis finding's time range; all batches
+// without one). Returns how many batches were marked.
+export function markCulprit(m, rank, fromNs, toNs) {
+  m.slowest.fill(-1);
+  const ri = m.rankIds.indexOf(rank);
+  if (ri < 0 || m.nR < 2) return 0;
+  let n = 0;
+  for (let b = 0; b < m.nB; b++) {
+    const t = m.start[b * m.nR + ri];
+    if (Number.isNaN(m.total[b * m.nR + ri])) continue;
+    if (fromNs != null && (t < fromNs || t > toNs)) continue;
+    m.slowest[b] = ri;
+    n++;
+  }
+  return n;
 }
 
 function niceStep(max, n) {
@@ -250,7 +263,7 @@ class CanvasChart {
 
 export class StepChart extends CanvasChart {
   constructor(parent, view, m, { rank = null } = {}) {
-    super(parent, view, { height: 300, label: 'Step time per batch for every rank, stacked by phase; the slowest rank of each batch is outlined', cls: 'step-chart' });
+    super(parent, view, { height: 300, label: 'Step time per batch for every rank, stacked by phase; the rank the diagnosis names is outlined', cls: 'step-chart' });
     this.m = m;
     this.rank = rank; // a rank position to show alone, or null for all
     this.box.dataset.title = 'step time per batch';
@@ -470,7 +483,7 @@ export class StragglerStrip extends CanvasChart {
     const ri = Math.floor((e.clientY - r.top - 4) / this.row);
     if (b < 0 || b >= m.nB || ri < 0 || ri >= m.nR) { this.tip.hidden = true; return; }
     const t = m.total[b * m.nR + ri];
-    this.tip.textContent = `rank ${m.rankIds[ri]}, batch ${m.batch[b]}: ${Number.isNaN(t) ? 'no step' : secs(t)}${m.slowest[b] === ri ? ' (slowest)' : ''}`;
+    this.tip.textContent = `rank ${m.rankIds[ri]}, batch ${m.batch[b]}: ${Number.isNaN(t) ? 'no step' : secs(t)}${m.slowest[b] === ri ? ' (the diagnosis names it)' : ''}`;
     this.tip.hidden = false;
     this.tip.style.left = `${Math.min(e.clientX - r.left + 12, this.width - 260)}px`;
     this.tip.style.top = `${e.clientY - r.top + 12}px`;

@@ -1,8 +1,8 @@
 // A job's steps as Chrome trace-event JSON (opens in Perfetto and
 // chrome://tracing): one process for the job, one thread (track) per rank,
-// one complete event per batch with its phases as child events laid end to
-// end from the batch's start, in the order phases run (the API gives each
-// phase's total per batch, and the job's phase order).
+// one complete event per batch spanning the rank's step, with its phases as
+// child events at their real start (the API gives each phase's first start
+// and total time per batch), kept inside the step's slice.
 export function chromeTrace(job) {
   const events = [{ ph: 'M', name: 'process_name', pid: 1, tid: 0, args: { name: `job ${job.job}` } }];
   const ranks = Array.isArray(job.ranks) ? job.ranks : [];
@@ -14,22 +14,17 @@ export function chromeTrace(job) {
     events.push({ ph: 'M', name: 'thread_name', pid: 1, tid: rank, args: { name: `rank ${rank}${r && r.node ? ` (${r.node})` : ''}` } });
     events.push({ ph: 'M', name: 'thread_sort_index', pid: 1, tid: rank, args: { sort_index: rank } });
   };
-  const order = Array.isArray(job.phase_order) ? job.phase_order : [];
-  const rankOf = (name) => {
-    const i = order.indexOf(name);
-    return i < 0 ? order.length : i;
-  };
   for (const s of job.steps || []) {
     for (const r of s.ranks) {
       track(r.rank);
       const ts = r.start_ns / 1000;
-      events.push({ ph: 'X', name: `batch ${s.batch}`, cat: 'step', pid: 1, tid: r.rank, ts, dur: Math.max(0, (r.end_ns - r.start_ns) / 1000),
-        args: { batch: s.batch, total_s: r.total_s, slowest: s.slowest_rank === r.rank } });
-      let t = ts;
-      const phases = Object.entries(r.phases).sort((a, b) => rankOf(a[0]) - rankOf(b[0]));
-      for (const [name, sec] of phases) {
-        events.push({ ph: 'X', name, cat: 'phase', pid: 1, tid: r.rank, ts: t, dur: sec * 1e6, args: { batch: s.batch } });
-        t += sec * 1e6;
+      const end = r.end_ns / 1000;
+      events.push({ ph: 'X', name: `batch ${s.batch}`, cat: 'step', pid: 1, tid: r.rank, ts, dur: Math.max(0, end - ts),
+        args: { batch: s.batch, total_s: r.total_s } });
+      const starts = r.phase_start_ns || {};
+      for (const [name, sec] of Object.entries(r.phases)) {
+        const at = starts[name] != null ? Math.max(ts, starts[name] / 1000) : ts;
+        events.push({ ph: 'X', name, cat: 'phase', pid: 1, tid: r.rank, ts: at, dur: Math.max(0, Math.min(sec * 1e6, end - at)), args: { batch: s.batch } });
       }
     }
   }

@@ -1,6 +1,7 @@
 // Browser tests of the job-centric views (see harness.mjs for how they run):
 // the empty state, charts that draw ink on time axes inside their data, a
-// two-rank job posted through /api/ingest whose slower rank is highlighted,
+// two-rank job posted through /api/ingest whose page opens with the
+// diagnosis naming its slower rank,
 // its Perfetto export, decisions read as sentences (JSON only behind
 // "details"), every deep link opened fresh, the keyboard reaching every
 // control of every view, the job page in greyscale, and a screenshot of
@@ -61,26 +62,48 @@ test('every drawn chart has ink inside its plot, and its time axis lies within i
   await shot(page, 'plugins');
 });
 
-test('a two-rank job: every rank drawn, the slower rank highlighted per batch and as the straggler', async ({ page, url }) => {
+test('a two-rank job: every rank drawn, and the page opens with the diagnosis naming the slower rank', async ({ page, url }) => {
   await post(url, steps(JOB, 0));
   await post(url, steps(JOB, 1));
   await page.goto(`${url}/#/jobs`);
   await until('the job listed', async () => (await page.locator(`tr[data-job="${JOB}"]`).count()) === 1);
   if (!(await page.textContent(`tr[data-job="${JOB}"]`)).includes('training')) throw new Error('kind not shown');
   await shot(page, 'jobs');
+  // The diagnosis plugin judges the steps (after its lag) and names the rank
+  // the other waits for; the page shows its finding, ranking nobody itself.
+  await until('the job\'s headline finding', async () => {
+    const r = await fetch(`${url}/api/jobs/${JOB}`);
+    return r.ok && ((await r.json()).findings || []).some((f) => f.finding && f.finding.headline);
+  }, 30000);
   await page.click(`tr[data-job="${JOB}"] a`);
   await until('the step chart', async () => (await page.locator('.step-chart canvas').count()) === 1);
   if (!page.url().endsWith(`#/jobs/${JOB}`)) throw new Error(`url ${page.url()}`);
+  // One sentence first, above the fold, with the culprit linked.
+  const said = page.locator('#diagnosis .diagnosis-sentence');
+  await until('the diagnosis sentence', async () => (await said.count()) === 1);
+  const text = await said.innerText();
+  if (!/^Rank 1 \(node node-a\) holds the job back: last to finish in \d+ of the last 20 batches/.test(text)) throw new Error(`diagnosis: ${text}`);
+  const box = await said.boundingBox();
+  if (!box || box.y + box.height > 900) throw new Error(`the diagnosis is below the fold: ${JSON.stringify(box)}`);
+  const link = said.locator('a.culprit');
+  if ((await link.innerText()).toLowerCase() !== 'rank 1' || !(await link.getAttribute('href')).includes('rank=1')) throw new Error('the culprit is not linked');
+  await page.locator('#diagnosis > details.evidence summary').click();
+  const ev = await page.locator('#diagnosis > details.evidence table').innerText();
+  if (!/late by \(ms\)\s+\d/.test(ev) || /[{[]\s*"/.test(ev)) throw new Error(`evidence: ${ev}`);
   const row1 = page.locator('.ranks-table tr[data-rank="1"]');
   const row0 = page.locator('.ranks-table tr[data-rank="0"]');
-  if (!(await row1.getAttribute('class')).includes('straggler')) throw new Error('rank 1 is not marked the straggler');
+  if (!(await row1.getAttribute('class')).includes('straggler')) throw new Error('rank 1 is not marked');
   if ((await row0.getAttribute('class')).includes('straggler')) throw new Error('rank 0 is marked too');
-  if (+(await row1.getAttribute('data-slowest')) !== 24 || +(await row0.getAttribute('data-slowest')) !== 6) {
-    throw new Error(`slowest counts ${await row0.getAttribute('data-slowest')} / ${await row1.getAttribute('data-slowest')}, want 6 / 24`);
-  }
+  // Mean steps: the fed steps are 80 ms, 95 ms when late (rank 1 in 24 of 30 batches, rank 0 in 6).
+  const means = await page.locator('.ranks-table tbody tr td:nth-child(6)').allInnerTexts();
+  const want = [80 + (15 * 6) / 30, 80 + (15 * 24) / 30];
+  means.forEach((t, i) => {
+    const ms = parseFloat(t);
+    if (!(Math.abs(ms - want[i]) <= want[i] * 0.05)) throw new Error(`rank ${i}: mean step ${t}, fed ${want[i]} ms`);
+  });
   await expectCharts(page, { min: 2, minInk: 500 });
-  // Per batch, the slowest rank's bar is outlined in black: sample the left
-  // edge of each rank's bar at mid height in a batch rank 1 lost (0) and one rank 0 lost (4).
+  // The named rank's bars are outlined in black over the batches the finding
+  // covers: sample the left edge of each rank's bar at mid height in batches 0 and 4.
   const edges = await page.evaluate(() => {
     const c = document.querySelector('.step-chart');
     const cv = c.querySelector('canvas');
@@ -100,7 +123,7 @@ test('a two-rank job: every rank drawn, the slower rank highlighted per batch an
     return { mode: c.dataset.mode, b0r0: at(0, 0), b0r1: at(0, 1), b4r0: at(4, 0), b4r1: at(4, 1) };
   });
   if (edges.mode !== 'per-rank') throw new Error(`mode ${edges.mode}`);
-  if (edges.b0r1 !== 'black' || edges.b0r0 === 'black' || edges.b4r0 !== 'black' || edges.b4r1 === 'black') {
+  if (edges.b0r1 !== 'black' || edges.b0r0 === 'black' || edges.b4r1 !== 'black' || edges.b4r0 === 'black') {
     throw new Error(`outlines wrong: ${JSON.stringify(edges)}`);
   }
   const strip = await page.locator('.straggler-strip').evaluate((c) => [+c.dataset.min, +c.dataset.max]);
@@ -166,6 +189,14 @@ test('the Perfetto export downloads one track per rank with every step', async (
   // Phases are laid out as they ran (dataloader, forward, backward), not alphabetically.
   const first = phases.filter((e) => e.args.batch === 0 && e.tid === 0).sort((a, b) => a.ts - b.ts).map((e) => e.name);
   if (first.join(',') !== 'dataloader,forward,backward') throw new Error(`phase order ${first}`);
+  // Every phase at its real start, inside its step's slice.
+  for (const p of phases) {
+    const step = batches.find((b) => b.tid === p.tid && b.args.batch === p.args.batch);
+    if (p.ts < step.ts - 1 || p.ts + p.dur > step.ts + step.dur + 1) throw new Error(`phase ${p.name} of batch ${p.args.batch} outside its step`);
+  }
+  const fwd = phases.find((e) => e.args.batch === 0 && e.tid === 0 && e.name === 'forward');
+  const b0 = batches.find((b) => b.tid === 0 && b.args.batch === 0);
+  if (Math.abs(fwd.ts - b0.ts - 6000) > 1) throw new Error(`forward starts ${fwd.ts - b0.ts} µs into its step, fed 6 ms`);
   if (dl.suggestedFilename() !== `${JOB}.trace.json`) throw new Error(dl.suggestedFilename());
 });
 
@@ -306,6 +337,6 @@ test('screenshots of the remaining views', async ({ page, url }) => {
 
 await suite({
   name: 'views',
-  plugins: [['bundled/sysmetrics.wasm', 'sysmetrics'], ['bundled/mpi.wasm', 'mpi'], ['bundled/dlrover.wasm', 'dlrover'], ['bundled/paramserver.wasm', 'paramserver']],
-  args: ['--set', 'host.name="local"', '--set', 'sampler.period_ms=100'],
+  plugins: [['bundled/sysmetrics.wasm', 'sysmetrics'], ['bundled/mpi.wasm', 'mpi'], ['bundled/dlrover.wasm', 'dlrover'], ['bundled/paramserver.wasm', 'paramserver'], ['bundled/bottleneck.wasm', 'bottleneck']],
+  args: ['--set', 'host.name="local"', '--set', 'sampler.period_ms=100', '--set', 'plugin.bottleneck.settings={lag_ms=200}'],
 }, tests);

@@ -1,0 +1,179 @@
+//! The diagnosis end to end, with what users send: a loop timed by the
+//! project's own Python client (`StepClock`, behind its Lightning and
+//! Hugging Face callbacks, which reports the dataloader beside the step),
+//! and a four-rank job posted to the HTTP ingest. Checks that the slow
+//! dataloader is found in the sibling shape, that the job view shows the
+//! diagnosis plugin's finding (and ranks nobody itself), that another job's
+//! findings stay off a job's view, and that a restart keeps the findings.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sonde_e2e::*;
+
+fn start(dir: &Path, port: u16) -> Sonde {
+    Sonde::start_on(
+        dir,
+        &[(plugin_file("bundled/bottleneck.wasm"), "bottleneck")],
+        &["--set", "plugin.bottleneck.settings={lag_ms=300}"],
+        port,
+    )
+}
+
+/// The plugin's route for `job` once it has judged at least `rows` steps.
+fn judged(sonde: &Sonde, job: &str, rows: usize) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_for(Duration::from_secs(60), || {
+        let (code, body) = sonde.get(&format!("/api/plugins/bottleneck/jobs/{job}?limit=100000"));
+        last = serde_json::from_str(&body).unwrap_or_default();
+        code == 200 && last["rows"].as_array().is_some_and(|r| r.len() >= rows)
+    });
+    assert!(
+        ok,
+        "fewer than {rows} steps of {job} judged: {last}\n{}",
+        sonde.output()
+    );
+    last
+}
+
+#[test]
+fn a_stepclock_loop_waiting_on_its_dataloader_is_input_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let otlp = free_port();
+    let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{otlp}\"");
+    let sonde = Sonde::start(
+        dir.path(),
+        &[(plugin_file("bundled/bottleneck.wasm"), "bottleneck")],
+        &[
+            "--set",
+            &listen,
+            "--set",
+            "ingest.otlp_grpc_listen=\"off\"",
+            "--set",
+            "plugin.bottleneck.settings={lag_ms=500}",
+        ],
+    );
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    const BATCHES: usize = 16;
+    let o = Command::new("python3")
+        .arg(repo().join("tests/py/client_stepclock.py"))
+        .arg(&out)
+        .arg(BATCHES.to_string())
+        .env("PYTHONPATH", repo().join("clients/python/src"))
+        .env("SONDE_CLIENT_JOB", "stepclock")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{otlp}"))
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env_remove("RANK")
+        .output()
+        .expect("running python3");
+    assert!(
+        o.status.success(),
+        "the loop failed (`./dev setup` installs the OpenTelemetry SDK):\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let job = judged(&sonde, "stepclock", BATCHES);
+    let rows = job["rows"].as_array().unwrap();
+    let input = rows.iter().filter(|r| r["verdict"] == "input-bound").count();
+    // Every step waited 150 ms for 80 ms of work; one at the edge of a
+    // process start may read otherwise.
+    assert!(
+        input + 1 >= rows.len(),
+        "{input} of {} steps input-bound: {:#?}",
+        rows.len(),
+        rows.iter()
+            .map(|r| (&r["batch"], &r["verdict"], &r["reason"]))
+            .collect::<Vec<_>>()
+    );
+    // The row spans the iteration: the wait for data and the step.
+    let first = rows.iter().find(|r| r["batch"] == 1).expect("batch 1");
+    let wall = (first["end_ns"].as_u64().unwrap() - first["start_ns"].as_u64().unwrap()) as f64 / 1e6;
+    assert!(
+        wall > 200.0,
+        "batch 1's iteration is {wall} ms: the dataloader was left out"
+    );
+}
+
+/// Four ranks of a synchronous job, 30 batches, posted to the ingest: every
+/// step ends together (ranks meet in the all-reduce), and rank 2's
+/// dataloader takes 60 ms where the others' take 5, so the others wait.
+fn ddp_rank(job: &str, rank: i64, t0: u64) -> Value {
+    let ms = 1_000_000u64;
+    let timings: Vec<Value> = (0..30u64)
+        .flat_map(|b| {
+            let t = t0 + b * 120 * ms;
+            let load = if rank == 2 { 60 } else { 5 };
+            [
+                json!({"name": "dataloader_next", "start_ns": t, "end_ns": t + load * ms, "batch_idx": b}),
+                json!({"name": "forward", "start_ns": t + load * ms, "end_ns": t + (load + 40) * ms, "batch_idx": b}),
+                json!({"name": "allreduce", "start_ns": t + (load + 40) * ms, "end_ns": t + 110 * ms, "batch_idx": b}),
+                json!({"name": "train_batch", "start_ns": t + load * ms, "end_ns": t + 110 * ms, "batch_idx": b}),
+            ]
+        })
+        .collect();
+    json!({"origin": {"job": job, "rank": rank, "node": format!("node-{}", rank / 2), "role": "worker"}, "timings": timings})
+}
+
+#[test]
+fn the_job_view_shows_the_plugins_culprit_only_for_its_job_and_keeps_it_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut sonde = start(dir.path(), port);
+    let t0 = now_ns() - 60_000_000_000;
+    for job in ["ddp-a", "ddp-b"] {
+        for rank in 0..4 {
+            let (code, body) = post_json(&sonde.api, "/api/ingest", &ddp_rank(job, rank, t0));
+            assert_eq!(code, 202, "{body}");
+        }
+    }
+    let plugin = judged(&sonde, "ddp-a", 120);
+    assert_eq!(plugin["straggler"]["rank"], 2, "{}", plugin["straggler"]);
+    let mut view = Value::Null;
+    let named = wait_for(Duration::from_secs(30), || {
+        view = sonde.json("/api/jobs/ddp-a");
+        view["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["finding"]["headline"] == true))
+    });
+    assert!(named, "no headline finding on the job view: {:#}", view["findings"]);
+    let findings = view["findings"].as_array().unwrap();
+    let headline = &findings[0];
+    assert_eq!(headline["finding"]["about"], "rank");
+    assert_eq!(
+        headline["finding"]["id"], "2",
+        "the view names the plugin's rank: {headline:#}"
+    );
+    let sentence = headline["reason"].as_str().unwrap();
+    assert!(
+        sentence.starts_with("rank 2 (node node-1) holds the job back"),
+        "{sentence}"
+    );
+    assert!(sentence.ends_with("input-bound"), "{sentence}");
+    assert!(
+        findings.iter().all(|f| f["job"] == "ddp-a"),
+        "another job's finding on ddp-a's view"
+    );
+    // The view keeps the raw steps and ranks nobody; a step is its span.
+    let batch = &view["steps"][0]["ranks"][0];
+    assert!(batch.get("slowest_rank").is_none() && view["steps"][0].get("slowest_rank").is_none());
+    assert!((batch["total_s"].as_f64().unwrap() - 0.110).abs() < 1e-9, "{batch}");
+    assert_eq!(batch["span"], json!(["train_batch"]));
+    let (code, body) = sonde.get("/api/decisions?job=ddp-b");
+    assert_eq!(code, 200);
+    let b: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        b["decisions"].as_array().unwrap().iter().all(|d| d["job"] == "ddp-b"),
+        "{body}"
+    );
+
+    // A restart: the steps are gone with the process, the findings are not.
+    sonde.proc.terminate(Duration::from_secs(10));
+    let sonde = start(dir.path(), port);
+    let after = sonde.json("/api/jobs/ddp-a");
+    let kept = after["findings"].as_array().expect("findings after the restart");
+    assert_eq!(kept[0]["reason"], headline["reason"], "{after:#}");
+    assert_eq!(kept[0]["finding"]["id"], "2");
+}
