@@ -15,6 +15,7 @@
 //! - `job`: per-step rows, per-batch and persistent stragglers, verdict shares.
 //! - `plugin`: every hook's logic, with the host behind the SDK's `Host`.
 //! - `routes`: `GET /jobs`, `GET /jobs/{job}`, `GET /counters`.
+//! - `whatif`: What-if attribution over a window of operation-level steps (pure).
 
 pub mod job;
 pub mod node;
@@ -23,6 +24,7 @@ pub mod rank;
 pub mod routes;
 pub mod settings;
 pub mod verdict;
+pub mod whatif;
 
 #[cfg(test)]
 mod tests;
