@@ -32,6 +32,7 @@ import statistics
 import sys
 
 MIN_SLOWDOWN = 1.05
+MIN_STAGE_SLOWDOWN = 1.02
 EXPLAINS = 0.5
 DOMINANCE = 0.5
 INPUT_EXPLAINS = 0.5
@@ -269,7 +270,7 @@ def analyse(trace, slowdown_only=False, exhaustive=128, candidates=16):
 
 def decide(a):
     straggling = a["slowdown"] >= MIN_SLOWDOWN
-    split = a["stage_slowdown"] >= MIN_SLOWDOWN
+    split = a["stage_slowdown"] >= MIN_STAGE_SLOWDOWN
     costliest = a["stage_costs"][0] if a["stage_costs"] else None
     if not straggling and not split:
         return {"culprit": "none"}

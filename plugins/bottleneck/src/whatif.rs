@@ -165,14 +165,21 @@ impl From<OpRow> for Op {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Thresholds {
-    /// A cause is only named when it costs the job at least this factor
-    /// (actual / ideal, or ideal / balanced for a stage). Natural jitter of
+    /// A straggler is only named when it costs the job at least this factor
+    /// (actual / ideal). Natural jitter of
     /// a few percent per operation makes a large job's replayed step a
     /// percent or two longer than its ideal (the slowest of many ranks
     /// sets each barrier), and nothing can be fixed about that; a 1.2x
     /// slower worker, the mildest fault worth reporting, costs 8 % or more
     /// whenever compute fills most of the step. 1.05 sits between.
     pub min_slowdown: f64,
+    /// A stage is only named when its length costs the job at least this
+    /// factor (ideal / balanced). Both sides are replays of typical
+    /// durations, so jitter does not widen the gap as it does the
+    /// stragglers' (a healthy job's stages differ by well under 1 %), and a
+    /// stage 30 % too long can cost as little as 5 % in a 1F1B pipeline
+    /// whose bubbles absorb part of it.
+    pub min_stage_slowdown: f64,
     /// The share of the slowdown a single subset (rank, node, op kind) must
     /// recover to be named. At a half, the named subset explains as much as
     /// everything else together. A lone culprit in a small job recovers 90 %
@@ -202,6 +209,7 @@ impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
             min_slowdown: 1.05,
+            min_stage_slowdown: 1.02,
             explains: 0.5,
             dominance: 0.5,
             input_explains: 0.5,
@@ -595,7 +603,7 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
 
     // Stage imbalance: each stage alone made like the others, the others at
     // their own typical durations.
-    let excess_of = stage_excess(&graph, &typical, stages);
+    let excess_of = stage_excess(&graph, &typical, stages, ranks.len());
     let mut mixed = typical.clone();
     let mut bal = ideal;
     let mut bal_steps = ideal_steps.clone();
@@ -660,23 +668,25 @@ fn sort_by_gain<T>(v: &mut [T], g: impl Fn(&T) -> f64) {
 
 /// Per stage: typical compute per step (each (rank, step) pair's compute at
 /// typical durations, averaged) over the mean of the other stages', minus one.
-fn stage_excess(graph: &Graph, typical: &[f64], stages: usize) -> Vec<f64> {
+fn stage_excess(graph: &Graph, typical: &[f64], stages: usize, n_ranks: usize) -> Vec<f64> {
     let mut sum = vec![0.0f64; stages];
     let mut count = vec![0.0f64; stages];
     // Per stage, typical compute summed over its nodes and divided by its
-    // owners' (rank, step) count: compute nodes have one owner each.
-    let mut pairs: Vec<std::collections::BTreeSet<(u32, usize)>> = vec![Default::default(); stages];
+    // owners' (rank, step) count: compute nodes have one owner each, and a
+    // rank's pair is counted the first time the step shows it.
+    let mut last_step = vec![usize::MAX; n_ranks];
     for (si, &(a, b)) in graph.step_ranges.iter().enumerate() {
         for (i, inf) in graph.info.iter().enumerate().take(b).skip(a) {
             if inf.kind.is_compute() {
                 let s = inf.stage as usize;
                 sum[s] += typical[i];
-                pairs[s].insert((graph.owners_of(i)[0], si));
+                let r = graph.owners_of(i)[0] as usize;
+                if last_step[r] != si {
+                    last_step[r] = si;
+                    count[s] += 1.0;
+                }
             }
         }
-    }
-    for s in 0..stages {
-        count[s] = pairs[s].len() as f64;
     }
     let per: Vec<f64> = (0..stages)
         .map(|s| if count[s] > 0.0 { sum[s] / count[s] } else { 0.0 })
@@ -1184,7 +1194,8 @@ fn build(ops: &[Op]) -> Built {
 ///
 /// In order:
 /// 1. Nothing is named when neither the stragglers' slowdown (actual /
-///    ideal) nor the split's (ideal / balanced) reaches `min_slowdown`.
+///    ideal) reaches `min_slowdown` nor the split's (ideal / balanced)
+///    `min_stage_slowdown`.
 /// 2. A stage, when the split costs more than the stragglers: the stage whose
 ///    length costs most.
 /// 3. A worker, when fixing one rank recovers at least `explains` (and the
@@ -1200,11 +1211,11 @@ fn build(ops: &[Op]) -> Built {
 ///    blame varies with its input.
 /// 6. An operation kind, when fixing that kind (other than compute) recovers
 ///    at least `explains`.
-/// 7. That stage after all, when the split reaches `min_slowdown`.
+/// 7. That stage after all, when the split reaches `min_stage_slowdown`.
 /// 8. Otherwise nothing: the job is slower than its ideal, but spread thin.
 pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
     let straggling = a.slowdown >= th.min_slowdown;
-    let split = a.stage_slowdown >= th.min_slowdown;
+    let split = a.stage_slowdown >= th.min_stage_slowdown;
     let stage_pick = a.stage_costs.first();
     let none = |sentence: String| Diagnosis {
         culprit: Culprit::None,
