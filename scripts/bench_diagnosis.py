@@ -176,12 +176,15 @@ def main():
               f"{a.full_ref_ranks} ranks): {same} / {len(full)}")
     largest = max(r["ranks"] for r in results)
     big = [r for r in results if r["ranks"] == largest]
-    if big:
-        wall_ms = statistics.median(r["analyze_ms"] for r in big)
-        cpu = [r["analyze_cpu_ms"] for r in big if r["analyze_cpu_ms"] is not None]
-        cpu_txt = f", on-CPU {statistics.median(cpu):.0f} ms (max {max(cpu):.0f})" if cpu else ""
-        print(f"- time per window at {largest} ranks x 10 steps ({statistics.median(r['ops'] for r in big):.0f} ops, "
-              f"{len(big)} runs, best of {a.repeat} each): analyze + diagnose median {wall_ms:.0f} ms wall{cpu_txt}")
+    for shape in sorted({tuple(r["shape"]) for r in big}):
+        rs = [r for r in big if tuple(r["shape"]) == shape]
+        wall_ms = statistics.median(r["analyze_ms"] for r in rs)
+        cpu = [r["analyze_cpu_ms"] for r in rs if r["analyze_cpu_ms"] is not None]
+        cpu_txt = f", on-CPU {statistics.median(cpu):.0f} ms" if cpu else ""
+        ops = statistics.median(r["ops"] for r in rs)
+        print(f"- time per window at {largest} ranks x 10 steps, dp {shape[0]} x pp {shape[1]} x tp {shape[2]}, "
+              f"{shape[3]} micro-batches ({ops:.0f} ops, {ops / largest / 10:.0f} per rank and step; {len(rs)} runs, "
+              f"best of {a.repeat} each): analyze + diagnose median {wall_ms:.0f} ms wall{cpu_txt}")
     misses = [r for r in results if not right(r["diagnosis"], r["truth"])]
     if misses:
         print("\nmisses:")
