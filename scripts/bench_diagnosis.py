@@ -109,6 +109,21 @@ def one(job):
     }
 
 
+def onset_one(job):
+    """A fail-slow run of 30 steps, analysed as one window: the step at
+    which onset.rs declares the episode against the injected onset."""
+    seed, (dp, pp, tp, micro), schedule = job
+    run = simulate.generate(seed, "fail_slow", dp, pp, tp, micro, 30, schedule, onset_range=(10, 20))
+    p = subprocess.run([BINARY], input=json.dumps(run).encode(), capture_output=True, check=True)
+    online = json.loads(p.stdout)
+    onset = run["truth"]["onset_step"]
+    eps = online["episodes"]
+    first = eps[0] if eps else None
+    return {"seed": seed, "shape": [dp, pp, tp, micro], "factor": run["truth"]["factor"], "onset": onset,
+            "found_onset": first["onset"] if first else None, "detected": first["detected"] if first else None,
+            "episodes": len(eps), "slowdowns": online["step_slowdowns"]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=210)
@@ -120,6 +135,8 @@ def main():
     ap.add_argument("--ref-max-ranks", type=int, default=1024,
                     help="the reference's slowdown up to this many ranks (a 1 024-rank window takes it about a minute)")
     ap.add_argument("--repeat", type=int, default=3, help="analyze runs per 1 024-rank window, the fastest counted")
+    ap.add_argument("--onset-runs", type=int, default=40,
+                    help="fail-slow runs of 30 steps (onset at step 10-20) for the time to detect; 0 to skip")
     ap.add_argument("--json", help="write every run's record here")
     a = ap.parse_args()
     if not os.path.exists(BINARY):
@@ -185,6 +202,25 @@ def main():
         print(f"- time per window at {largest} ranks x 10 steps, dp {shape[0]} x pp {shape[1]} x tp {shape[2]}, "
               f"{shape[3]} micro-batches ({ops:.0f} ops, {ops / largest / 10:.0f} per rank and step; {len(rs)} runs, "
               f"best of {a.repeat} each): analyze + diagnose median {wall_ms:.0f} ms wall{cpu_txt}")
+    if a.onset_runs:
+        rng = random.Random(a.seed0)
+        ojobs = [(a.seed0 + 5000 + i, rng.choice(SMALL + MIDDLE[:2]), rng.choice(["1f1b", "gpipe"])) for i in range(a.onset_runs)]
+        with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+            onsets = list(pool.map(onset_one, ojobs))
+        found = [o for o in onsets if o["detected"] is not None]
+        in5 = [o for o in found if 0 <= o["detected"] - o["onset"] <= 5]
+        dated = [o for o in found if abs(o["found_onset"] - o["onset"]) <= 1]
+        delays = [o["detected"] - o["onset"] for o in found]
+        print(f"- fail-slow onset ({len(onsets)} runs of 30 steps, x 1.5-3 from step 10-20, up to "
+              f"{max(o['shape'][0] * o['shape'][1] * o['shape'][2] for o in onsets)} ranks): detected within 5 steps "
+              f"in {len(in5)} / {len(onsets)} (target: all), dated within one step in {len(dated)}; "
+              f"steps to detect median {statistics.median(delays) if delays else float('nan'):.0f}, "
+              f"max {max(delays) if delays else float('nan')}; runs with more than one episode: "
+              f"{sum(1 for o in onsets if o['episodes'] > 1)}")
+        if a.json:
+            with open(a.json + ".onset.json", "w") as fh:
+                json.dump(onsets, fh, indent=1)
+
     misses = [r for r in results if not right(r["diagnosis"], r["truth"])]
     if misses:
         print("\nmisses:")

@@ -101,7 +101,9 @@ def program(cfg, step, d, s, t, factor):
     return prog
 
 
-def generate(seed, cause="healthy", dp=4, pp=2, tp=2, micro=4, steps=10, schedule="1f1b"):
+def generate(seed, cause="healthy", dp=4, pp=2, tp=2, micro=4, steps=10, schedule="1f1b", onset_range=None):
+    """One run. A fail-slow's onset is drawn from `onset_range` (first, last
+    step), by default the middle third of the run."""
     rng = random.Random(seed)
     if cause not in CAUSES:
         raise ValueError(f"unknown cause {cause}")
@@ -136,7 +138,8 @@ def generate(seed, cause="healthy", dp=4, pp=2, tp=2, micro=4, steps=10, schedul
     if cause in ("slow_worker", "fail_slow"):
         slow_rank = rng.randrange(n_ranks)
         slow_factor = rng.uniform(1.2, 3.0) if cause == "slow_worker" else rng.uniform(1.5, 3.0)
-        onset = rng.randint(steps // 3, (2 * steps) // 3) if cause == "fail_slow" else 0
+        first, last = onset_range or (steps // 3, (2 * steps) // 3)
+        onset = rng.randint(first, last) if cause == "fail_slow" else 0
         truth.update(rank=slow_rank, factor=slow_factor, onset_step=onset)
     elif cause == "slow_link":
         slow_node = rng.randrange(n_nodes)

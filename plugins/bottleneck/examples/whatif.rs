@@ -1,7 +1,8 @@
 //! The What-if diagnosis of one trace, natively: reads a trace (JSON with
 //! `ops` as rows, see `whatif::OpRow`, and `nodes`, the node names the rows
 //! index) on stdin and prints one JSON object: the diagnosis, the shares,
-//! the per-step slowdowns and how long `analyze` + `diagnose` took (the
+//! the per-step slowdowns, the slow episodes found in them (`onset`) and
+//! how long `analyze` + `diagnose` took (the
 //! fastest of `--repeat N` runs, default 1). `scripts/bench_diagnosis.py`
 //! and `tests/whatif_agrees.rs` drive it.
 //!
@@ -10,6 +11,7 @@
 use std::io::Read;
 use std::time::Instant;
 
+use bottleneck::onset::{OnsetSettings, episodes};
 use bottleneck::whatif::{Culprit, OpRow, Thresholds, analyze, diagnose};
 use serde::Deserialize;
 
@@ -77,6 +79,8 @@ fn main() {
         "nodes": a.nodes,
         "stage_costs": a.stage_costs,
         "step_slowdowns": a.steps.iter().map(|s| s.slowdown()).collect::<Vec<_>>(),
+        "steps": a.steps.iter().map(|s| s.step).collect::<Vec<_>>(),
+        "episodes": episodes(&a.steps.iter().map(|s| s.slowdown()).collect::<Vec<_>>(), &OnsetSettings::default()),
         "skipped_steps": a.skipped_steps,
         "ops": a.ops,
         "ranks": a.ranks,
