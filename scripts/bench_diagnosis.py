@@ -191,7 +191,7 @@ def main():
         same = sum(1 for r in full if all(r["diagnosis"].get(k) == v for k, v in r["ref_diagnosis"].items()))
         print(f"- same culprit as the reference (which tries every rank and node; runs up to "
               f"{a.full_ref_ranks} ranks): {same} / {len(full)}")
-    largest = max(r["ranks"] for r in results)
+    largest = max((r["ranks"] for r in results), default=0)
     big = [r for r in results if r["ranks"] == largest]
     for shape in sorted({tuple(r["shape"]) for r in big}):
         rs = [r for r in big if tuple(r["shape"]) == shape]
