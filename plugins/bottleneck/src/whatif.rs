@@ -31,7 +31,20 @@
 //!
 //! Pure: no host calls, no clock, no allocation beyond the window's size. It
 //! builds for wasm32-wasip2 and natively. [`analyze`] does the replays,
-//! [`diagnose`] turns them into one culprit with its gain and a sentence.
+//! [`diagnose`] turns them into one culprit with its gain and a sentence;
+//! [`crate::onset`] reads the per-step slowdowns for a fail-slow's onset.
+//!
+//! Limits of the model, which the sentence cannot show:
+//! - a rank's operations run one after another: work that overlaps on a
+//!   rank (communication hidden behind compute) replays longer than it ran;
+//! - a send does not wait for its receiver (asynchronous sends); a
+//!   rendezvous send's waiting counts as its own time;
+//! - a slowness every instance of an operation shares is its typical
+//!   duration: a node in every data-parallel group of its stage (tp = 1)
+//!   slows all of that stage's collectives alike, and only its pipeline
+//!   sends can show it;
+//! - cost grows with the window: a replay per candidate rank and node, per
+//!   stage (twice) and per kind, about 30 for a 4-stage job.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -492,15 +505,18 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
     let excess: Vec<f64> = (0..n).map(|i| graph.actual[i] - typical[i]).collect();
 
     // Candidate ranks: own excess, a collective's shared by its members.
+    let k = th.candidates.max(1);
     let mut rank_excess = vec![0.0f64; ranks.len()];
-    let mut rank_nodes: Vec<Vec<u32>> = vec![Vec::new(); ranks.len()];
     for (i, &e) in excess.iter().enumerate() {
         let own = graph.owners_of(i);
         for &r in own {
             rank_excess[r as usize] += e / own.len() as f64;
-            rank_nodes[r as usize].push(i as u32);
         }
     }
+    let worker_picks = top(&rank_excess, k);
+    let rank_nodes = members(n, &worker_picks, ranks.len(), |i, f| {
+        graph.owners_of(i).iter().for_each(|&r| f(r as usize))
+    });
     let mut scratch = graph.actual.clone();
     let mut fixed = |subset: &mut dyn Iterator<Item = u32>, end: &mut [f64], per_step: &mut [f64]| -> f64 {
         let touched: Vec<u32> = subset.collect();
@@ -522,9 +538,8 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
         OpKind::ALL[best]
     };
 
-    let k = th.candidates.max(1);
-    for r in top(&rank_excess, k) {
-        let t = fixed(&mut rank_nodes[r].iter().copied(), &mut end, &mut per_step);
+    for (j, &r) in worker_picks.iter().enumerate() {
+        let t = fixed(&mut rank_nodes[j].iter().copied(), &mut end, &mut per_step);
         let ri = ranks[r];
         out.workers.push(WorkerGain {
             rank: ri.rank,
@@ -533,7 +548,7 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
             stage: ri.stage,
             tp: ri.tp,
             gain: gain(actual, ideal, t, n_steps),
-            cause: cause_of(&mut rank_nodes[r].iter().copied()),
+            cause: cause_of(&mut rank_nodes[j].iter().copied()),
         });
     }
     sort_by_gain(&mut out.workers, |w| w.gain);
@@ -542,25 +557,33 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
     // splits a collective's between the distinct nodes of its members.
     let n_hosts = ranks.iter().map(|r| r.node).max().map_or(0, |m| m as usize + 1);
     let mut host_excess = vec![0.0f64; n_hosts];
-    let mut host_nodes: Vec<Vec<u32>> = vec![Vec::new(); n_hosts];
     let mut hosts_here: Vec<u32> = Vec::new();
+    let hosts_of = |i: usize, here: &mut Vec<u32>| {
+        here.clear();
+        here.extend(graph.owners_of(i).iter().map(|&r| ranks[r as usize].node));
+        here.sort_unstable();
+        here.dedup();
+    };
     for (i, &e) in excess.iter().enumerate() {
-        hosts_here.clear();
-        hosts_here.extend(graph.owners_of(i).iter().map(|&r| ranks[r as usize].node));
-        hosts_here.sort_unstable();
-        hosts_here.dedup();
+        hosts_of(i, &mut hosts_here);
         for &h in &hosts_here {
             host_excess[h as usize] += e / hosts_here.len() as f64;
-            host_nodes[h as usize].push(i as u32);
         }
     }
-    for h in top(&host_excess, k) {
-        let t = fixed(&mut host_nodes[h].iter().copied(), &mut end, &mut per_step);
+    let host_picks = top(&host_excess, k);
+    let host_nodes = members(n, &host_picks, n_hosts, |i, f| {
+        graph
+            .owners_of(i)
+            .iter()
+            .for_each(|&r| f(ranks[r as usize].node as usize))
+    });
+    for (j, &h) in host_picks.iter().enumerate() {
+        let t = fixed(&mut host_nodes[j].iter().copied(), &mut end, &mut per_step);
         out.nodes.push(SubsetGain {
             id: h as u32,
             ranks: ranks.iter().filter(|r| r.node == h as u32).count() as u32,
             gain: gain(actual, ideal, t, n_steps),
-            cause: cause_of(&mut host_nodes[h].iter().copied()),
+            cause: cause_of(&mut host_nodes[j].iter().copied()),
         });
     }
     sort_by_gain(&mut out.nodes, |g| g.gain);
@@ -649,6 +672,25 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
     } else {
         (ideal - bal) / (actual - bal)
     };
+    out
+}
+
+/// The replayed nodes of each picked subset (rank or node), in the picks'
+/// order: `each(i, f)` calls `f` with every subset node `i` belongs to
+/// (repeats allowed).
+fn members(n: usize, picks: &[usize], universe: usize, each: impl Fn(usize, &mut dyn FnMut(usize))) -> Vec<Vec<u32>> {
+    let mut slot = vec![usize::MAX; universe];
+    for (j, &p) in picks.iter().enumerate() {
+        slot[p] = j;
+    }
+    let mut out = vec![Vec::new(); picks.len()];
+    for i in 0..n {
+        each(i, &mut |x| {
+            if slot[x] != usize::MAX && out[slot[x]].last() != Some(&(i as u32)) {
+                out[slot[x]].push(i as u32);
+            }
+        });
+    }
     out
 }
 
