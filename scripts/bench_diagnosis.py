@@ -11,7 +11,7 @@ and random-imbalance runs with no culprit (target >= 98 %), the slowdown's
 agreement with the reference (target within 5 %), and the time per window at
 the largest size. Standard library only.
 
-  python3 scripts/bench_diagnosis.py [--runs 210] [--jobs 2] [--json out.json]
+  python3 scripts/bench_diagnosis.py [--runs 210] [--jobs 2] [--ref-max-ranks 128] [--onset-runs 40] [--json out.json]
 """
 
 import argparse
@@ -132,8 +132,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--full-ref-ranks", type=int, default=32,
                     help="the reference's full attribution (every rank and node) up to this many ranks; slowdown only above")
-    ap.add_argument("--ref-max-ranks", type=int, default=1024,
-                    help="the reference's slowdown up to this many ranks (a 1 024-rank window takes it about a minute)")
+    ap.add_argument("--ref-max-ranks", type=int, default=128,
+                    help="the reference's slowdown up to this many ranks (a 1 024-rank window takes it 12-33 s and 0.5 GB)")
     ap.add_argument("--repeat", type=int, default=3, help="analyze runs per 1 024-rank window, the fastest counted")
     ap.add_argument("--onset-runs", type=int, default=40,
                     help="fail-slow runs of 30 steps (onset at step 10-20) for the time to detect; 0 to skip")
