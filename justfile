@@ -201,6 +201,11 @@ bench-verdicts *ARGS: setup plugins mpi-probe
     cargo build -p sonde
     python3 scripts/bench_verdicts.py {{ARGS}}
 
+# the What-if diagnosis (plugins/bottleneck/src/whatif.rs) on >= 200 simulated dp x pp x tp jobs up to 1 024 ranks (tests/diagnosis/simulate.py), one injected cause each: confusion table, right-culprit and no-culprit shares, slowdown against the offline reference (tests/diagnosis/whatif_ref.py), time per window; --runs N, --jobs N
+bench-diagnosis *ARGS:
+    cargo build --release --example whatif --manifest-path plugins/Cargo.toml -p sonde-bottleneck
+    python3 scripts/bench_diagnosis.py {{ARGS}}
+
 # guests beside Rust in one sonde: the `sonde plugin new` templates (size, load cold and cached, memory, on-samples cost, ratio to Rust) and the plugins/examples/ guests next to their Rust twins doing the same work (also cost per event row, same decisions); --only templates|examples, --sonde target/debug/sonde for a debug host
 bench-guests *ARGS: setup
     cargo build -p sonde --release

@@ -16,14 +16,18 @@
 //! - `job`: per-step rows, per-batch and persistent stragglers, verdict shares.
 //! - `plugin`: every hook's logic, with the host behind the SDK's `Host`.
 //! - `routes`: `GET /jobs`, `GET /jobs/{job}`, `GET /counters`.
+//! - `whatif`: What-if attribution over a window of operation-level steps (pure).
+//! - `onset`: a fail-slow's onset and end from the per-step slowdown series (CUSUM, pure).
 
 pub mod job;
 pub mod node;
+pub mod onset;
 pub mod plugin;
 pub mod rank;
 pub mod routes;
 pub mod settings;
 pub mod verdict;
+pub mod whatif;
 
 #[cfg(test)]
 mod tests;
