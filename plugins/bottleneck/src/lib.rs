@@ -19,6 +19,7 @@
 //! - `whatif`: What-if attribution over a window of operation-level steps (pure).
 //! - `onset`: a fail-slow's onset and end from the per-step slowdown series (CUSUM, pure).
 
+pub mod gain;
 pub mod job;
 pub mod node;
 pub mod onset;

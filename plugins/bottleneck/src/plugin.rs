@@ -470,9 +470,11 @@ fn run_decision(job: &str, rank: i32, r: &Rank, previous: Option<&Run>, why: &st
             "rank": rank,
             "node": r.node,
             "verdict": run.verdict.name(),
-            format!("{unit}s"): format!("{}–{}", run.first, run.last),
+            "unit": unit,
+            "first": run.first,
+            "last": run.last,
             "why": why,
-            "before": previous.map(|p| format!("{} {}–{}", p.verdict.name(), p.first, p.last)),
+            "previous": previous.map(|p| json!({"verdict": p.verdict.name(), "first": p.first, "last": p.last})),
         }))
         .attribute("sonde.rank", rank as i64)
         .attribute("bottleneck.verdict", run.verdict.name())
@@ -497,7 +499,7 @@ fn straggler_decision(job_name: &str, p: Option<&Persistent>, job: &Job) -> Deci
     } else {
         format!(" (node {node})")
     };
-    let reason = format!(
+    let mut reason = format!(
         "rank {}{on} holds the job back: last to finish in {} of the last {} batches, {:.0} ms after the next \
          rank on average; its steps there are {}",
         p.rank,
@@ -506,6 +508,16 @@ fn straggler_decision(job_name: &str, p: Option<&Persistent>, job: &Job) -> Deci
         p.late_by_s * 1e3,
         p.verdict.name()
     );
+    // What fixing it would gain, by replaying the window's steps.
+    let gain = crate::gain::of_rank(job, p.rank, p.first_batch, p.last_batch).filter(|g| g.slowdown >= 1.05);
+    if let Some(g) = gain {
+        reason.push_str(&format!(
+            "; the job's steps take {:.1}× their ideal, and making rank {}'s steps typical recovers {:.0} % of that",
+            g.slowdown,
+            p.rank,
+            g.gain * 100.0
+        ));
+    }
     // The time of the window it was named over, from the rank's rows.
     let rows = job
         .rows
@@ -525,6 +537,8 @@ fn straggler_decision(job_name: &str, p: Option<&Persistent>, job: &Job) -> Deci
             "batches": format!("{}–{}", p.first_batch, p.last_batch),
             "late by (ms)": (p.late_by_s * 1e4).round() / 10.0,
             "verdict": p.verdict.name(),
+            "steps over their ideal (×)": gain.map(|g| (g.slowdown * 100.0).round() / 100.0),
+            "recovered by fixing it (%)": gain.map(|g| (g.gain * 100.0).round()),
         }))
         .attribute("bottleneck.verdict", p.verdict.name());
     if let Some((a, b)) = range {
