@@ -5,7 +5,8 @@
 //! every step input-bound, compute-bound, communication-bound, host-bound,
 //! idle or unknown, with its evidence. Across ranks it names, per batch, the
 //! rank that finished last and by how much, and over a window the persistent
-//! straggler with its cause.
+//! straggler with its cause and what fixing it gains: the job's headline
+//! finding.
 //!
 //! - `settings`: the settings JSON; every threshold with the reasoning for its default.
 //! - `verdict`: the rules: evidence in, verdict and sentence out (pure).
@@ -18,6 +19,7 @@
 //! - `routes`: `GET /jobs`, `GET /jobs/{job}`, `GET /counters`.
 //! - `whatif`: What-if attribution over a window of operation-level steps (pure).
 //! - `onset`: a fail-slow's onset and end from the per-step slowdown series (CUSUM, pure).
+//! - `gain`: what fixing the straggler gains: the judged steps replayed by `whatif`.
 
 pub mod gain;
 pub mod job;
