@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use sonde_plugin_sdk::types::{
     Attribute, Decision, EventBatch, LogRecord, MetricDesc, MetricKind, NodeEvent, Origin, Severity,
 };
-use sonde_plugin_sdk::{MetricRegistry, PointBuffer};
+use sonde_plugin_sdk::{Finding, MetricRegistry, PointBuffer};
 
 use crate::consistency::{Clocks, Release};
 use crate::detector::{Detection, Detector};
@@ -53,6 +53,8 @@ pub struct Counters {
     pub ignored_other_job: u64,
     pub detections: u64,
     pub incidents: u64,
+    /// Jobs whose every process went silent together: ended, not failed.
+    pub jobs_ended: u64,
 }
 
 pub struct Job {
@@ -70,6 +72,9 @@ pub struct Job {
     straggler_decided: BTreeMap<String, u64>,
     pub first_ns: u64,
     pub last_ns: u64,
+    /// When every process of the job went silent together: the job ended
+    /// (see `ParamServer::check`); cleared by the next heartbeat.
+    pub ended_ns: Option<u64>,
 }
 
 impl Job {
@@ -87,6 +92,7 @@ impl Job {
             straggler_decided: BTreeMap::new(),
             first_ns: time,
             last_ns: time,
+            ended_ns: None,
         }
     }
 
@@ -256,6 +262,7 @@ impl ParamServer {
 
     fn heartbeat(&mut self, host: &mut dyn Host, job: &str, process: &str, time: u64) {
         let j = self.jobs.get_mut(job).expect("job exists");
+        j.ended_ns = None;
         if j.detector.heartbeat(process, time).is_some() {
             host.log(
                 Severity::Info,
@@ -414,11 +421,60 @@ impl ParamServer {
         self.flush(host);
     }
 
+    /// Declares silent processes dead, unless the whole job went silent:
+    /// when no process of the job has been heard from for half the timeout
+    /// and at least two were alive, the job ended (its launcher stopped it,
+    /// or it finished); that is an ending, not a failure, and its processes
+    /// are no longer watched (a heartbeat watches them again). A crash of
+    /// every process at once reads the same: heartbeats cannot tell them apart.
     pub fn check(&mut self, host: &mut dyn Host, now: u64) {
         let timeout = self.settings.timeout_ns();
         let jobs: Vec<String> = self.jobs.keys().cloned().collect();
         for job in jobs {
-            let found = self.jobs.get_mut(&job).expect("listed").detector.check(now, timeout);
+            let j = self.jobs.get_mut(&job).expect("listed");
+            let alive_before = j
+                .detector
+                .procs
+                .values()
+                .filter(|w| w.liveness == crate::detector::Liveness::Alive)
+                .count();
+            let found = j.detector.check(now, timeout);
+            if found.is_empty() {
+                continue;
+            }
+            let last_heard = j
+                .detector
+                .procs
+                .values()
+                .map(|w| w.last_heartbeat_ns)
+                .max()
+                .unwrap_or(0);
+            let silent_job = now.saturating_sub(last_heard) > timeout / 2;
+            if j.ended_ns.is_some() || (silent_job && alive_before >= 2) {
+                for d in &found {
+                    j.detector.procs.remove(&d.process);
+                }
+                if j.ended_ns.is_none() {
+                    j.ended_ns = Some(now);
+                    self.counters.jobs_ended += 1;
+                    let d = Finding::new(
+                        &job,
+                        "job-ended",
+                        format!(
+                            "every process stopped sending heartbeats within {}: the job ended; no failure declared",
+                            secs(now.saturating_sub(last_heard))
+                        ),
+                    )
+                    .during(j.first_ns, now)
+                    .ended()
+                    .evidence(
+                        json!({"processes": found.len() + j.detector.procs.len(), "last_heartbeat_ns": last_heard}),
+                    )
+                    .decision();
+                    host.emit_decision(&d);
+                }
+                continue;
+            }
             for d in found {
                 self.detected(host, &job, d);
             }
@@ -449,7 +505,7 @@ impl ParamServer {
         let role = j.roles.get(&d.process).cloned().unwrap_or_default();
         let from_hb = d.latency_from_heartbeat();
         let reason = format!(
-            "job {job}: {} missed heartbeats for {} (timeout {} s); declared dead",
+            "{} missed heartbeats for {} (timeout {} s); declared dead",
             d.process,
             secs(from_hb),
             self.settings.heartbeat_timeout_s
@@ -462,13 +518,15 @@ impl ParamServer {
             "detection_latency_from_kill_ms": from_kill.map(|ns| ns as f64 / 1e6),
             "heartbeat_timeout_s": self.settings.heartbeat_timeout_s,
         });
-        host.emit_decision(&Decision {
-            kind: "node-dead".into(),
-            subject: format!("{job}/{}", d.process),
-            reason: reason.clone(),
-            body: body.to_string(),
-            attributes: vec![Attribute::new("sonde.job", job)],
-        });
+        host.emit_decision(
+            &Finding::new(job, "node-dead", reason.clone())
+                .about("process", &d.process)
+                .subject(format!("{job}/{}", d.process))
+                .during(d.last_heartbeat, d.detected)
+                .headline()
+                .evidence(body.clone())
+                .decision(),
+        );
         host.emit_logs(&[LogRecord {
             time: d.detected,
             severity: Severity::Error,

@@ -419,3 +419,38 @@ fn other_jobs_are_ignored_when_one_is_named() {
     assert!(p.jobs.is_empty());
     assert_eq!(p.counters.ignored_other_job, 2);
 }
+
+/// A job whose every process stops at once ended: no process is declared
+/// dead, no incident opens, one `job-ended` finding says so. One process
+/// silent while the others beat is still a failure.
+#[test]
+fn a_job_that_stops_as_a_whole_ended_and_failed_nowhere() {
+    let (mut p, mut host) = start(r#"{"heartbeat_timeout_s": 1, "check_every_ms": 50}"#);
+    let mut rows = Vec::new();
+    for t in (0..=2000).step_by(200) {
+        // worker-1 stops at 1000; the others at 2000, with the job.
+        for who in [SERVER, W0, W1] {
+            if who != W1 || t <= 1000 {
+                rows.push((t as u64 + who.1 as u64, who, Ev::Hb));
+            }
+        }
+    }
+    p.on_events(&mut host, &batch(&rows));
+    tick(&mut p, &mut host, 2050, 6000, 50);
+    let dead: Vec<&str> = host
+        .decisions_of("node-dead")
+        .iter()
+        .map(|d| d.subject.as_str())
+        .collect();
+    assert_eq!(dead, ["lr/worker-1"], "only the one that stopped while the others beat");
+    let ended = host.decisions_of("job-ended");
+    assert_eq!(ended.len(), 1);
+    assert!(
+        ended[0].reason.contains("the job ended; no failure declared"),
+        "{}",
+        ended[0].reason
+    );
+    assert!(ended[0].attributes.iter().any(|a| a.key == "sonde.finding.ended"));
+    assert_eq!(p.counters.incidents, 1);
+    assert_eq!(p.counters.jobs_ended, 1);
+}
