@@ -158,8 +158,14 @@ fn the_job_view_shows_the_plugins_culprit_only_for_its_job_and_keeps_it_across_a
     let evidence = &headline["body"];
     let slowdown = evidence["steps over their ideal (×)"].as_f64().unwrap();
     assert!((slowdown - 2.0).abs() < 0.1, "{evidence}");
-    assert!(evidence["recovered by fixing it (%)"].as_f64().unwrap() >= 90.0, "{evidence}");
-    assert!(sentence.contains("making rank 2's steps typical recovers"), "{sentence}");
+    assert!(
+        evidence["recovered by fixing it (%)"].as_f64().unwrap() >= 90.0,
+        "{evidence}"
+    );
+    assert!(
+        sentence.contains("making rank 2's steps typical recovers"),
+        "{sentence}"
+    );
     assert!(
         findings.iter().all(|f| f["job"] == "ddp-a"),
         "another job's finding on ddp-a's view"
@@ -184,4 +190,76 @@ fn the_job_view_shows_the_plugins_culprit_only_for_its_job_and_keeps_it_across_a
     let kept = after["findings"].as_array().expect("findings after the restart");
     assert_eq!(kept[0]["reason"], headline["reason"], "{after:#}");
     assert_eq!(kept[0]["finding"]["id"], "2");
+}
+
+/// A pipeline-parallel job (dp 2 × pp 4, 1F1B over 4 micro-batches) whose
+/// first stage is 1.46 times too long, as operations with their parallel
+/// coordinates (`ops` rows, from the simulator the benchmark uses): the
+/// job's headline finding names the stage, not one of its ranks.
+#[test]
+fn an_overlong_pipeline_stage_is_named_from_operation_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let sonde = start(dir.path(), free_port());
+    let o = Command::new("python3")
+        .arg(repo().join("tests/diagnosis/simulate.py"))
+        .args([
+            "--seed",
+            "3",
+            "--cause",
+            "overlong_stage",
+            "--dp",
+            "2",
+            "--pp",
+            "4",
+            "--tp",
+            "1",
+            "--steps",
+            "6",
+        ])
+        .output()
+        .expect("running python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let trace: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(trace["truth"]["stage"], 0);
+    let base = now_ns() - 60_000_000_000;
+    let nodes = trace["nodes"].as_array().unwrap();
+    let mut per_rank: std::collections::BTreeMap<u64, (String, Vec<Value>)> = Default::default();
+    for op in trace["ops"].as_array().unwrap() {
+        let r = op.as_array().unwrap();
+        let node = nodes[r[1].as_u64().unwrap() as usize].as_str().unwrap().to_string();
+        let mut row = json!({
+            "step": r[5], "dp": r[2], "stage": r[3], "tp": r[4], "kind": r[7],
+            "start_ns": base + r[8].as_u64().unwrap(), "end_ns": base + r[9].as_u64().unwrap(),
+        });
+        if !r[6].is_null() {
+            row["micro"] = r[6].clone();
+        }
+        let e = per_rank.entry(r[0].as_u64().unwrap()).or_insert((node, Vec::new()));
+        e.1.push(row);
+    }
+    for (rank, (node, ops)) in &per_rank {
+        let body = json!({"origin": {"job": "pp-trace", "rank": rank, "node": node, "role": "worker"}, "ops": ops});
+        let (code, text) = post_json(&sonde.api, "/api/ingest", &body);
+        assert_eq!(code, 202, "{text}");
+    }
+    let mut view = Value::Null;
+    let found = wait_for(Duration::from_secs(30), || {
+        view = sonde.json("/api/jobs/pp-trace");
+        view["findings"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f["kind"] == "what-if"))
+    });
+    assert!(found, "no What-if finding: {:#}\n{}", view, sonde.output());
+    let f = view["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "what-if")
+        .unwrap();
+    assert_eq!(f["finding"]["about"], "stage", "{f:#}");
+    assert_eq!(f["finding"]["id"], "0", "{f:#}");
+    assert_eq!(f["finding"]["headline"], true);
+    let stage = f["body"]["stage imbalance (×)"].as_f64().unwrap();
+    assert!(stage > 1.05, "{f:#}");
+    assert!(f["reason"].as_str().unwrap().contains("stage 0"), "{}", f["reason"]);
 }

@@ -75,6 +75,14 @@ pub struct Job {
     pub totals: [u64; 6],
     /// The first MPI window of the job (batch 0 of its windows).
     pub first_window: Option<u64>,
+    /// Its operations, when it reports them (the `ops` table).
+    pub ops: crate::ops::OpsWindow,
+    /// Per step, its replayed slowdown (for a fail-slow's onset).
+    pub slowdowns: VecDeque<(u64, f64)>,
+    /// The What-if finding last published: its culprit and slowdown.
+    pub whatif_said: Option<(String, f64)>,
+    /// The onset of the fail-slow last published (its first slow step).
+    pub onset_said: Option<u64>,
 }
 
 impl Job {

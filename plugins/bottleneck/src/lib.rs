@@ -20,11 +20,14 @@
 //! - `whatif`: What-if attribution over a window of operation-level steps (pure).
 //! - `onset`: a fail-slow's onset and end from the per-step slowdown series (CUSUM, pure).
 //! - `gain`: what fixing the straggler gains: the judged steps replayed by `whatif`.
+//! - `ops`: the `ops` table (operations with parallel coordinates) and each
+//!   job's window of them, which `whatif` replays online.
 
 pub mod gain;
 pub mod job;
 pub mod node;
 pub mod onset;
+pub mod ops;
 pub mod plugin;
 pub mod rank;
 pub mod routes;
@@ -79,7 +82,8 @@ pub fn manifest(has_jobs: bool) -> Manifest {
             .to_string(),
         samples: Some(sample_request(has_jobs)),
         events: vec![EventKind::Progress, EventKind::Timings, EventKind::Points],
-        tables: Vec::new(),
+        // Operations with their parallel coordinates, for the What-if diagnosis.
+        tables: vec![ops::ops_table()],
         // The MPI probe's state bins: the mpi plugin declares the table.
         reads: vec![MPI_SAMPLES.into()],
     }

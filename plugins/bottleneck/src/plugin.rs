@@ -19,9 +19,11 @@ use sonde_plugin_sdk::types::{
 use crate::MPI_SAMPLES;
 use crate::job::{Job, Persistent, Row};
 use crate::node::NodeSamples;
+use crate::onset::{OnsetSettings, episodes};
 use crate::rank::{Rank, Run, classify};
 use crate::settings::Settings;
 use crate::verdict::{Verdict, judge};
+use crate::whatif::{Analysis, Culprit, Diagnosis, Thresholds, analyze, diagnose};
 use sonde_plugin_sdk::agents::{AgentSeries, host_series};
 use sonde_plugin_sdk::{Finding, Host};
 
@@ -210,6 +212,19 @@ impl Bottleneck {
                 }
             }
         }
+        // Operations with their parallel coordinates: each to its job's window.
+        let (rows, bad) = crate::ops::read(batch);
+        self.counters.malformed += bad;
+        let keep = self.settings.ops_window_steps;
+        for (o, row) in rows {
+            let rank = rank_of(o).max(0) as u32;
+            if self.rank(o).is_none() {
+                continue;
+            }
+            if let Some(job) = self.jobs.get_mut(&o.job) {
+                job.ops.add(&o.node, rank, &row, keep);
+            }
+        }
         for t in batch.table(MPI_SAMPLES) {
             // Per (origin, flush time): ns per state, and the main thread's total.
             let mut flushes: BTreeMap<(u32, u64), ([f64; 3], f64)> = BTreeMap::new();
@@ -274,6 +289,7 @@ impl Bottleneck {
         }
         self.judge_due(host);
         let now = host.now();
+        self.replay_ops(host, now);
         let mut points = PointBatch {
             series: Vec::new(),
             time: Vec::new(),
@@ -293,6 +309,65 @@ impl Bottleneck {
         }
         if !points.series.is_empty() {
             host.emit_points(&points);
+        }
+    }
+
+    /// The What-if diagnosis of every job that reports its operations and
+    /// completed a step since the last replay: a finding when its culprit
+    /// or its slowdown (by 10 %) changed, and one when a fail-slow began.
+    fn replay_ops(&mut self, host: &mut dyn Host, now: u64) {
+        let lag = self.settings.lag_ms * 1_000_000;
+        for (name, job) in &mut self.jobs {
+            let Some(ops) = job.ops.complete(now, lag) else {
+                continue;
+            };
+            let th = Thresholds::default();
+            let a = analyze(&ops, &th);
+            let d = diagnose(&a, &th);
+            for st in &a.steps {
+                if job.slowdowns.back().is_none_or(|&(s, _)| s < st.step) {
+                    job.slowdowns.push_back((st.step, st.slowdown()));
+                }
+            }
+            while job.slowdowns.len() > 512 {
+                job.slowdowns.pop_front();
+            }
+            let key = serde_json::to_string(&d.culprit).unwrap_or_default();
+            let moved = job
+                .whatif_said
+                .as_ref()
+                .is_none_or(|(k, s)| *k != key || (d.slowdown / s - 1.0).abs() >= 0.1);
+            if moved {
+                job.whatif_said = Some((key, d.slowdown));
+                host.emit_decision(&whatif_finding(
+                    name,
+                    &a,
+                    &d,
+                    &job.ops.node_names,
+                    (ops[0].start_ns, job.ops.newest_ns),
+                ));
+            }
+            let series: Vec<f64> = job.slowdowns.iter().map(|&(_, s)| s).collect();
+            if let Some(e) = episodes(&series, &OnsetSettings::default()).last() {
+                let onset_step = job.slowdowns[e.onset].0;
+                if job.onset_said != Some(onset_step) && e.end.is_none() {
+                    job.onset_said = Some(onset_step);
+                    let detected = job.slowdowns[e.detected].0;
+                    let d = Finding::new(
+                        name.as_str(),
+                        "fail-slow",
+                        format!(
+                            "a fail-slow began at step {onset_step}: steps since take {:.2}× the ones before (seen at step {detected}, {} step{} later)",
+                            e.factor,
+                            detected - onset_step,
+                            if detected - onset_step == 1 { "" } else { "s" }
+                        ),
+                    )
+                    .evidence(json!({"onset step": onset_step, "detected at step": detected, "factor": (e.factor * 100.0).round() / 100.0}))
+                    .decision();
+                    host.emit_decision(&d);
+                }
+            }
         }
     }
 
@@ -413,6 +488,43 @@ impl Bottleneck {
             host.emit_decision(&d);
         }
     }
+}
+
+/// The What-if diagnosis as the job's headline finding (ended when nothing
+/// stands out), about its culprit.
+fn whatif_finding(job: &str, a: &Analysis, d: &Diagnosis, nodes: &[String], span: (u64, u64)) -> Decision {
+    let node = |i: u32| nodes.get(i as usize).map_or("?", String::as_str);
+    let (about, id, sentence) = match &d.culprit {
+        Culprit::Worker { rank, .. } => ("rank", rank.to_string(), d.sentence.clone()),
+        Culprit::Stage { stage, .. } => ("stage", stage.to_string(), d.sentence.clone()),
+        Culprit::Link { node: n } => (
+            "link",
+            node(*n).to_string(),
+            d.sentence
+                .replace(&format!("node {n}'s"), &format!("node {}'s", node(*n))),
+        ),
+        Culprit::OpKind { kind } => ("op", kind.name().to_string(), d.sentence.clone()),
+        Culprit::InputImbalance | Culprit::None => ("job", String::new(), d.sentence.clone()),
+    };
+    let mut f = Finding::new(job, "what-if", sentence)
+        .about(about, id)
+        .subject(format!("{job}/what-if"))
+        .during(span.0, span.1)
+        .headline()
+        .evidence(json!({
+            "steps over their ideal (×)": (a.slowdown * 100.0).round() / 100.0,
+            "stage imbalance (×)": (a.stage_slowdown * 100.0).round() / 100.0,
+            "recovered by fixing it (%)": (d.gain * 100.0).round(),
+            "single workers explain (%)": (a.worker_share * 100.0).round(),
+            "stage imbalance explains (%)": (a.stage_share * 100.0).round(),
+            "steps": a.steps.len(),
+            "operations": a.ops,
+            "ranks": a.ranks,
+        }));
+    if matches!(d.culprit, Culprit::None) {
+        f = f.ended();
+    }
+    f.decision()
 }
 
 /// The samples a rank is judged against: its node's agent's where that node

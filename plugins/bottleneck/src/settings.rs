@@ -141,6 +141,10 @@ pub struct Settings {
     pub max_jobs: usize,
     /// Ranks followed per job at most.
     pub max_ranks: usize,
+    /// Steps of a job's operations (the `ops` table) the What-if replay
+    /// covers: 8, enough for a median per operation and recent enough to
+    /// follow a change.
+    pub ops_window_steps: usize,
 }
 
 impl Default for Settings {
@@ -190,6 +194,7 @@ impl Default for Settings {
             straggler_share: 0.5,
             emit_every_ms: 1000,
             max_rows_per_job: 8192,
+            ops_window_steps: 8,
             max_jobs: 64,
             max_ranks: 1024,
         }
@@ -244,6 +249,7 @@ impl Settings {
             ("max_rows_per_job", self.max_rows_per_job),
             ("max_jobs", self.max_jobs),
             ("max_ranks", self.max_ranks),
+            ("ops_window_steps", self.ops_window_steps),
         ];
         for (key, v) in counts {
             if v == 0 {

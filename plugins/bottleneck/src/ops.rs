@@ -1,0 +1,215 @@
+//! Operation-level reports: the `ops` event table this plugin declares, and
+//! per job a window of recent steps' operations that `whatif` replays.
+//!
+//! A job that reports its operations with their parallel coordinates (a
+//! pipeline stage's forward of micro-batch 3, the data-parallel all-reduce
+//! of step 120) gets the What-if diagnosis: how many times its ideal the
+//! window's steps take, and which worker, stage, link or kind of operation
+//! explains it. One row per operation:
+//!
+//! ```json
+//! "ops": [{"step": 120, "micro": 3, "dp": 1, "stage": 2, "tp": 0,
+//!          "kind": "forward", "start_ns": 1732300000000000000, "end_ns": 1732300000040000000}]
+//! ```
+//! The rank and node are the reporter's (its origin). `kind` is one of
+//! [`KINDS`] (or its index); `micro` is -1 (the default) for an operation of
+//! the whole step (input, data-parallel collectives, optimizer). Over OTLP,
+//! a span with `sonde.table = "ops"` and these attributes is one row.
+//!
+//! ```text
+//!  ops rows ──OpsWindow::add──► per step: operations ──(step ended + lag)──► complete
+//!  every emit (1 s), when a step completed: the last `window` steps ──whatif::analyze/diagnose──► finding
+//!                                           per-step slowdowns ──onset::episodes──► fail-slow finding
+//! ```
+//! Limits: `ops_window_steps` steps, at most [`MAX_OPS`] operations in a
+//! window (the oldest steps go first); [`MAX_NODES`] node names per job.
+
+use std::collections::{BTreeMap, HashMap};
+
+use sonde_plugin_sdk::column;
+use sonde_plugin_sdk::types::{ColumnDefault, ColumnType, EventBatch, Origin, TableDecl, Value};
+
+use crate::whatif::{Op, OpKind};
+
+pub const OPS: &str = "ops";
+
+/// The labels of the `kind` column, in `OpKind`'s order.
+pub const KINDS: [&str; 9] = [
+    "forward",
+    "backward",
+    "pp_send",
+    "pp_recv",
+    "dp_collective",
+    "tp_collective",
+    "optimizer",
+    "input",
+    "other",
+];
+
+/// Operations a job's window holds at most (a replay runs in a hook call).
+pub const MAX_OPS: usize = 200_000;
+/// Node names per job.
+pub const MAX_NODES: usize = 4096;
+
+pub fn ops_table() -> TableDecl {
+    use ColumnDefault::{Required as R, Zero as Z};
+    use ColumnType::*;
+    TableDecl::new(
+        OPS,
+        "One operation of one rank's training step with its parallel coordinates, for the What-if diagnosis",
+        vec![
+            column("step", U64, R),
+            column("micro", S32, ColumnDefault::Value(Value::Int(-1))),
+            column("dp", U32, Z),
+            column("stage", U32, Z),
+            column("tp", U32, Z),
+            column("kind", U8, R).with_labels(&KINDS),
+            column("start_ns", Timestamp, R),
+            column("end_ns", Timestamp, R),
+        ],
+    )
+}
+
+/// One job's recent operations.
+#[derive(Debug, Default)]
+pub struct OpsWindow {
+    /// step → its operations.
+    steps: BTreeMap<u64, Vec<Op>>,
+    ops: usize,
+    nodes: HashMap<String, u32>,
+    pub node_names: Vec<String>,
+    /// The newest operation's end.
+    pub newest_ns: u64,
+    /// Steps analysed last time (the window's last step), so a timer with
+    /// nothing new does not replay again.
+    pub analysed_through: Option<u64>,
+    /// Rows refused as meaningless (an end before its start, a kind out of range).
+    pub skipped: u64,
+}
+
+impl OpsWindow {
+    fn node(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.nodes.get(name) {
+            return i;
+        }
+        if self.node_names.len() >= MAX_NODES {
+            return 0;
+        }
+        let i = self.node_names.len() as u32;
+        self.nodes.insert(name.to_string(), i);
+        self.node_names.push(name.to_string());
+        i
+    }
+
+    /// Adds one operation of `rank` on `node`.
+    pub fn add(&mut self, node: &str, rank: u32, row: &OpRow, keep_steps: usize) {
+        let Some(&kind) = OpKind::ALL.get(row.kind as usize) else {
+            self.skipped += 1;
+            return;
+        };
+        if row.end_ns < row.start_ns {
+            self.skipped += 1;
+            return;
+        }
+        // A step older than the window's oldest kept one is too late.
+        if self.steps.len() >= keep_steps && self.steps.keys().next().is_some_and(|&first| row.step < first) {
+            self.skipped += 1;
+            return;
+        }
+        let node = self.node(node);
+        self.steps.entry(row.step).or_default().push(Op {
+            rank,
+            node,
+            dp: row.dp,
+            stage: row.stage,
+            tp: row.tp,
+            step: row.step,
+            micro: (row.micro >= 0).then_some(row.micro as u32),
+            kind,
+            start_ns: row.start_ns,
+            end_ns: row.end_ns,
+        });
+        self.ops += 1;
+        self.newest_ns = self.newest_ns.max(row.end_ns);
+        while self.steps.len() > keep_steps || (self.ops > MAX_OPS && self.steps.len() > 1) {
+            let (_, gone) = self.steps.pop_first().expect("not empty");
+            self.ops -= gone.len();
+        }
+    }
+
+    /// The steps whose last operation ended `lag_ns` before `now`: the
+    /// window to replay (oldest first), or none when nothing completed since
+    /// the last call.
+    pub fn complete(&mut self, now: u64, lag_ns: u64) -> Option<Vec<Op>> {
+        let done: Vec<u64> = self
+            .steps
+            .iter()
+            .filter(|(_, ops)| ops.iter().map(|o| o.end_ns).max().unwrap_or(0) + lag_ns <= now)
+            .map(|(&s, _)| s)
+            .collect();
+        let last = *done.last()?;
+        if self.analysed_through.is_some_and(|a| a >= last) {
+            return None;
+        }
+        self.analysed_through = Some(last);
+        Some(done.iter().flat_map(|s| self.steps[s].iter().cloned()).collect())
+    }
+}
+
+/// One row of the `ops` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpRow {
+    pub step: u64,
+    pub micro: i32,
+    pub dp: u32,
+    pub stage: u32,
+    pub tp: u32,
+    pub kind: u8,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// The `ops` rows of an event batch with their origins, and how many rows
+/// could not be read (a table declared otherwise, an unknown origin).
+pub fn read(batch: &EventBatch) -> (Vec<(&Origin, OpRow)>, u64) {
+    let mut out = Vec::new();
+    let mut bad = 0;
+    for t in batch.table(OPS) {
+        let columns = (|| {
+            Ok::<_, String>((
+                t.u64s("step")?,
+                t.s32s("micro")?,
+                t.u32s("dp")?,
+                t.u32s("stage")?,
+                t.u32s("tp")?,
+                t.u8s("kind")?,
+                t.timestamps("start_ns")?,
+                t.timestamps("end_ns")?,
+            ))
+        })();
+        let Ok((step, micro, dp, stage, tp, kind, start, end)) = columns else {
+            bad += t.len() as u64;
+            continue;
+        };
+        for (i, &o) in t.origin().iter().enumerate() {
+            let Some(origin) = batch.origins.get(o as usize) else {
+                bad += 1;
+                continue;
+            };
+            out.push((
+                origin,
+                OpRow {
+                    step: step[i],
+                    micro: micro[i],
+                    dp: dp[i],
+                    stage: stage[i],
+                    tp: tp[i],
+                    kind: kind[i],
+                    start_ns: start[i],
+                    end_ns: end[i],
+                },
+            ));
+        }
+    }
+    (out, bad)
+}
