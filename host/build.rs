@@ -2,6 +2,10 @@
 //! justfile's `web` recipe) into the binary. When it has not been built, a
 //! small page saying so is embedded instead and cargo prints a warning, so a
 //! plain `cargo build` still works without Node.
+//!
+//! And the plugin SDK's sources (`plugins/sdk/`, with the plugins'
+//! `Cargo.lock`), which `sonde plugin new --lang rust` writes beside a new
+//! plugin so that it builds outside any checkout.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -9,6 +13,7 @@ use std::path::{Path, PathBuf};
 fn main() {
     contract_version();
     hot_code_first();
+    plugin_sdk();
     // Read at run time: a build-script binary reused from another checkout's
     // target/ must still embed this checkout's dashboard.
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
@@ -90,8 +95,51 @@ fn contract_version() {
     println!("cargo:rustc-env=SONDE_CONTRACT_VERSION={version}");
 }
 
+/// `OUT_DIR/plugin_sdk.rs`: `SDK_FILES`, (path, text) of the plugin SDK's
+/// package (`plugins/sdk/`: its manifest, README, sources, examples and its
+/// copy of the contract) and `SDK_LOCK`, the plugins' `Cargo.lock`, so a
+/// plugin made outside a checkout builds with the versions sonde's own plugins
+/// were tested with.
+fn plugin_sdk() {
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let plugins = Path::new(&manifest_dir).join("../plugins");
+    let sdk = plugins.join("sdk");
+    println!("cargo:rerun-if-changed={}", sdk.display());
+    println!("cargo:rerun-if-changed={}", plugins.join("Cargo.lock").display());
+    let mut files = vec![
+        ("Cargo.toml".to_string(), sdk.join("Cargo.toml")),
+        ("README.md".to_string(), sdk.join("README.md")),
+    ];
+    for sub in ["src", "examples", "wit"] {
+        let mut found = Vec::new();
+        collect(&sdk, &sdk.join(sub), &mut found);
+        files.extend(found);
+    }
+    files.sort();
+    let mut out = String::from(
+        "/// (path in the SDK's folder, text) of every file of the plugin SDK.\npub static SDK_FILES: &[(&str, &str)] = &[\n",
+    );
+    for (rel, path) in &files {
+        let path = path.canonicalize().expect("plugin SDK file");
+        writeln!(out, "    ({rel:?}, include_str!({:?})),", path.display().to_string()).unwrap();
+    }
+    out.push_str("];\n");
+    let lock = plugins.join("Cargo.lock").canonicalize().expect("plugins/Cargo.lock");
+    writeln!(
+        out,
+        "/// The plugins' lock file: the dependency versions the SDK was tested with.\npub static SDK_LOCK: &str = include_str!({:?});",
+        lock.display().to_string()
+    )
+    .unwrap();
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("plugin_sdk.rs");
+    std::fs::write(dest, out).unwrap();
+}
+
 fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
-    for e in std::fs::read_dir(dir).expect("reading web/dist").flatten() {
+    for e in std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .flatten()
+    {
         let p = e.path();
         if p.is_dir() {
             collect(root, &p, out);

@@ -98,7 +98,9 @@ enum PluginCommand {
         /// The folder to create (default: ./NAME).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// For --lang rust: the SDK to depend on (default: plugins/sdk of the checkout sonde was built from).
+        /// For --lang rust: an SDK to depend on by path, e.g. a checkout's
+        /// plugins/sdk (default: the copy this sonde carries, written into
+        /// the plugin's folder).
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
@@ -244,8 +246,18 @@ fn plugin_new(name: String, lang: sonde::plugin_kit::Lang, dir: Option<PathBuf>,
     match sonde::plugin_kit::write(&new) {
         Ok(files) => {
             println!("wrote the {lang} plugin {:?} in {}:", new.name, new.dir.display());
-            for f in files {
+            let sdk = std::path::Path::new(sonde::plugin_kit::sdk::FOLDER);
+            let (sdk_files, own): (Vec<_>, Vec<_>) = files.into_iter().partition(|f| f.starts_with(sdk));
+            for f in own {
                 println!("  {}", f.display());
+            }
+            if !sdk_files.is_empty() {
+                println!(
+                    "  {}/ (the plugin SDK {}, {} files)",
+                    sdk.display(),
+                    sonde::plugin_kit::sdk::version(),
+                    sdk_files.len()
+                );
             }
             println!(
                 "build it (in {}): {}",
