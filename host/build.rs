@@ -3,9 +3,13 @@
 //! small page saying so is embedded instead and cargo prints a warning, so a
 //! plain `cargo build` still works without Node.
 //!
-//! And the plugin SDK's sources (`plugins/sdk/`, with the plugins'
-//! `Cargo.lock`), which `sonde plugin new --lang rust` writes beside a new
-//! plugin so that it builds outside any checkout.
+//! The same for the bundled plugins (`target/plugins/bundled/*.wasm`, built by
+//! `./dev plugins`): listed for `main.rs` to embed when they are there, an
+//! empty list and a warning when not. This script never builds them: CI
+//! builds the plugins once, before the host, and a plain `cargo build` works
+//! without the wasm target. And the plugin SDK's sources (`plugins/sdk/`, with
+//! the plugins' `Cargo.lock`), which `sonde plugin new --lang rust` writes
+//! beside a new plugin so that it builds outside any checkout.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,6 +17,7 @@ use std::path::{Path, PathBuf};
 fn main() {
     contract_version();
     hot_code_first();
+    bundled_plugins();
     plugin_sdk();
     // Read at run time: a build-script binary reused from another checkout's
     // target/ must still embed this checkout's dashboard.
@@ -93,6 +98,45 @@ fn contract_version() {
         .and_then(|v| v.strip_suffix(';'))
         .expect("wit/sonde-plugin.wit has a `package sonde:plugin@X.Y.Z;` line");
     println!("cargo:rustc-env=SONDE_CONTRACT_VERSION={version}");
+}
+
+/// `OUT_DIR/bundled_plugins.rs`: `BUNDLED_PLUGINS`, (name, component) of
+/// every `.wasm` file in `target/plugins/bundled/`, by name. Cargo reruns this
+/// when that folder changes (`scripts/build-plugins.sh` replaces a file only
+/// when its content changed, so an unchanged plugin build relinks nothing).
+fn bundled_plugins() {
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest_dir).join("../target/plugins/bundled");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter_map(|p| {
+                    let name = p.file_name()?.to_str()?;
+                    let stem = name.strip_suffix(".wasm").filter(|_| !name.starts_with('.'))?;
+                    Some((stem.to_string(), p.clone()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    if found.is_empty() {
+        println!(
+            "cargo:warning=target/plugins/bundled/ is empty or missing: this sonde carries no plugins (run `./dev plugins` before building)"
+        );
+    }
+    let mut out = String::from(
+        "/// (name, component) of every plugin this binary carries (`target/plugins/bundled/` when it was built).\n\
+         pub static BUNDLED_PLUGINS: &[(&str, &[u8])] = &[\n",
+    );
+    for (name, path) in &found {
+        let path = path.canonicalize().expect("bundled plugin file");
+        writeln!(out, "    ({name:?}, include_bytes!({:?})),", path.display().to_string()).unwrap();
+    }
+    out.push_str("];\n");
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("bundled_plugins.rs");
+    std::fs::write(dest, out).unwrap();
 }
 
 /// `OUT_DIR/plugin_sdk.rs`: `SDK_FILES`, (path, text) of the plugin SDK's

@@ -81,7 +81,7 @@ impl PluginManager {
         let engine = PluginEngine::new(&cfg.host.data_dir.join("cache"))?;
         let linker = linker(&engine)?;
         let state = StateStore::open(&cfg.host.data_dir.join("state.redb"))?;
-        let dir = cfg.plugins.dir.clone();
+        let dir = cfg.plugins_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("creating the plugins directory {}", dir.display()))?;
         Ok(Arc::new(Self {
             shared: Shared {

@@ -301,12 +301,12 @@ async fn tls_the_api_listener_serves_https_and_refuses_plain_http() {
     let p = Pki::make(dir.path());
     let mut cfg = Config::default();
     cfg.host.data_dir = dir.path().join("data");
-    cfg.plugins.dir = dir.path().join("plugins");
+    cfg.plugins.dir = Some(dir.path().join("plugins"));
     cfg.plugins.watch = false;
     cfg.sinks.dir = dir.path().join("sinks");
     cfg.api.listen = "127.0.0.1:0".into();
     cfg.api.tls = Some(server(&p, false));
-    std::fs::create_dir_all(&cfg.plugins.dir).unwrap();
+    std::fs::create_dir_all(cfg.plugins_dir()).unwrap();
     let opts = crate::run::HostOptions { api: true, otlp: false };
     let host = crate::run::Host::start(cfg, opts).await.unwrap();
     let addr = host.api_addr.unwrap();
