@@ -52,9 +52,13 @@ mpi-probe:
 fake-nvml:
     bash scripts/build-fake-nvml.sh
 
-# build the sonde binary (release, with the dashboard embedded) and the plugins
+# build the sonde binary (release, with the dashboard and the bundled plugins embedded)
 build: plugins web
     cargo build --release -p sonde
+
+# the release tarball in target/dist/ and its SHA-256: the one self-contained binary, LICENSE, README, docs/deploy.md, example configs and systemd units; scripts/dist.sh checks each part before packing (the carried plugins, the dashboard, --check-config, systemd-analyze verify)
+dist: build
+    bash scripts/dist.sh
 
 # run sonde on this machine with its bundled plugins; extra args go to sonde (e.g. --export-endpoint http://127.0.0.1:4317)
 [no-exit-message]
