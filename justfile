@@ -10,6 +10,8 @@ otel := "opentelemetry-semantic-conventions==0.66b2 opentelemetry-sdk==1.45.2 op
 frameworks := "torch==2.15.0 pytorch-lightning==2.6.6 transformers==5.23.0 accelerate==1.15.0"
 # the Python guest toolchain for `sonde plugin new --lang python` (tests/tests/plugin_kit.rs builds with it)
 componentize_py := "componentize-py==0.25.1"
+# what validates the Kubernetes manifests without a cluster (`./dev manifests`), in their own virtual environment
+manifest_checkers := "kubernetes-validate==1.37.0 checkov==3.3.30"
 
 default:
     @just --list
@@ -52,9 +54,13 @@ mpi-probe:
 fake-nvml:
     bash scripts/build-fake-nvml.sh
 
-# build the sonde binary (release, with the dashboard embedded) and the plugins
+# build the sonde binary (release, with the dashboard and the bundled plugins embedded)
 build: plugins web
     cargo build --release -p sonde
+
+# the release tarball in target/dist/ and its SHA-256: the one self-contained binary, LICENSE, README, docs/deploy.md, example configs and systemd units; scripts/dist.sh checks each part before packing (the carried plugins, the dashboard, --check-config, systemd-analyze verify)
+dist: build
+    bash scripts/dist.sh
 
 # run sonde on this machine with its bundled plugins; extra args go to sonde (e.g. --export-endpoint http://127.0.0.1:4317)
 [no-exit-message]
@@ -121,6 +127,7 @@ test:
     # --no-fail-fast: one failing suite must not hide whether the suites after it pass
     stage "cargo tests" cargo test --workspace --no-fail-fast
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
+    stage manifests "$just" manifests
     stage "browser tests" browser_tests
     # (waited for here: a stage runs in a subshell, which cannot wait for its parent's job)
     wait "$frameworks"; frameworks_rc=$?
@@ -277,6 +284,12 @@ check: web-deps
     cargo clippy --manifest-path plugins/Cargo.toml --workspace --all-targets -- -D warnings
     cd web && npx --no-install eslint .
     [ ! -f scripts/check_layers.py ] || python3 scripts/check_layers.py
+
+# validate deploy/kubernetes/ without a cluster: rendered by `kubectl kustomize`, every object checked by kubernetes-validate --strict, checkov's policies (what is skipped says why beside it); the checkers live in target/manifests-venv
+manifests:
+    command -v kubectl >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends kubectl; }
+    [ "$(cat target/manifests-venv/.pins 2>/dev/null)" = "{{manifest_checkers}}" ] || { rm -rf target/manifests-venv && python3 -m venv target/manifests-venv && target/manifests-venv/bin/pip install --quiet --disable-pip-version-check {{manifest_checkers}} && echo "{{manifest_checkers}}" >target/manifests-venv/.pins; }
+    PATH="$PWD/target/manifests-venv/bin:$PATH" bash deploy/kubernetes/check.sh
 
 # the same as `check`
 alias lint := check

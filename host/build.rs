@@ -2,6 +2,14 @@
 //! justfile's `web` recipe) into the binary. When it has not been built, a
 //! small page saying so is embedded instead and cargo prints a warning, so a
 //! plain `cargo build` still works without Node.
+//!
+//! The same for the bundled plugins (`target/plugins/bundled/*.wasm`, built by
+//! `./dev plugins`): listed for `main.rs` to embed when they are there, an
+//! empty list and a warning when not. This script never builds them: CI
+//! builds the plugins once, before the host, and a plain `cargo build` works
+//! without the wasm target. And the plugin SDK's sources (`plugins/sdk/`, with
+//! the plugins' `Cargo.lock`), which `sonde plugin new --lang rust` writes
+//! beside a new plugin so that it builds outside any checkout.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -9,6 +17,8 @@ use std::path::{Path, PathBuf};
 fn main() {
     contract_version();
     hot_code_first();
+    bundled_plugins();
+    plugin_sdk();
     // Read at run time: a build-script binary reused from another checkout's
     // target/ must still embed this checkout's dashboard.
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
@@ -90,8 +100,90 @@ fn contract_version() {
     println!("cargo:rustc-env=SONDE_CONTRACT_VERSION={version}");
 }
 
+/// `OUT_DIR/bundled_plugins.rs`: `BUNDLED_PLUGINS`, (name, component) of
+/// every `.wasm` file in `target/plugins/bundled/`, by name. Cargo reruns this
+/// when that folder changes (`scripts/build-plugins.sh` replaces a file only
+/// when its content changed, so an unchanged plugin build relinks nothing).
+fn bundled_plugins() {
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = Path::new(&manifest_dir).join("../target/plugins/bundled");
+    println!("cargo:rerun-if-changed={}", dir.display());
+    let mut found: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter_map(|p| {
+                    let name = p.file_name()?.to_str()?;
+                    let stem = name.strip_suffix(".wasm").filter(|_| !name.starts_with('.'))?;
+                    Some((stem.to_string(), p.clone()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    if found.is_empty() {
+        println!(
+            "cargo:warning=target/plugins/bundled/ is empty or missing: this sonde carries no plugins (run `./dev plugins` before building)"
+        );
+    }
+    let mut out = String::from(
+        "/// (name, component) of every plugin this binary carries (`target/plugins/bundled/` when it was built).\n\
+         pub static BUNDLED_PLUGINS: &[(&str, &[u8])] = &[\n",
+    );
+    for (name, path) in &found {
+        let path = path.canonicalize().expect("bundled plugin file");
+        writeln!(out, "    ({name:?}, include_bytes!({:?})),", path.display().to_string()).unwrap();
+    }
+    out.push_str("];\n");
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("bundled_plugins.rs");
+    std::fs::write(dest, out).unwrap();
+}
+
+/// `OUT_DIR/plugin_sdk.rs`: `SDK_FILES`, (path, text) of the plugin SDK's
+/// package (`plugins/sdk/`: its manifest, README, sources, examples and its
+/// copy of the contract) and `SDK_LOCK`, the plugins' `Cargo.lock`, so a
+/// plugin made outside a checkout builds with the versions sonde's own plugins
+/// were tested with.
+fn plugin_sdk() {
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let plugins = Path::new(&manifest_dir).join("../plugins");
+    let sdk = plugins.join("sdk");
+    println!("cargo:rerun-if-changed={}", sdk.display());
+    println!("cargo:rerun-if-changed={}", plugins.join("Cargo.lock").display());
+    let mut files = vec![
+        ("Cargo.toml".to_string(), sdk.join("Cargo.toml")),
+        ("README.md".to_string(), sdk.join("README.md")),
+    ];
+    for sub in ["src", "examples", "wit"] {
+        let mut found = Vec::new();
+        collect(&sdk, &sdk.join(sub), &mut found);
+        files.extend(found);
+    }
+    files.sort();
+    let mut out = String::from(
+        "/// (path in the SDK's folder, text) of every file of the plugin SDK.\npub static SDK_FILES: &[(&str, &str)] = &[\n",
+    );
+    for (rel, path) in &files {
+        let path = path.canonicalize().expect("plugin SDK file");
+        writeln!(out, "    ({rel:?}, include_str!({:?})),", path.display().to_string()).unwrap();
+    }
+    out.push_str("];\n");
+    let lock = plugins.join("Cargo.lock").canonicalize().expect("plugins/Cargo.lock");
+    writeln!(
+        out,
+        "/// The plugins' lock file: the dependency versions the SDK was tested with.\npub static SDK_LOCK: &str = include_str!({:?});",
+        lock.display().to_string()
+    )
+    .unwrap();
+    let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("plugin_sdk.rs");
+    std::fs::write(dest, out).unwrap();
+}
+
 fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, PathBuf)>) {
-    for e in std::fs::read_dir(dir).expect("reading web/dist").flatten() {
+    for e in std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .flatten()
+    {
         let p = e.path();
         if p.is_dir() {
             collect(root, &p, out);

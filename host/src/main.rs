@@ -7,11 +7,18 @@ use std::process::ExitCode;
 use clap::Parser;
 use sonde::config::{Config, parse_override};
 
+/// The plugins this binary carries (`host/build.rs`: `target/plugins/bundled/` at build time).
+mod carried {
+    include!(concat!(env!("OUT_DIR"), "/bundled_plugins.rs"));
+}
+
 /// sonde: a profiling host for distributed ML training and serving.
 ///
 /// Samples this machine, runs the Wasm plugins found in the plugins directory
-/// and exports over OTLP. Settings come from (lowest to highest) defaults,
-/// --config, OTEL_* and SONDE_* environment variables, then these flags.
+/// and exports over OTLP. With no plugins directory given, it runs the
+/// plugins it carries, written into <data dir>/plugins. Settings come from
+/// (lowest to highest) defaults, --config, OTEL_* and SONDE_* environment
+/// variables, then these flags.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Cli {
@@ -21,7 +28,8 @@ struct Cli {
     /// Address of the API and dashboard (api.listen).
     #[arg(long)]
     listen: Option<String>,
-    /// Plugins directory (plugins.dir).
+    /// Plugins directory (plugins.dir). Default: <data dir>/plugins, holding
+    /// the plugins this binary carries.
     #[arg(long)]
     plugins_dir: Option<PathBuf>,
     /// Data directory: state and compiled-plugin cache (host.data_dir).
@@ -57,8 +65,8 @@ struct Cli {
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {
-    /// Tools for plugin authors.
-    #[command(subcommand)]
+    /// Tools for plugin authors, and the plugins this binary carries.
+    #[command(subcommand, visible_alias = "plugins")]
     Plugin(PluginCommand),
     /// Compiles a plugin component into the compile cache (the host runs
     /// this itself, so that compiling leaves nothing in its memory).
@@ -88,6 +96,13 @@ enum Command {
 
 #[derive(clap::Subcommand, Debug)]
 enum PluginCommand {
+    /// Write the plugins this binary carries into DIR (created if missing;
+    /// files of the same name are replaced), to run them from a plugins
+    /// directory of your own (--plugins-dir DIR).
+    Extract {
+        /// The folder to write them in.
+        dir: PathBuf,
+    },
     /// Write a ready-to-build plugin (hooks, a test, a README) into a new folder.
     New {
         /// The plugin's name: its .wasm file name and its route, /api/plugins/NAME/...
@@ -98,7 +113,9 @@ enum PluginCommand {
         /// The folder to create (default: ./NAME).
         #[arg(long)]
         dir: Option<PathBuf>,
-        /// For --lang rust: the SDK to depend on (default: plugins/sdk of the checkout sonde was built from).
+        /// For --lang rust: an SDK to depend on by path, e.g. a checkout's
+        /// plugins/sdk (default: the copy this sonde carries, written into
+        /// the plugin's folder).
         #[arg(long)]
         sdk: Option<PathBuf>,
     },
@@ -137,6 +154,7 @@ enum PluginCommand {
 fn run_command(command: Command) -> ExitCode {
     match command {
         Command::Plugin(PluginCommand::New { name, lang, dir, sdk }) => plugin_new(name, lang, dir, sdk),
+        Command::Plugin(PluginCommand::Extract { dir }) => plugins_extract(&dir),
         Command::CompilePlugin { input, output } => match sonde::plugin::engine::compile_file(&input, &output) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -238,14 +256,74 @@ fn plugin_test(run: &sonde::plugin_kit::replay::TestRun, json: bool) -> ExitCode
     }
 }
 
+/// `sonde plugins extract DIR`: 1 when the binary carries none (it was
+/// built before `./dev plugins`) or a file cannot be written.
+fn plugins_extract(dir: &std::path::Path) -> ExitCode {
+    if carried::BUNDLED_PLUGINS.is_empty() {
+        eprintln!(
+            "sonde plugins extract: this sonde carries no plugins (it was built without target/plugins/bundled/)"
+        );
+        return ExitCode::FAILURE;
+    }
+    match sonde::plugin::bundled::extract(dir, carried::BUNDLED_PLUGINS) {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sonde plugins extract: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// With no `plugins.dir` given, brings `<host.data_dir>/plugins` up to the
+/// plugins this binary carries (see `sonde::plugin::bundled`).
+fn install_carried(cfg: &Config) -> anyhow::Result<()> {
+    if cfg.plugins.dir.is_some() {
+        return Ok(());
+    }
+    let dir = cfg.plugins_dir();
+    if carried::BUNDLED_PLUGINS.is_empty() {
+        tracing::warn!(
+            dir = %dir.display(),
+            "this sonde carries no plugins (built without target/plugins/bundled/): only what the plugins directory holds runs"
+        );
+    }
+    let done = sonde::plugin::bundled::install(&dir, carried::BUNDLED_PLUGINS)?;
+    for (what, names) in [
+        ("written", &done.written),
+        ("kept: a file of your own under this name", &done.kept),
+        ("left out: removed from the directory earlier", &done.left_out),
+        ("removed: no longer carried", &done.retired),
+    ] {
+        if !names.is_empty() {
+            tracing::info!(dir = %dir.display(), "bundled plugins {what}: {}", names.join(", "));
+        }
+    }
+    Ok(())
+}
+
 fn plugin_new(name: String, lang: sonde::plugin_kit::Lang, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> ExitCode {
     let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
     let new = sonde::plugin_kit::NewPlugin { name, lang, dir, sdk };
     match sonde::plugin_kit::write(&new) {
         Ok(files) => {
             println!("wrote the {lang} plugin {:?} in {}:", new.name, new.dir.display());
-            for f in files {
+            let sdk = std::path::Path::new(sonde::plugin_kit::sdk::FOLDER);
+            let (sdk_files, own): (Vec<_>, Vec<_>) = files.into_iter().partition(|f| f.starts_with(sdk));
+            for f in own {
                 println!("  {}", f.display());
+            }
+            if !sdk_files.is_empty() {
+                println!(
+                    "  {}/ (the plugin SDK {}, {} files)",
+                    sdk.display(),
+                    sonde::plugin_kit::sdk::version(),
+                    sdk_files.len()
+                );
             }
             println!(
                 "build it (in {}): {}",
@@ -323,6 +401,10 @@ fn main() -> ExitCode {
         println!("{}", toml::to_string_pretty(&cfg).unwrap_or_default());
         println!("# configuration is valid");
         return ExitCode::SUCCESS;
+    }
+    if let Err(e) = install_carried(&cfg) {
+        eprintln!("sonde: writing the bundled plugins: {e:#}");
+        return ExitCode::FAILURE;
     }
     // Plugins are compiled by this same binary in a child process (see
     // plugin::engine). On Linux through /proc/self/exe: the running file

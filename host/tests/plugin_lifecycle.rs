@@ -91,7 +91,7 @@ fn removed_plugins_leave_no_threads_or_fds_behind() {
     let (pipeline, task) = Pipeline::start(&cfg.export, vec![]).unwrap();
     std::mem::forget(task);
     let manager: Arc<PluginManager> = PluginManager::new(&cfg, pipeline).unwrap();
-    let dir = cfg.plugins.dir.clone();
+    let dir = cfg.plugins_dir();
     let install = |name: &str| {
         let tmp = dir.join(format!(".{name}.wasm.tmp"));
         std::fs::write(&tmp, &wasm).unwrap();

@@ -41,7 +41,7 @@ fn env(tweak: impl FnOnce(&mut Config)) -> Env {
     std::mem::forget(_task);
     let manager = PluginManager::new(&cfg, pipeline.clone()).unwrap();
     Env {
-        plugins_dir: cfg.plugins.dir.clone(),
+        plugins_dir: cfg.plugins_dir(),
         sinks_dir: cfg.sinks.dir.clone(),
         _tmp: tmp,
         manager,
@@ -483,7 +483,7 @@ fn compiled_code_is_cached_on_disk() {
     let load = |data: &Path| {
         let mut cfg = Config::default();
         cfg.host.data_dir = data.to_path_buf();
-        cfg.plugins.dir = plugins.clone();
+        cfg.plugins.dir = Some(plugins.clone());
         let (p, _t) = rt.block_on(async { Pipeline::start(&cfg.export, vec![]) }).unwrap();
         std::mem::forget(_t);
         let m = PluginManager::new(&cfg, p).unwrap();

@@ -1,5 +1,5 @@
 //! `sonde plugin new` end to end, as a plugin author meets it: from an empty
-//! folder, write a plugin in each language, build it with the one command
+//! folder outside any checkout, write a plugin in each language, build it with the one command
 //! its README states, drop the `.wasm` into a running sonde's plugins
 //! directory, feed it progress events over `/api/ingest` and read its route,
 //! which answers with what the plugin counted.
@@ -114,7 +114,28 @@ fn a_new_javascript_plugin_builds_loads_and_answers() {
 #[test]
 fn a_new_rust_plugin_builds_loads_and_answers() {
     let tmp = tempfile::tempdir().unwrap();
+    assert!(
+        !tmp.path().starts_with(repo()),
+        "the plugin must be made outside the checkout"
+    );
     let dir = plugin_new(tmp.path(), "rust");
+    // It builds from the SDK the binary carries, written beside it: nothing
+    // points into a sonde checkout.
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+    assert!(manifest.contains(r#"path = "sonde-plugin-sdk""#), "{manifest}");
+    assert!(!manifest.contains(&repo().display().to_string()), "{manifest}");
+    for f in [
+        "sonde-plugin-sdk/Cargo.toml",
+        "sonde-plugin-sdk/wit/sonde-plugin.wit",
+        "Cargo.lock",
+    ] {
+        assert!(dir.join(f).is_file(), "{f} was not written");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.join("sonde-plugin-sdk/wit/sonde-plugin.wit")).unwrap(),
+        std::fs::read_to_string(repo().join("wit/sonde-plugin.wit")).unwrap(),
+        "the carried contract is not this checkout's"
+    );
     // The plugins' own target folder: the SDK and its dependencies are
     // already built there by `./dev plugins`.
     let target = repo().join("plugins/target");

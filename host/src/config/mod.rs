@@ -110,6 +110,15 @@ impl ConfigError {
 pub struct ConfigErrors(pub Vec<ConfigError>);
 
 impl Config {
+    /// The plugins directory: `plugins.dir`, or `<host.data_dir>/plugins`
+    /// when it is left out (where the binary writes the plugins it carries).
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.plugins
+            .dir
+            .clone()
+            .unwrap_or_else(|| self.host.data_dir.join("plugins"))
+    }
+
     /// Reads defaults, then `file` (if any), then the environment, then `overrides`
     /// (dotted keys with TOML values, as from `--set sampler.period_ms=50`).
     pub fn load(

@@ -10,8 +10,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginsConfig {
-    /// The plugins directory: every `*.wasm` file in it is a plugin.
-    pub dir: PathBuf,
+    /// The plugins directory: every `*.wasm` file in it is a plugin. Left
+    /// out: `<host.data_dir>/plugins`, where the `sonde` binary writes the
+    /// plugins it carries at every start (`plugin/bundled.rs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
     /// Load, reload and unload plugins as files appear, change and disappear.
     pub watch: bool,
     /// Linear-memory cap per plugin.
@@ -33,7 +36,7 @@ pub struct PluginsConfig {
 impl Default for PluginsConfig {
     fn default() -> Self {
         Self {
-            dir: PathBuf::from("sonde-data/plugins"),
+            dir: None,
             watch: true,
             memory_limit_mb: 64,
             call_timeout_ms: 100,

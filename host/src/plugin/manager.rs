@@ -87,7 +87,7 @@ impl PluginManager {
         if restored > 0 {
             tracing::info!(restored, "findings of earlier runs restored");
         }
-        let dir = cfg.plugins.dir.clone();
+        let dir = cfg.plugins_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("creating the plugins directory {}", dir.display()))?;
         Ok(Arc::new(Self {
             shared: Shared {

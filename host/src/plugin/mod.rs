@@ -1,5 +1,6 @@
 //! plugin/: the Wasm plugin runtime.
 //!
+//! - `bundled`:  the plugins the binary carries, written into a plugins directory
 //! - `config`:   `[plugins]` and `[plugin.<name>]` settings, grants, plugin names
 //! - `engine`:   the wasmtime engine, compile cache, contract check
 //! - `deadline`: the clock of call deadlines (advances the epoch only when a call is late)
@@ -25,6 +26,7 @@
 
 pub mod beat;
 pub mod bindings;
+pub mod bundled;
 pub mod clock;
 pub mod config;
 pub mod deadline;

@@ -3,6 +3,7 @@
 //! job and exits.
 //!
 //! - `new`:    `sonde plugin new NAME --lang rust|python|js` writes a plugin from `templates/`
+//! - `sdk`:    the Rust SDK this binary carries, written beside a new Rust plugin
 //! - `record`: `sonde record --seconds N` asks a running sonde for `GET /api/record` and saves it
 //! - `replay`: `sonde plugin test FILE.wasm --events RECORDING` runs a recording through a
 //!   plugin in the host's own runtime (`crate::plugin`: engine, sandbox, limits) on the
@@ -25,5 +26,6 @@ mod new;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod sdk;
 
-pub use new::{Lang, NewPlugin, build_command, check_name, default_sdk, write};
+pub use new::{Lang, NewPlugin, build_command, check_name, write};

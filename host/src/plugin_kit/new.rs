@@ -5,11 +5,12 @@
 //! that states the one command building its `.wasm`.
 //!
 //! Each plugin gets a copy of the contract (`wit/sonde-plugin.wit`) that the
-//! Python and JavaScript toolchains build against, so the folder builds on
-//! its own.
+//! Python and JavaScript toolchains build against, and a Rust plugin a copy of
+//! the SDK that holds it (`sdk.rs`), so the folder builds on its own, with no
+//! sonde checkout anywhere.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The contract, as this sonde speaks it.
 const CONTRACT: &str = include_str!("../../../wit/sonde-plugin.wit");
@@ -77,15 +78,9 @@ pub struct NewPlugin {
     pub lang: Lang,
     /// The folder to create; it must not exist yet.
     pub dir: PathBuf,
-    /// The SDK a Rust plugin depends on by path (`plugins/sdk` of a sonde checkout).
+    /// The SDK a Rust plugin depends on by path (`plugins/sdk` of a sonde
+    /// checkout); none: the copy this binary carries, written into the plugin.
     pub sdk: Option<PathBuf>,
-}
-
-/// The SDK of the checkout this binary was built from, when it is still there.
-pub fn default_sdk() -> Option<PathBuf> {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/sdk"))
-        .canonicalize()
-        .ok()
 }
 
 /// A plugin name sonde can load: `[a-z][a-z0-9_-]*`, at most 64 bytes (it
@@ -115,10 +110,7 @@ pub fn write(p: &NewPlugin) -> Result<Vec<PathBuf>, String> {
             .map_err(|e| format!("--sdk {}: {e}", s.display()))?
             .display()
             .to_string(),
-        (Lang::Rust, None) => default_sdk()
-            .ok_or("the SDK of the checkout this sonde was built from is gone; name one with --sdk PATH/plugins/sdk")?
-            .display()
-            .to_string(),
+        (Lang::Rust, None) => super::sdk::FOLDER.to_string(),
         _ => String::new(),
     };
     let fill = |t: &str| {
@@ -137,7 +129,11 @@ pub fn write(p: &NewPlugin) -> Result<Vec<PathBuf>, String> {
         }
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    Ok(files.into_iter().map(|(rel, _)| rel).collect())
+    let mut written: Vec<PathBuf> = files.into_iter().map(|(rel, _)| rel).collect();
+    if p.lang == Lang::Rust && p.sdk.is_none() {
+        written.extend(super::sdk::write_beside(&p.dir)?);
+    }
+    Ok(written)
 }
 
 /// The command that builds the plugin's `.wasm`, as its README states it.
@@ -152,6 +148,7 @@ pub fn build_command(lang: Lang, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn names_that_cannot_be_a_file_or_a_route_are_refused() {
@@ -175,7 +172,7 @@ mod tests {
                 sdk: Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk")),
             };
             let files = write(&p).unwrap();
-            for f in &files {
+            for f in files.iter().filter(|f| !f.starts_with(super::super::sdk::FOLDER)) {
                 let text = std::fs::read_to_string(dir.join(f)).unwrap();
                 assert!(!text.contains("{{"), "{lang} {}: a placeholder is left", f.display());
             }
@@ -184,6 +181,37 @@ mod tests {
             assert!(readme.contains("/api/plugins/my-demo/hello"), "{lang}");
             // A second run never overwrites a plugin.
             assert!(write(&p).unwrap_err().contains("already exists"));
+        }
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_rust_plugin_without_sdk_gets_the_carried_copy_beside_it() {
+        let tmp = std::env::temp_dir().join(format!("sonde-kit-sdk-{}", std::process::id()));
+        let p = NewPlugin {
+            name: "demo".into(),
+            lang: Lang::Rust,
+            dir: tmp.join("demo"),
+            sdk: None,
+        };
+        let files = write(&p).unwrap();
+        let manifest = std::fs::read_to_string(p.dir.join("Cargo.toml")).unwrap();
+        assert!(
+            manifest.contains(r#"sonde-plugin-sdk = { path = "sonde-plugin-sdk" }"#),
+            "{manifest}"
+        );
+        assert!(
+            !manifest.contains(env!("CARGO_MANIFEST_DIR")),
+            "a path into this checkout: {manifest}"
+        );
+        for f in [
+            "sonde-plugin-sdk/Cargo.toml",
+            "sonde-plugin-sdk/src/lib.rs",
+            "sonde-plugin-sdk/wit/sonde-plugin.wit",
+            "Cargo.lock",
+        ] {
+            assert!(files.contains(&PathBuf::from(f)), "{f} not listed: {files:?}");
+            assert!(p.dir.join(f).is_file(), "{f} not written");
         }
         std::fs::remove_dir_all(&tmp).unwrap();
     }

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //!  config.rs    ServerTls (ingest.tls, api.tls), ClientTls (export.tls): plain settings
-//!  load.rs      PEM files → rustls ServerConfig / ClientConfig; errors name the config key
+//!  pem.rs       PEM files → certificates, keys, CA stores; errors name the config key
+//!  reload.rs    ReloadingCert: a certificate and key read again when their files change
+//!  load.rs      the settings → rustls ServerConfig / ClientConfig (through the two above)
 //!  listener.rs  TlsListener: TCP accept, handshakes in their own tasks, refusals counted
 //! ```
 //! Who uses it: the OTLP receivers and the API listener serve through
@@ -12,17 +14,23 @@
 //! to `https://` endpoints. `crate::config` loads every configured file once
 //! at startup, so a bad path or PEM stops the host before anything listens.
 //!
-//! Limits: certificates are read at startup (and when `export` is changed
-//! through the API); a renewed certificate needs a restart. There is no
-//! revocation checking (CRLs, OCSP). Depends on nothing else in the crate.
+//! Certificates and keys (of the listeners, and a sender's client
+//! certificate) are read again when their files change, so a renewed
+//! certificate needs no restart (`reload.rs`). Limits: a CA file (`client_ca`,
+//! `ca`) is read at startup (and when `export` is changed through the API)
+//! only; there is no revocation checking (CRLs, OCSP). Depends on nothing
+//! else in the crate.
 
 pub mod config;
 pub mod listener;
 pub mod load;
+pub mod pem;
+pub mod reload;
 
 pub use config::{ClientTls, ServerTls};
 pub use listener::TlsListener;
-pub use load::{TlsError, client_config, server_config, unused_client_config};
+pub use load::{client_config, server_config, unused_client_config};
+pub use pem::TlsError;
 
 #[cfg(test)]
 mod tests;

@@ -301,12 +301,12 @@ async fn tls_the_api_listener_serves_https_and_refuses_plain_http() {
     let p = Pki::make(dir.path());
     let mut cfg = Config::default();
     cfg.host.data_dir = dir.path().join("data");
-    cfg.plugins.dir = dir.path().join("plugins");
+    cfg.plugins.dir = Some(dir.path().join("plugins"));
     cfg.plugins.watch = false;
     cfg.sinks.dir = dir.path().join("sinks");
     cfg.api.listen = "127.0.0.1:0".into();
     cfg.api.tls = Some(server(&p, false));
-    std::fs::create_dir_all(&cfg.plugins.dir).unwrap();
+    std::fs::create_dir_all(cfg.plugins_dir()).unwrap();
     let opts = crate::run::HostOptions { api: true, otlp: false };
     let host = crate::run::Host::start(cfg, opts).await.unwrap();
     let addr = host.api_addr.unwrap();
@@ -347,4 +347,102 @@ async fn tls_the_api_listener_serves_https_and_refuses_plain_http() {
     }
     assert_eq!(host.hub.stats().tls_refused, 1);
     host.shutdown(false).await;
+}
+
+/// The certificate a TLS server on `port` presents (trusting `cas`).
+async fn presented(port: u16, cas: &[&std::path::Path]) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(c.unwrap()).unwrap();
+        }
+    }
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn der(pem: &std::path::Path) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::from_pem_file(pem).unwrap().to_vec()
+}
+
+/// Replaces `dst` the way a renewal does: a new file renamed over the old one.
+fn swap_in(src: &std::path::Path, dst: &std::path::Path) {
+    let tmp = dst.with_extension("new");
+    std::fs::copy(src, &tmp).unwrap();
+    std::fs::rename(&tmp, dst).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_a_renewed_certificate_is_served_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let (old, new) = (Pki::make(&a), Pki::make(&b));
+    let live = ServerTls {
+        cert: dir.path().join("tls.crt"),
+        key: dir.path().join("tls.key"),
+        client_ca: None,
+    };
+    swap_in(&old.server_cert, &live.cert);
+    swap_in(&old.server_key, &live.key);
+
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let listener = TlsListener::new(
+        tcp,
+        server_config(&live, "ingest.tls").unwrap(),
+        refused.clone(),
+        "test",
+    )
+    .unwrap();
+    let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let cas = [old.ca.as_path(), new.ca.as_path()];
+    assert_eq!(presented(port, &cas).await, der(&old.server_cert));
+
+    // Renewed: the certificate first, then its key, as two separate writes.
+    swap_in(&new.server_cert, &live.cert);
+    tokio::time::sleep(reload::CHECK_EVERY + std::time::Duration::from_millis(100)).await;
+    // Caught between the two writes the pair does not match: the old one is still served.
+    assert_eq!(presented(port, &cas).await, der(&old.server_cert));
+    swap_in(&new.server_key, &live.key);
+    tokio::time::sleep(reload::CHECK_EVERY + std::time::Duration::from_millis(100)).await;
+    assert_eq!(presented(port, &cas).await, der(&new.server_cert));
+
+    // A broken file keeps the last good pair in use.
+    std::fs::write(&live.key, "-----BEGIN PRIVATE KEY-----\ncut short").unwrap();
+    tokio::time::sleep(reload::CHECK_EVERY + std::time::Duration::from_millis(100)).await;
+    assert_eq!(presented(port, &cas).await, der(&new.server_cert));
+    assert_eq!(refused.load(Relaxed), 0);
+}
+
+#[test]
+fn tls_a_renewed_client_certificate_is_presented_without_a_restart() {
+    use rustls::client::ResolvesClientCert;
+    let dir = tempfile::tempdir().unwrap();
+    let p = Pki::make(dir.path());
+    let (cert, key) = (dir.path().join("agent.crt"), dir.path().join("agent.key"));
+    swap_in(&p.client_cert, &cert);
+    swap_in(&p.client_key, &key);
+    let r = reload::ReloadingCert::load(&cert, &key, "export.tls").unwrap();
+    let first = |r: &reload::ReloadingCert| r.resolve(&[], &[]).unwrap().cert[0].to_vec();
+    assert_eq!(first(&r), der(&p.client_cert));
+    swap_in(&p.stranger_cert, &cert);
+    swap_in(&p.stranger_key, &key);
+    std::thread::sleep(reload::CHECK_EVERY + std::time::Duration::from_millis(100));
+    assert_eq!(first(&r), der(&p.stranger_cert));
 }

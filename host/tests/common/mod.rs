@@ -26,7 +26,7 @@ pub fn config_in(tmp: &Path) -> Config {
     std::os::unix::fs::symlink(&shared_cache, data.join("cache")).unwrap();
     let mut cfg = Config::default();
     cfg.host.data_dir = data;
-    cfg.plugins.dir = tmp.join("plugins");
+    cfg.plugins.dir = Some(tmp.join("plugins"));
     cfg.sinks.dir = tmp.join("sinks");
     std::fs::create_dir_all(&cfg.sinks.dir).unwrap();
     cfg

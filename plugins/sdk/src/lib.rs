@@ -34,8 +34,9 @@
 //! native build they panic with `unreachable`.
 
 wit_bindgen::generate!({
-    // Relative to this crate's Cargo.toml: the repository's wit/.
-    path: "../../wit",
+    // Relative to this crate's Cargo.toml: the contract inside the package
+    // (in a checkout, a link to the repository's wit/sonde-plugin.wit).
+    path: "wit",
     world: "plugin",
     // The plugin crate, not this one, expands `export!`, so it must be public
     // and find the generated types through this crate's name.
