@@ -174,7 +174,11 @@ fn the_job_view_shows_the_plugins_culprit_only_for_its_job_and_keeps_it_across_a
     let batch = &view["steps"][0]["ranks"][0];
     assert!(batch.get("slowest_rank").is_none() && view["steps"][0].get("slowest_rank").is_none());
     assert!((batch["total_s"].as_f64().unwrap() - 0.110).abs() < 1e-9, "{batch}");
-    assert_eq!(batch["span"], json!(["train_batch"]));
+    assert_eq!(
+        batch["span"],
+        json!({"train_batch": 0.105}),
+        "the step span, not a phase"
+    );
     let (code, body) = sonde.get("/api/decisions?job=ddp-b");
     assert_eq!(code, 200);
     let b: Value = serde_json::from_str(&body).unwrap();

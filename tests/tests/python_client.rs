@@ -55,10 +55,13 @@ fn steps(view: &Value) -> Steps {
     let mut out = Steps::new();
     for s in view["steps"].as_array().into_iter().flatten() {
         for r in s["ranks"].as_array().unwrap() {
+            // Every timing that arrived: the phases, and the step span that
+            // encloses them (listed apart, so phases add up to the step).
             let phases = r["phases"]
                 .as_object()
                 .unwrap()
                 .iter()
+                .chain(r["span"].as_object().into_iter().flatten())
                 .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
                 .collect();
             out.insert(

@@ -65,7 +65,9 @@ export async function showTimings() {
     return;
   }
   document.getElementById('timings-empty').hidden = true;
-  // Mean duration per (phase, batch index) over the ranks that timed it.
+  // Every timing, the step span that encloses the phases (listed apart in
+  // the API) among them: mean duration per (timing, batch index) over ranks.
+  for (const s of steps) for (const k of s.ranks) k.phases = { ...k.phases, ...(k.span || {}) };
   const seen = new Set(steps.flatMap((s) => s.ranks.flatMap((k) => Object.keys(k.phases))));
   const names = (r.json.phase_order || []).filter((p) => seen.has(p));
   for (const p of [...seen].sort()) if (!names.includes(p)) names.push(p);

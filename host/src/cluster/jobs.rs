@@ -143,9 +143,9 @@ pub struct RankStep {
     pub phases: BTreeMap<String, f64>,
     /// When each phase first started in this batch, ns since the epoch.
     pub phase_start_ns: BTreeMap<String, u64>,
-    /// The timings that enclose the others of the batch (the step span of
-    /// nested phases): the step itself, not a part of it.
-    pub span: Vec<String>,
+    /// The timings that enclose others of the batch (the step span of
+    /// nested phases), in seconds: the step itself, not a part of it.
+    pub span: BTreeMap<String, f64>,
 }
 
 /// One batch index across ranks.
@@ -251,7 +251,12 @@ impl JobRegistry {
                             total_s: s.end.saturating_sub(s.start) as f64 / 1e9,
                             phases: parts.clone().map(|(n, d, ..)| (n.clone(), *d as f64 / 1e9)).collect(),
                             phase_start_ns: parts.map(|(n, _, first, _)| (n.clone(), *first)).collect(),
-                            span: span.into_iter().map(str::to_string).collect(),
+                            span: s
+                                .phases
+                                .iter()
+                                .filter(|(n, ..)| span.contains(&n.as_str()))
+                                .map(|(n, d, ..)| (n.clone(), *d as f64 / 1e9))
+                                .collect(),
                         })
                     })
                     .collect();
@@ -512,15 +517,19 @@ mod tests {
             report("beside", "n1", 0, &beside),
             report("mixed", "n1", 0, &mixed),
         ]);
-        for (job, span, parts) in [
-            ("nested", vec!["train_batch"], 3),
-            ("beside", vec![], 2),
-            ("mixed", vec!["train_batch"], 3),
+        for (job, span, parts, span_s) in [
+            ("nested", vec!["train_batch"], 3, 0.5),
+            ("beside", vec![], 2, 0.0),
+            ("mixed", vec!["train_batch"], 3, 0.4),
         ] {
             let v = reg.view(job, 10).unwrap();
             let r = &v.steps[0].ranks[0];
             assert_eq!(r.total_s, 0.5, "{job}");
-            assert_eq!(r.span, span, "{job}");
+            assert_eq!(r.span.keys().collect::<Vec<_>>(), span, "{job}");
+            assert!(
+                r.span.values().all(|&d| d == span_s),
+                "{job}: the step span's own length"
+            );
             assert_eq!(r.phases.len(), parts, "{job}");
             let sum: f64 = r.phases.values().sum();
             assert!((sum - 0.5).abs() < 1e-9, "{job}: phases add up to the step, {sum}");
