@@ -115,6 +115,9 @@ test:
     # use the CPUs; the python stage waits for them
     frameworks_log="$(mktemp)"; trap 'rm -f "$log" "$times" "$frameworks_log"' EXIT
     "$just" python-frameworks >"$frameworks_log" 2>&1 & frameworks=$!
+    # the same for the manifest checkers (checkov: minutes of pip on a fresh machine); the manifests stage waits for them
+    checkers_log="$(mktemp)"; trap 'rm -f "$log" "$times" "$frameworks_log" "$checkers_log"' EXIT
+    "$just" manifest-checkers >"$checkers_log" 2>&1 & checkers=$!
     stage plugins "$just" plugins && stage mpi-probe "$just" mpi-probe && stage fake-nvml "$just" fake-nvml && stage web "$just" web \
       && stage build cargo test --workspace --no-run \
       || { report; exit 1; }
@@ -122,12 +125,17 @@ test:
     # tests), with the same dependency features as the tests, so no separate `cargo build` compiles sonde a second time
     # The fuzz targets' build (the host again, with coverage instrumentation: the longest compile of the run) goes on
     # at the lowest CPU priority while the tests below run, taking only what they leave idle; the fuzz stage waits for it
-    fuzz_build_log="$(mktemp)"; trap 'rm -f "$log" "$times" "$frameworks_log" "$fuzz_build_log"' EXIT
+    fuzz_build_log="$(mktemp)"; trap 'rm -f "$log" "$times" "$frameworks_log" "$checkers_log" "$fuzz_build_log"' EXIT
     nice -n 19 "$just" fuzz-build >"$fuzz_build_log" 2>&1 & fuzz_build=$!
     # --no-fail-fast: one failing suite must not hide whether the suites after it pass
     stage "cargo tests" cargo test --workspace --no-fail-fast
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
-    stage manifests "$just" manifests
+    wait "$checkers"; checkers_rc=$?
+    manifest_checks() {
+        [ "$checkers_rc" = 0 ] || { cat "$checkers_log"; echo "installing the manifest checkers failed"; return 1; }
+        "$just" manifests
+    }
+    stage manifests manifest_checks
     stage "browser tests" browser_tests
     # (waited for here: a stage runs in a subshell, which cannot wait for its parent's job)
     wait "$frameworks"; frameworks_rc=$?
@@ -285,10 +293,13 @@ check: web-deps
     cd web && npx --no-install eslint .
     [ ! -f scripts/check_layers.py ] || python3 scripts/check_layers.py
 
-# validate deploy/kubernetes/ without a cluster: rendered by `kubectl kustomize`, every object checked by kubernetes-validate --strict, checkov's policies (what is skipped says why beside it); the checkers live in target/manifests-venv
-manifests:
+# what `manifests` runs: Debian's kubectl (for `kubectl kustomize`) when missing, and kubernetes-validate and checkov in target/manifests-venv (installed again only when their pins change; several minutes the first time)
+manifest-checkers:
     command -v kubectl >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends kubectl; }
     [ "$(cat target/manifests-venv/.pins 2>/dev/null)" = "{{manifest_checkers}}" ] || { rm -rf target/manifests-venv && python3 -m venv target/manifests-venv && target/manifests-venv/bin/pip install --quiet --disable-pip-version-check {{manifest_checkers}} && echo "{{manifest_checkers}}" >target/manifests-venv/.pins; }
+
+# validate deploy/kubernetes/ without a cluster: rendered by `kubectl kustomize`, every object checked by kubernetes-validate --strict, checkov's policies (what is skipped says why beside it)
+manifests: manifest-checkers
     PATH="$PWD/target/manifests-venv/bin:$PATH" bash deploy/kubernetes/check.sh
 
 # the same as `check`

@@ -47,8 +47,13 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Streamed through a small buffer: reading whole components into the heap
+/// at every start left megabytes freed but kept by malloc.
 fn file_sha(path: &Path) -> Option<String> {
-    std::fs::read(path).ok().map(|b| sha256(&b))
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher).ok()?;
+    Some(hex::encode(hasher.finalize()))
 }
 
 /// Writes through a dot file then a rename: a watching host never loads half a file.
