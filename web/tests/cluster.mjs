@@ -32,7 +32,10 @@ const start = (name) => startSonde({
 
 await suite({
   name: 'cluster',
-  args: ['--role', 'master', '--set', `ingest.otlp_grpc_listen="127.0.0.1:${grpc}"`, '--set', 'cluster.node_timeout_ms=2500', '--set', 'host.name="the-master"'],
+  // The diagnosis plugin runs on the master, where it sees every rank.
+  plugins: [['bundled/bottleneck.wasm', 'bottleneck']],
+  args: ['--role', 'master', '--set', `ingest.otlp_grpc_listen="127.0.0.1:${grpc}"`, '--set', 'cluster.node_timeout_ms=2500', '--set', 'host.name="the-master"',
+    '--set', 'plugin.bottleneck.settings={lag_ms=300}'],
 }, [
   ['the Nodes view lists every agent as up, with its version and clock skew', async ({ page, url }) => {
     agents['node-1'] = await agent('node-1');
@@ -61,6 +64,11 @@ await suite({
     for (const n of ['node-1', 'node-2']) {
       await until(`CPU of ${n}`, async () => (await page.locator(`.chart[data-title="CPU · ${n}"] canvas`).count()) === 1, 20000);
     }
+    // The master's diagnosis names rank 1 on node-2, the rank fed 15 ms longer in 24 of 30 batches.
+    const said = page.locator('#diagnosis .diagnosis-sentence');
+    await until('the diagnosis', async () => (await said.count()) === 1, 30000);
+    const text = await said.innerText();
+    if (!/^Rank 1 \(node node-2\) holds the job back/.test(text)) throw new Error(`diagnosis: ${text}`);
     await page.waitForTimeout(1000);
     await expectCharts(page, { min: 6 });
     await shot(page, 'job-cluster');
