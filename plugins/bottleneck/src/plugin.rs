@@ -411,8 +411,8 @@ impl Bottleneck {
             for (&r, rank) in &mut job.ranks {
                 let node = node_of(&self.agents, &self.agent_nodes, &self.node, &rank.node);
                 for step in rank.due(now, lag) {
-                    let e = rank.evidence(&step, node);
                     let (start_ns, end_ns) = rank.iteration(&step);
+                    let e = rank.evidence((start_ns, end_ns), node);
                     let (v, reason) = judge(&e, s);
                     rank.remember(&e, s);
                     self.counters.steps_judged += 1;

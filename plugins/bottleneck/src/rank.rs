@@ -475,10 +475,10 @@ impl Rank {
         (start, end)
     }
 
-    /// The step's evidence over its iteration ([`Rank::iteration`]): its
-    /// phases, the process's CPU, MPI, and the node.
-    pub fn evidence(&self, step: &Step, node: &NodeSamples) -> Evidence {
-        let (start, end) = self.iteration(step);
+    /// A step's evidence over its iteration (`span`, from
+    /// [`Rank::iteration`]): its phases, the process's CPU, MPI, and the node.
+    pub fn evidence(&self, span: (u64, u64), node: &NodeSamples) -> Evidence {
+        let (start, end) = span;
         let end = end.max(start + 1);
         let wall = (end - start) as f64 / 1e9;
         let [input, comm, compute_named, named] = inside(&self.phases, self.longest_phase, start, end);
@@ -631,7 +631,7 @@ mod tests {
         r.step(0, 100 * MS, 7);
         let step = r.due(10_000 * MS, 0)[0];
         assert_eq!(step.batch, 7);
-        let e = r.evidence(&step, &NodeSamples::new(1e6));
+        let e = r.evidence(r.iteration(&step), &NodeSamples::new(1e6));
         assert!((e.input_share - 0.3).abs() < 1e-9, "{e:?}");
         assert!((e.compute_share - 0.5).abs() < 1e-9, "{e:?}");
         assert!((e.other_share - 0.2).abs() < 1e-9, "{e:?}");
@@ -648,7 +648,7 @@ mod tests {
         let judge = |r: &mut Rank, batch: i64| {
             let steps = r.due(u64::MAX, 0);
             let step = steps.iter().find(|st| st.batch == batch).copied().expect("the step");
-            (r.iteration(&step), r.evidence(&step, &node))
+            (r.iteration(&step), r.evidence(r.iteration(&step), &node))
         };
         let base = 1_000 * MS;
         // StepClock / Determined: the dataloader beside the step, same index.
@@ -702,7 +702,7 @@ mod tests {
                 end: b as u64 * 100 * MS + 90 * MS
             })
         );
-        let e = r.evidence(&due[1], &NodeSamples::new(1e6));
+        let e = r.evidence(r.iteration(&due[1]), &NodeSamples::new(1e6));
         assert!(e.compute_named && (e.compute_share - 1.0).abs() < 1e-9, "{e:?}");
         // The next epoch's batch 0, a minute later, is a step of its own.
         r.phase(fwd, 60_000 * MS, 60_050 * MS, 0);
