@@ -38,7 +38,7 @@ export function model(job) {
   const total = new Float32Array(nB * nR).fill(NaN);
   const start = new Float64Array(nB * nR);
   // The rank the diagnosis names, per batch (-1: none); see markCulprit.
-  const slowest = new Int32Array(nB).fill(-1);
+  const named = new Int32Array(nB).fill(-1);
   for (let b = 0; b < nB; b++) {
     const s = steps[b];
     batch[b] = s.batch;
@@ -85,14 +85,14 @@ export function model(job) {
       cumN[(b + 1) * nR + r] = cumN[b * nR + r] + (ok ? 1 : 0);
     }
   }
-  return { rankIds, phases, nB, nR, nP, batch, dur, total, start, slowest, stats, phaseSum, count, maxTotal, cumT, cumN };
+  return { rankIds, phases, nB, nR, nP, batch, dur, total, start, named, stats, phaseSum, count, maxTotal, cumT, cumN };
 }
 
 // Marks `rank` (a rank id) as the culprit in the batches whose step starts
 // within [fromNs, toNs] (the diagnosis finding's time range; all batches
 // without one). Returns how many batches were marked.
 export function markCulprit(m, rank, fromNs, toNs) {
-  m.slowest.fill(-1);
+  m.named.fill(-1);
   const ri = m.rankIds.indexOf(rank);
   if (ri < 0 || m.nR < 2) return 0;
   let n = 0;
@@ -100,7 +100,7 @@ export function markCulprit(m, rank, fromNs, toNs) {
     const t = m.start[b * m.nR + ri];
     if (Number.isNaN(m.total[b * m.nR + ri])) continue;
     if (fromNs != null && (t < fromNs || t > toNs)) continue;
-    m.slowest[b] = ri;
+    m.named[b] = ri;
     n++;
   }
   return n;
@@ -311,7 +311,7 @@ export class StepChart extends CanvasChart {
             g.fillRect(x, y(acc + d), Math.max(1, sub - 1), y(acc) - y(acc + d));
             acc += d;
           }
-          if (m.slowest[b] === r && m.nR > 1) {
+          if (m.named[b] === r && m.nR > 1) {
             g.strokeStyle = HIGHLIGHT;
             g.lineWidth = 2;
             g.strokeRect(x, y(acc), Math.max(1, sub - 1), bottom - y(acc));
@@ -386,7 +386,7 @@ export class StepChart extends CanvasChart {
       const t = m.total[b * m.nR + r];
       if (Number.isNaN(t)) continue;
       const parts = m.phases.map((p, k) => `${p} ${secs(m.dur[(b * m.nR + r) * m.nP + k])}`).join(', ');
-      rows.push(`${m.slowest[b] === r && m.nR > 1 ? '▼ ' : ''}rank ${m.rankIds[r]}: ${secs(t)} (${parts})`);
+      rows.push(`${m.named[b] === r && m.nR > 1 ? '▼ ' : ''}rank ${m.rankIds[r]}: ${secs(t)} (${parts})`);
     }
     this.tip.textContent = `batch ${m.batch[b]}\n${rows.join('\n')}`;
     this.tip.hidden = false;
@@ -483,7 +483,7 @@ export class StragglerStrip extends CanvasChart {
     const ri = Math.floor((e.clientY - r.top - 4) / this.row);
     if (b < 0 || b >= m.nB || ri < 0 || ri >= m.nR) { this.tip.hidden = true; return; }
     const t = m.total[b * m.nR + ri];
-    this.tip.textContent = `rank ${m.rankIds[ri]}, batch ${m.batch[b]}: ${Number.isNaN(t) ? 'no step' : secs(t)}${m.slowest[b] === ri ? ' (the diagnosis names it)' : ''}`;
+    this.tip.textContent = `rank ${m.rankIds[ri]}, batch ${m.batch[b]}: ${Number.isNaN(t) ? 'no step' : secs(t)}${m.named[b] === ri ? ' (the diagnosis names it)' : ''}`;
     this.tip.hidden = false;
     this.tip.style.left = `${Math.min(e.clientX - r.left + 12, this.width - 260)}px`;
     this.tip.style.top = `${e.clientY - r.top + 12}px`;
