@@ -5,7 +5,7 @@
 // nodes' system metrics, the plugin panels that apply to its kinds, and a
 // Perfetto export. The page paints from the last 500 batches first, then
 // loads the rest.
-import { get, call, el } from './api.js';
+import { get, el } from './api.js';
 import { TimeChart } from './live.js';
 import { href, setParams } from './router.js';
 import { model, markCulprit, BatchView, StepChart, StragglerStrip, PHASE_COLORS, ramp } from './steps.js';
@@ -13,17 +13,8 @@ import { diagnosis, culpritRank } from './findings.js';
 import { chromeTrace, download } from './trace.js';
 import { nodeMatch, NODE_CHARTS, LOCAL } from './nodes.js';
 import { decisionList } from './decisions.js';
-import { custom } from './panels/index.js';
+import { fetchPanel, drawPanel } from './panel.js';
 
-// Which plugins' views apply to the host's own kinds of job; a kind that is
-// an event table's name brings the panels of the plugins that declare or read
-// it (`pluginsFor`).
-const KIND_PLUGINS = { training: ['bottleneck', 'dlrover'], paramserver: ['paramserver'] };
-
-function pluginsFor(app, kinds) {
-  const byTable = Object.entries(app.pluginTables || {}).filter(([, tables]) => tables.some((t) => kinds.includes(t))).map(([p]) => p);
-  return [...new Set([...kinds.flatMap((k) => KIND_PLUGINS[k] || []), ...byTable])];
-}
 const FIRST_BATCHES = 500;
 const ALL_BATCHES = 36000; // an hour of 100 ms steps, the host's default per rank; ?batches=N in the URL asks for another number
 
@@ -189,9 +180,6 @@ export class JobPage {
     exportBtn.addEventListener('click', () => download(`${this.name}.trace.json`, JSON.stringify(chromeTrace(this.job))));
     const zoom = (f) => el('button', { type: 'button', onclick: () => this.view && (f ? this.view.zoom(f) : this.view.set(0, this.view.n)) }, f ? (f < 1 ? 'zoom in' : 'zoom out') : 'all batches');
     const pan = (d, t) => el('button', { type: 'button', 'aria-label': t, onclick: () => this.view && this.view.pan(d) }, d < 0 ? '◀' : '▶');
-    this.folded = job.kinds.includes('mpi_samples') && this.app.plugins.includes('mpi')
-      ? el('a', { class: 'button', id: 'export-folded', href: `/api/plugins/mpi/folded?job=${encodeURIComponent(this.name)}`, download: `${this.name}.folded` }, 'Download MPI folded stacks')
-      : null;
     this.ranksBox = el('div', { class: 'ranks' });
     this.legend = el('div', { class: 'legend' });
     this.stepBox = el('div', { class: 'step-box' });
@@ -207,7 +195,7 @@ export class JobPage {
       el('h2', {}, `Job ${job.job}`),
       this.diag,
       this.head,
-      el('div', { class: 'toolbar' }, el('label', {}, 'rank ', this.rankSel), zoom(0.5), zoom(2), pan(-0.25, 'earlier batches'), pan(0.25, 'later batches'), zoom(0), exportBtn, this.folded),
+      el('div', { class: 'toolbar' }, el('label', {}, 'rank ', this.rankSel), zoom(0.5), zoom(2), pan(-0.25, 'earlier batches'), pan(0.25, 'later batches'), zoom(0), exportBtn),
       el('h3', {}, 'Ranks'), this.ranksBox,
       el('h3', {}, 'Step time per batch, every rank, stacked by phase'),
       el('p', { class: 'muted' }, 'Each batch shows one bar per rank. Wheel or +/− to zoom, drag or arrow keys to pan, 0 for all batches; hover for the numbers.'),
@@ -272,31 +260,40 @@ export class JobPage {
     }
   }
 
+  // Every loaded plugin is asked for its view of this job; one that has
+  // none answers 404 and draws nothing (the page names no plugin itself).
   async panels() {
+    // One round at a time: two overlapping rounds would both add a plugin's section.
+    if (this.panelsBusy) return;
+    this.panelsBusy = true;
+    try { await this.panelRound(); } finally { this.panelsBusy = false; }
+  }
+
+  async panelRound() {
     const app = this.app;
-    const want = pluginsFor(app, this.job.kinds).filter((p) => app.plugins.includes(p));
-    if (!want.length) {
-      if (!this.pluginBox.querySelector('.muted')) {
-        const could = this.job.kinds.flatMap((k) => KIND_PLUGINS[k] || []);
-        this.pluginBox.replaceChildren(el('p', { class: 'muted' }, `No plugin view applies: this job is ${this.job.kinds.join(', ')}; load ${[...new Set(could)].join(' or ') || 'a plugin that declares its tables'} to see one.`));
+    this.panelParams ||= {};
+    let shown = 0;
+    for (const name of app.plugins) {
+      let p = this.pluginBox.querySelector(`[data-job-panel="${CSS.escape(name)}"]`);
+      let spec;
+      try {
+        spec = await fetchPanel(name, { ...(this.panelParams[name] || {}), job: this.name });
+      } catch (e) {
+        spec = { title: name, controls: [], items: [{ kind: 'text', id: 'error', tone: 'error', text: `panel failed: ${e.message || e}` }] };
       }
-      return;
-    }
-    for (const name of want) {
-      let p = this.pluginBox.querySelector(`[data-job-panel="${name}"]`);
+      if (!spec) { p?.remove(); continue; }
+      shown += 1;
       if (!p) {
-        p = el('section', { class: 'panel', 'data-job-panel': name }, el('h4', {}, el('a', { href: href('plugins', name) }, name)),
+        p = el('section', { class: 'panel', 'data-job-panel': name }, el('h4', {}, el('a', { href: href('plugins', name) }, spec.title || name)),
           el('div', { class: 'custom-panel' }), el('div', { class: 'decisions' }));
         this.pluginBox.append(p);
       }
-      try {
-        if (custom[name]) await custom[name].render(p.querySelector('.custom-panel'), { name, get, call, el, feed: app.feed, TimeChart, job: this.name });
-      } catch (e) {
-        p.querySelector('.custom-panel').replaceChildren(el('p', { class: 'error' }, `panel failed: ${e}`));
-      }
+      drawPanel(p.querySelector('.custom-panel'), spec, { name, hide: ['job'], onControl: (k, v) => { (this.panelParams[name] ||= {})[k] = v; this.panels(); } });
       // This job's decisions only: another job's findings never show here.
       const d = await get(`/api/decisions?plugin=${encodeURIComponent(name)}&job=${encodeURIComponent(this.name)}`);
       p.querySelector('.decisions').replaceChildren(decisionList((d.json && d.json.decisions) || [], 10));
     }
+    this.pluginBox.querySelector(':scope > p.muted')?.remove();
+    if (!shown) this.pluginBox.append(el('p', { class: 'muted' }, 'No loaded plugin has a view of this job.'));
   }
 }

@@ -23,10 +23,11 @@ const app = { feed, role: 'standalone', localName: 'local', version: '', plugins
 window.sondeApp = app;
 
 const attr = (m, k) => (m.attributes[k] === undefined ? '' : String(m.attributes[k]));
-// The System view is this sonde's own machine: series without a host.name.
-const sys = (name) => (m) => m.plugin === 'sysmetrics' && m.name === name && m.attributes['host.name'] === undefined;
+// The System view is this sonde's own machine: a plugin's series of the
+// semantic-convention system.* names, without a host.name.
+const sys = (name) => (m) => Boolean(m.plugin) && m.name === name && m.attributes['host.name'] === undefined;
 
-// System view: what the sysmetrics plugin emits (OpenTelemetry semantic-convention names).
+// System view: the machine's series by their OpenTelemetry semantic-convention names.
 const SYSTEM_CHARTS = [
   // The busy share of all CPUs and of each core, derived from the modes (cpu.js).
   { title: 'CPU utilization per core', match: (m) => sys('system.cpu.utilization')(m) && isBusyShare(m), unit: '1',

@@ -16,7 +16,8 @@ export const nodeOf = (m) => (m.attributes && m.attributes['host.name'] != null 
 // For the CPU, only the busy share of each CPU (derived from its modes: cpu.js).
 export function nodeMatch(app, node, name) {
   const local = node === app.localName || node === LOCAL;
-  return (m) => m.name === name && (m.plugin === 'sysmetrics' || m.scope === 'sonde.cluster.remote' || !m.plugin)
+  // Semantic-convention system.* names: the machine's, whichever plugin sampled it.
+  return (m) => m.name === name
     && (name !== 'system.cpu.utilization' || isBusyShare(m))
     && (nodeOf(m) === node || (local && nodeOf(m) === LOCAL));
 }

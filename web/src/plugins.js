@@ -3,7 +3,7 @@
 // metric series (small live charts) and its decisions.
 import { call, get, el, fmtBytes } from './api.js';
 import { TimeChart } from './live.js';
-import { custom } from './panels/index.js';
+import { fetchPanel, drawPanel } from './panel.js';
 import { decisionList } from './decisions.js';
 import { href } from './router.js';
 
@@ -61,6 +61,24 @@ export async function showPlugins(feed, only = '') {
   updatePanels(r.json.plugins.map((p) => p.name));
 }
 
+// A series' legend: only the attributes that tell it apart from its metric's other series.
+function shortLabel(m, siblings) {
+  const varies = (k) => siblings.some((x) => x.attributes[k] !== m.attributes[k]);
+  return Object.entries(m.attributes).filter(([k]) => varies(k)).map(([k, v]) => `${k.split('.').pop()}=${v}`).join(' ');
+}
+
+// The view the plugin serves (panel.js), with the controls the user picked.
+async function showSpec(name, p) {
+  p.params ||= {};
+  try {
+    const spec = await fetchPanel(name, p.params);
+    if (!spec) { p.custom.replaceChildren(); return; }
+    drawPanel(p.custom, spec, { name, onControl: (k, v) => { p.params[k] = v; showSpec(name, p); } });
+  } catch (e) {
+    p.custom.replaceChildren(el('p', { class: 'error' }, `panel failed: ${e.message || e}`));
+  }
+}
+
 // One panel per plugin: its series as small charts (one per metric name) and its decisions.
 async function updatePanels(names) {
   const box = document.getElementById('panels');
@@ -80,17 +98,12 @@ async function updatePanels(names) {
     }
     p.box.hidden = Boolean(focus) && focus !== name;
     if (p.box.hidden) continue;
-    if (custom[name]) {
-      try {
-        await custom[name].render(p.custom, { name, get, call, el, feed: feedRef, TimeChart });
-      } catch (e) {
-        p.custom.replaceChildren(el('p', { class: 'error' }, `panel failed: ${e}`));
-      }
-    }
+    await showSpec(name, p);
     // What the plugin emitted, not what the dashboard derived from it.
     const series = feedRef.series((m) => m.plugin === name && !m.derived);
     const metrics = [...new Set(series.map((m) => m.name))];
-    if (name === 'sysmetrics') {
+    // A plugin sampling the machine (semantic-convention system.* names): the System view draws it.
+    if (metrics.length && metrics.every((m) => m.startsWith('system.'))) {
       p.body.replaceChildren(el('p', { class: 'muted' },
         `${series.length} series (${metrics.length} metrics): see the System view for its charts.`));
     } else {
@@ -100,7 +113,7 @@ async function updatePanels(names) {
         p.charts.set(metric, new TimeChart(p.body, feedRef, {
           title: metric, unit, height: 140,
           match: (m) => m.plugin === name && m.name === metric,
-          label: (m) => Object.entries(m.attributes).map(([k, v]) => `${k}=${v}`).join(' ') || metric,
+          label: (m) => shortLabel(m, feedRef.series((x) => x.plugin === name && x.name === metric)) || metric,
         }));
       }
       if (!metrics.length && !p.body.querySelector('.empty')) {

@@ -35,7 +35,7 @@ function report(job, rank, t0) {
 
 // Pixels of each verdict colour drawn on the strip.
 async function inked(page) {
-  return page.locator('.bn-strip').evaluate((c, colors) => {
+  return page.locator('[data-job-panel=bottleneck] .spec-strip').evaluate((c, colors) => {
     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
     const out = Object.fromEntries(Object.keys(colors).map((k) => [k, 0]));
     for (let i = 0; i < d.length; i += 4) {
@@ -59,13 +59,13 @@ await suite({
       return r.ok && (await r.json()).rows.length === 60;
     });
     await page.goto(`${url}/#/jobs/strip`);
-    const strip = page.locator('[data-job-panel=bottleneck] .bn-strip');
+    const strip = page.locator('[data-job-panel=bottleneck] .spec-strip');
     await until('the strip', async () => (await strip.count()) === 1 && (await strip.isVisible()));
     const ink = await inked(page);
     // Rank 1's ten input-bound steps and the fifty compute-bound ones, as coloured cells.
     if (ink['input-bound'] < 10 * 8) throw new Error(`input-bound cells not drawn: ${JSON.stringify(ink)}`);
     if (ink['compute-bound'] < 4 * ink['input-bound']) throw new Error(`compute-bound cells not drawn: ${JSON.stringify(ink)}`);
-    const legend = page.locator('[data-job-panel=bottleneck] .bn-legend');
+    const legend = page.locator('[data-job-panel=bottleneck] .spec-legend');
     const text = await legend.innerText();
     if (!text.includes('input-bound (10)') || !text.includes('compute-bound (50)')) throw new Error(`legend: ${text}`);
     const size = await legend.evaluate((e) => parseFloat(getComputedStyle(e).fontSize));
@@ -73,17 +73,17 @@ await suite({
     await page.screenshot({ path: join(shots, 'panel-bottleneck.png'), fullPage: true });
   }],
   ['the strip is keyboard reachable and reads the selected step\'s reason', async ({ page }) => {
-    const strip = page.locator('[data-job-panel=bottleneck] .bn-strip');
+    const strip = page.locator('[data-job-panel=bottleneck] .spec-strip');
     await strip.focus();
     if (!(await strip.evaluate((e) => e === document.activeElement))) throw new Error('the strip takes no focus');
     const label = await strip.getAttribute('aria-label');
-    if (!label.includes('2 ranks by 30 batches')) throw new Error(`aria-label: ${label}`);
+    if (!label.includes('2 rows by 30 batches')) throw new Error(`aria-label: ${label}`);
     await page.keyboard.press('End');
     await page.keyboard.press('ArrowDown');
     for (let i = 0; i < 15; i++) await page.keyboard.press('ArrowLeft');
-    const detail = page.locator('[data-job-panel=bottleneck] .bn-detail');
-    await until('batch 14 of rank 1 selected', async () => (await strip.getAttribute('data-selected')) === '1:14');
+    const detail = page.locator('[data-job-panel=bottleneck] .spec-detail');
+    await until('batch 14 of rank 1 selected', async () => (await strip.getAttribute('data-selected')) === 'rank 1:14');
     const sentence = await detail.innerText();
-    if (!/^rank 1, step 14: input-bound — the dataloader takes 60 % of the step/.test(sentence)) throw new Error(`detail: ${sentence}`);
+    if (!/^rank 1, batch 14: input-bound — the dataloader takes 60 % of the step/.test(sentence)) throw new Error(`detail: ${sentence}`);
   }],
 ]);

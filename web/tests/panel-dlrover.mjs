@@ -50,28 +50,28 @@ test('the panel shows nodes, speed, the plan and shard progress', async ({ page,
 
   await page.goto(`${url}/#plugins`);
   await page.click('#tabs a[data-view=plugins]');
-  await until('the dlrover panel', async () => (await page.locator(`${panel} tr[data-node=worker-0]`).count()) === 1);
-  await until('worker-2 deleted', async () => (await page.getAttribute(`${panel} tr[data-node=worker-2]`, 'data-status')) === 'deleted');
-  if ((await page.getAttribute(`${panel} tr[data-node=worker-0]`, 'data-status')) !== 'running') throw new Error('worker-0 is not running');
-  await until('this host\'s usage', async () => (await page.textContent(`${panel} tr[data-node=browser-host]`)).includes('GiB'));
-  const speed = +(await page.getAttribute(`${panel} [data-speed]`, 'data-speed'));
+  await until('the dlrover panel', async () => (await page.locator(`${panel} [data-item=nodes] tr[data-key=worker-0]`).count()) === 1);
+  await until('worker-2 deleted', async () => (await page.locator(`${panel} [data-item=nodes] tr[data-key=worker-2] td`).nth(2).textContent()) === 'deleted');
+  if ((await page.locator(`${panel} [data-item=nodes] tr[data-key=worker-0] td`).nth(2).textContent()) !== 'running') throw new Error('worker-0 is not running');
+  await until('this host\'s usage', async () => (await page.textContent(`${panel} [data-item=nodes] tr[data-key=browser-host]`)).includes('GiB'));
+  const speed = +(await page.textContent(`${panel} [data-item=training] [data-stat="speed, steps/s"] dd`));
   if (!(speed > 0)) throw new Error(`speed ${speed}`);
-  const plan = await page.textContent(`${panel} [data-dlrover=plan]`);
-  for (const want of ['initial', 'why:', 'worker:', 'stage worker_initial']) if (!plan.includes(want)) throw new Error(`${want} not in ${plan}`);
-  const ds = page.locator(`${panel} [data-dataset=images]`);
-  if (+(await ds.getAttribute('data-done')) !== 100) throw new Error(`done ${await ds.getAttribute('data-done')}`);
-  if (+(await ds.getAttribute('data-total')) !== 800) throw new Error(`total ${await ds.getAttribute('data-total')}`);
-  const text = await ds.textContent();
-  if (!text.includes('re-queued 1') || !text.includes('DOING 0')) throw new Error(text);
-  await until('the failure', async () => (await page.locator(`${panel} [data-event=relaunch]`).count()) === 1);
+  const plan = (await page.locator(`${panel} [data-item^=plan]`).allTextContents()).join(' ');
+  for (const want of ['initial', 'Why:', 'worker:', 'Stage worker_initial']) if (!plan.includes(want)) throw new Error(`${want} not in ${plan}`);
+  const ds = page.locator(`${panel} [data-item=datasets] tr[data-key=images] td`);
+  if (+(await ds.nth(2).getAttribute('data-value')) !== 100) throw new Error(`done ${await ds.nth(2).textContent()}`);
+  if (!(await ds.nth(2).textContent()).includes('100 of 800')) throw new Error(`total ${await ds.nth(2).textContent()}`);
+  const [requeued, doing] = [await ds.nth(6).textContent(), await ds.nth(4).textContent()];
+  if (requeued !== '1' || doing !== '0') throw new Error(`re-queued ${requeued}, doing ${doing}`);
+  await until('the failure', async () => (await page.locator(`${panel} [data-item=events] li`, { hasText: /^relaunch / }).count()) === 1);
   await page.locator(panel).screenshot({ path: join(shots, 'panel-dlrover.png') });
 });
 
 test('it follows new shard progress without a reload', async ({ page, url }) => {
   await work(url, 'worker-1', 5);
-  const ds = page.locator(`${panel} [data-dataset=images]`);
-  await until('the new progress', async () => +(await ds.getAttribute('data-done')) === 200);
-  await until('the bar to move', async () => (await ds.locator('.fill').getAttribute('style')).includes('width:25.0%'));
+  const done = page.locator(`${panel} [data-item=datasets] tr[data-key=images] td`).nth(2);
+  await until('the new progress', async () => +(await done.getAttribute('data-value')) === 200);
+  await until('the bar to move', async () => (await done.locator('.spec-seg[data-label=done]').getAttribute('style')).includes('width:25.00%'));
 });
 
 test('its decisions read as sentences with their fields, the JSON only behind "details"', async ({ page }) => {

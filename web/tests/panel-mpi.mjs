@@ -37,30 +37,30 @@ await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: [
   ['the panel says how to get data before any job reported', async ({ page, url }) => {
     await page.goto(url);
     await page.click('#tabs a[data-view=plugins]');
-    await until('the empty note', async () => (await panel(page).locator('.mpi-empty').isVisible()));
-    if (!(await panel(page).locator('.mpi-empty').textContent()).includes('probes/mpi/README.md')) throw new Error('no pointer to the probe');
+    await until('the empty note', async () => (await panel(page).locator('[data-item=empty]').isVisible()));
+    if (!(await panel(page).locator('[data-item=empty]').textContent()).includes('probes/mpi/README.md')) throw new Error('no pointer to the probe');
   }],
   ['ranks are drawn with their state bars and stall shares in order', async ({ page, url }) => {
     await feed(url, 'imb', 4);
-    const rows = panel(page).locator('.mpi-ranks tr[data-rank]');
+    const rows = panel(page).locator('[data-item=ranks] tbody tr');
     await until('four ranks', async () => (await rows.count()) === 4);
     const shares = [];
-    for (let i = 0; i < 4; i++) shares.push(+(await rows.nth(i).getAttribute('data-stall-share')));
+    for (let i = 0; i < 4; i++) shares.push(+(await rows.nth(i).locator('td').nth(5).getAttribute('data-value')));
     // rank r: stall (300 - 100 r) of 420 ticks
     const want = [0, 1, 2, 3].map((r) => (300 - 100 * r) / 420);
     if (shares.some((s, i) => Math.abs(s - want[i]) > 1e-4)) throw new Error(`stall shares ${shares}, want ${want}`);
-    const stallWidth = await rows.nth(0).locator('.mpi-seg.mpi-stall_s').evaluate((e) => e.getBoundingClientRect().width);
-    const barWidth = await rows.nth(0).locator('.mpi-bar').evaluate((e) => e.getBoundingClientRect().width);
+    const stallWidth = await rows.nth(0).locator('.spec-seg[data-label="MPI stall"]').evaluate((e) => e.getBoundingClientRect().width);
+    const barWidth = await rows.nth(0).locator('.spec-bar').evaluate((e) => e.getBoundingClientRect().width);
     if (Math.abs(stallWidth / barWidth - want[0]) > 0.02) throw new Error(`stall segment ${stallWidth} of ${barWidth}`);
-    const summary = await panel(page).locator('.mpi-imbalance').textContent();
+    const summary = await panel(page).locator('[data-item=summary]').textContent();
     if (!summary.includes('rank 0 waits most')) throw new Error(summary);
-    const site = panel(page).locator('.mpi-sites tr[data-function=MPI_Allreduce]');
+    const site = panel(page).locator('[data-item=callsites] tr[data-key^="MPI_Allreduce@"]');
     await until('the call site rows', async () => (await site.count()) === 2);
     if (!(await site.first().textContent()).includes('solve (imb.c:22)')) throw new Error(await site.first().textContent());
     await page.screenshot({ path: join(shots, 'panel-mpi.png'), fullPage: true });
   }],
   ['the folded-stack link downloads the profile', async ({ page, url }) => {
-    const href = await panel(page).locator('a.mpi-folded').getAttribute('href');
+    const href = await panel(page).locator('[data-item=downloads] a', { hasText: 'folded stacks' }).getAttribute('href');
     const text = await (await fetch(url + href)).text();
     const lines = text.trim().split('\n');
     if (lines.length !== 14) throw new Error(`${lines.length} lines:\n${text}`);
@@ -69,8 +69,8 @@ await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: [
     if (!lines.includes('rank 0;thread 0;stall;main (imb.c:41);refine (imb.c:30);exchange (imb.c:10);MPI_Allreduce 75000')) throw new Error(`no whole stack:\n${text}`);
   }],
   ['the stall flame graph draws both paths with readable frame names, for all ranks or one', async ({ page }) => {
-    const flame = panel(page).locator('.mpi-flame');
-    const frame = (name) => flame.locator(`.mpi-frame[data-frame="${name}"]`);
+    const flame = panel(page).locator('[data-item=flame] .spec-flame');
+    const frame = (name) => flame.locator(`.spec-frame[data-frame="${name}"]`);
     await until('the solve and refine frames', async () => (await frame('solve (imb.c:22)').count()) === 1 && (await frame('refine (imb.c:30)').count()) === 1);
     // all ranks: stall 300+200+100 = 600 ticks, 3/4 via solve
     const width = async (name) => (await frame(name).boundingBox()).width;
@@ -99,28 +99,31 @@ await suite({ name: 'panel-mpi', plugins: [['bundled/mpi.wasm', 'mpi']], args: [
     if (red < 0.5) throw new Error(`only ${(red * 100).toFixed(1)}% of the flame graph is drawn in reds`);
     await page.screenshot({ path: join(shots, 'panel-mpi-flame.png'), fullPage: true });
     // One rank: rank 3 never stalled; rank 0 has all of its 300 ticks.
-    await panel(page).locator('select.mpi-flame-rank').selectOption('3');
-    await until('rank 3: no stall', async () => (await panel(page).locator('.mpi-flame-note').textContent()).includes('no MPI stall'));
-    await panel(page).locator('select.mpi-flame-rank').selectOption('0');
-    await until('rank 0 drawn', async () => (await flame.getAttribute('data-rank')) === '0' && (await frame('all').textContent()).includes('300 ms'));
+    await panel(page).locator('select[data-control=rank]').selectOption('3');
+    await until('rank 3: no stall', async () => (await panel(page).locator('[data-item=flame] p').textContent()).includes('No MPI stall'));
+    await panel(page).locator('select[data-control=rank]').selectOption('0');
+    await until('rank 0 drawn', async () => (await panel(page).locator('[data-item=flame] h4').textContent()).endsWith('rank 0') && (await frame('all').textContent()).includes('300 ms'));
   }],
   ['another job can be picked and the pick is kept across refreshes', async ({ page, url }) => {
     await feed(url, 'pair', 2);
-    const select = panel(page).locator('select.mpi-job');
+    const select = panel(page).locator('select[data-control=job]');
+    const ranks = panel(page).locator('[data-item=ranks] tbody tr');
+    const shown = async () => (await panel(page).locator('[data-item=downloads] a').first().getAttribute('href')).split('job=')[1];
     await until('both jobs listed', async () => (await select.locator('option').count()) === 2);
     await select.selectOption('imb');
-    await until('imb shown', async () => (await panel(page).getAttribute('data-job')) === 'imb' && (await panel(page).locator('.mpi-ranks tr[data-rank]').count()) === 4);
+    await until('imb shown', async () => (await shown()) === 'imb' && (await ranks.count()) === 4);
     await page.waitForTimeout(4500); // two refreshes of the Plugins view
-    if ((await panel(page).getAttribute('data-job')) !== 'imb') throw new Error('the pick was lost on refresh');
+    if ((await shown()) !== 'imb' || (await select.inputValue()) !== 'imb') throw new Error('the pick was lost on refresh');
     await select.selectOption('pair');
-    await until('pair shown', async () => (await panel(page).locator('.mpi-ranks tr[data-rank]').count()) === 2);
+    await until('pair shown', async () => (await ranks.count()) === 2);
   }],
   ['an MPI job\'s page shows its profile and downloads its folded stacks with one click', async ({ page, url }) => {
     await page.goto(`${url}/#/jobs/imb`);
-    const link = page.locator('#export-folded');
-    await until('the folded-stacks button', async () => (await link.count()) === 1);
-    await until('the job\'s own profile in its page', async () => (await page.getAttribute('[data-job-panel=mpi] .custom-panel', 'data-job')) === 'imb'
-      && (await page.locator('[data-job-panel=mpi] .mpi-ranks tr[data-rank]').count()) === 4);
+    const link = page.locator('[data-job-panel=mpi] [data-item=downloads] a', { hasText: 'folded stacks' });
+    await until('the folded-stacks link', async () => (await link.count()) === 1);
+    await until('the job\'s own profile in its page', async () => (await link.getAttribute('href')).endsWith('job=imb')
+      && (await page.locator('[data-job-panel=mpi] [data-item=ranks] tbody tr').count()) === 4);
+    if ((await page.locator('[data-job-panel=mpi] select[data-control=job]').count()) !== 0) throw new Error('a job picker on a job\'s own page');
     const [dl] = await Promise.all([page.waitForEvent('download'), link.click()]);
     const lines = readFileSync(await dl.path(), 'utf8').trim().split('\n');
     if (lines.length !== 14 || !lines.every((l) => /^rank \d+;thread \d+;.* \d+$/.test(l))) throw new Error(`not the folded stacks: ${lines.slice(0, 3)}`);

@@ -62,33 +62,35 @@ await suite({
     await page.goto(url);
     await page.click('#tabs a[data-view=plugins]');
     const panel = page.locator('[data-custom-panel=paramserver]');
-    const rows = panel.locator('table.ps-phases tr[data-phase]');
+    const incident = panel.locator('[data-item^=incident-]').first();
+    const rows = incident.locator('tbody tr:not([data-key=all])');
     await until('five phase rows', async () => (await rows.count()) === 5);
-    const header = await panel.locator('table.ps-phases tr').first().textContent();
-    if (header !== 'PhaseFromToTime CostPercentage') throw new Error(`header ${header}`);
+    const header = await incident.locator('thead tr').textContent();
+    if (header !== 'phasefromtotimeshare') throw new Error(`header ${header}`);
     const first = await rows.nth(0).textContent();
-    if (!/Start CheckPoint.*End CheckPoint800ms\d+%/.test(first)) throw new Error(`phase 1 row: ${first}`);
+    if (!/Start CheckPoint.*End CheckPoint800\.0 ms\d+ %/.test(first)) throw new Error(`phase 1 row: ${first}`);
     const second = await rows.nth(1).textContent();
-    if (!second.includes('Kill A Running Process') || !/ms\d+%$/.test(second)) throw new Error(`phase 2 row: ${second}`);
-    const segments = await panel.locator('.ps-timeline [data-phase]').count();
+    if (!second.includes('Kill A Running Process') || !/ms\d+ %$/.test(second)) throw new Error(`phase 2 row: ${second}`);
+    const segments = await incident.locator('tr[data-key=all] .spec-seg').count();
     if (segments !== 5) throw new Error(`${segments} timeline segments`);
-    if (!(await panel.locator('.ps-incident h4').first().textContent()).includes('worker-1')) throw new Error('incident title');
+    if (!(await incident.locator('h4').textContent()).includes('worker-1')) throw new Error('incident title');
     await page.screenshot({ path: join(shots, 'paramserver-incident.png'), fullPage: true });
   }],
   ['the clocks of all workers', async ({ page, url }) => {
     const panel = page.locator('[data-custom-panel=paramserver]');
-    const row = (w) => panel.locator(`.ps-clocks tr[data-worker="${w}"]`);
-    await until('three workers', async () => (await panel.locator('.ps-clocks tr[data-worker]').count()) === 3);
+    const clocks = panel.locator('[data-item="clocks-ps-panel"]');
+    const row = (w) => clocks.locator(`tr[data-key="${w}"]`);
+    await until('three workers', async () => (await clocks.locator('tbody tr[data-key^=worker]').count()) === 3);
     for (const [w, clock, stale] of [['worker-0', '5', '0'], ['worker-1', '3', '2'], ['worker-2', '4', '1']]) {
       const r = row(w);
-      if (await r.getAttribute('data-clock') !== clock) throw new Error(`${w} clock ${await r.getAttribute('data-clock')}`);
-      if (await r.getAttribute('data-staleness') !== stale) throw new Error(`${w} staleness ${await r.getAttribute('data-staleness')}`);
+      const got = [await r.locator('td').nth(1).getAttribute('data-value'), await r.locator('td').nth(2).getAttribute('data-value')];
+      if (got[0] !== clock || got[1] !== stale) throw new Error(`${w} clock ${got[0]}, staleness ${got[1]}`);
     }
     // SSP(1): two clocks behind is a straggler.
-    await until('worker-1 named a straggler', async () => (await row('worker-1').locator('.ps-state').textContent()) === 'straggler');
+    await until('worker-1 named a straggler', async () => (await row('worker-1').locator('td').nth(5).textContent()) === 'straggler');
     // A new clock shows without a reload.
     await ingest(url, 'worker', 1, { progress: [{ name: 'clock', value: 5, time_ns: now() }] });
-    await until('worker-1 at clock 5', async () => (await row('worker-1').getAttribute('data-clock')) === '5');
+    await until('worker-1 at clock 5', async () => (await row('worker-1').locator('td').nth(1).getAttribute('data-value')) === '5');
     await page.screenshot({ path: join(shots, 'paramserver-clocks.png'), fullPage: true });
   }],
   ['its decisions read as sentences with their fields, the JSON only behind "details"', async ({ page }) => {

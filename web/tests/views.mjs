@@ -240,7 +240,7 @@ const LINKS = [
   ['#/nodes', 'nodes', '.nodes-table tr[data-node]'],
   ['#/nodes/local', 'nodes', 'dd[data-fact=state]'],
   ['#/plugins', 'plugins', 'details[data-panel=mpi]'],
-  ['#/plugins/mpi', 'plugins', 'details[data-panel=mpi] .mpi-empty, details[data-panel=mpi] .mpi-body'],
+  ['#/plugins/mpi', 'plugins', 'details[data-panel=mpi] [data-item=empty], details[data-panel=mpi] [data-item=summary]'],
   ['#/timings', 'timings', '#timings-empty'],
   ['#/config', 'config', '#config-text'],
   ['#plugins', 'plugins', 'details[data-panel=dlrover]'],

@@ -34,15 +34,16 @@ const MAX_PHASES_PER_STEP: usize = 64;
 const BATCH_IDX: &str = "batch_idx";
 
 /// The kinds of work a job's reports show: "training" (timings, progress),
-/// "paramserver" (its role), and the name of every event table it sent rows
-/// of (the plugins that declare a table say what it is).
+/// "parameter-server" (a process whose role is a server's), and the name of
+/// every event table it sent rows of (the plugins that declare a table say
+/// what it is).
 fn kinds_of(r: &Report) -> impl Iterator<Item = &str> {
-    let role = r.origin.role.to_ascii_lowercase();
+    let role = r.origin.role.to_ascii_lowercase().replace('_', "-");
     [
         (!r.timings.is_empty() || !r.progress.is_empty(), "training"),
         (
-            matches!(role.as_str(), "ps" | "server" | "parameter_server" | "paramserver"),
-            "paramserver",
+            matches!(role.as_str(), "ps" | "server" | "parameter-server"),
+            "parameter-server",
         ),
     ]
     .into_iter()
@@ -106,7 +107,7 @@ struct Job {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct JobSummary {
     pub job: String,
-    /// training, serving, mpi, paramserver: what its reports contained.
+    /// training, serving, mpi, parameter-server: what its reports contained.
     pub kinds: Vec<String>,
     pub nodes: Vec<String>,
     /// How many ranks have reported.

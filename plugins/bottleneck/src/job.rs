@@ -33,7 +33,13 @@ pub struct Row {
     pub evidence: Evidence,
 }
 
-/// The rank that finished last in one batch.
+/// A batch's last rank is a straggler only when it ends this much later
+/// than the next one, absolutely and as a share of its own step: below
+/// both, the ranks finished together.
+const TIE_S: f64 = 0.001;
+const TIE_SHARE: f64 = 0.02;
+
+/// The rank that finished last in one batch (-1: none, the ranks tied).
 #[derive(Debug, Clone, Serialize)]
 pub struct BatchStraggler {
     pub batch: i64,
@@ -135,6 +141,13 @@ impl Job {
         ranks.sort_by(|a, b| b.1.total_cmp(&a.1));
         let (rank, own, verdict) = ranks[0];
         let late_by_s = own - ranks[1].1;
+        // Ranks of a synchronous job end their steps together: who is "last"
+        // by a hair is a tie, not a straggler. Nobody (rank -1) is named then.
+        let rank = if late_by_s < TIE_S.max(TIE_SHARE * own) {
+            -1
+        } else {
+            rank
+        };
         if let Some(row) = self
             .rows
             .iter_mut()
@@ -170,7 +183,7 @@ impl Job {
             return None;
         }
         let mut per_rank: BTreeMap<i32, (usize, f64, [u32; 6])> = BTreeMap::new();
-        for b in &self.stragglers {
+        for b in self.stragglers.iter().filter(|b| b.rank >= 0) {
             let e = per_rank.entry(b.rank).or_default();
             e.0 += 1;
             e.1 += b.late_by_s;
@@ -260,5 +273,23 @@ mod tests {
         let shares = job.take_shares(1).unwrap();
         assert_eq!(shares[Verdict::ComputeBound.index()], 1.0);
         assert!(job.take_shares(2).is_none());
+    }
+
+    #[test]
+    fn ranks_that_end_together_name_no_straggler() {
+        let s = Settings::default();
+        let mut job = Job::default();
+        for r in 0..4 {
+            job.ranks.insert(r, Rank::default());
+        }
+        for b in 0..30 {
+            // A synchronous job: every rank's own time within a hair of the others'.
+            for rank in 0..4 {
+                let c = job.add(row(b, rank, 0.1, 0.2 + 0.001 * rank as f64, Verdict::ComputeBound), &s);
+                assert!(c.as_ref().is_none_or(|p| p.is_none()), "batch {b}: {c:?}");
+            }
+        }
+        assert!(job.persistent.is_none(), "{:?}", job.persistent);
+        assert!(job.rows.iter().all(|r| !r.last), "a tie marked someone last");
     }
 }

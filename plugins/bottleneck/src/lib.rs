@@ -16,7 +16,8 @@
 //! - `rank`: one rank's steps, phases, CPU time, MPI spans, history, dominant verdict.
 //! - `job`: per-step rows, per-batch and persistent stragglers, verdict shares.
 //! - `plugin`: every hook's logic, with the host behind the SDK's `Host`.
-//! - `routes`: `GET /jobs`, `GET /jobs/{job}`, `GET /counters`.
+//! - `routes`: `GET /panel`, `GET /jobs`, `GET /jobs/{job}`, `GET /counters`.
+//! - `panel`: the dashboard's view: the verdict strip, or the jobs judged.
 //! - `whatif`: What-if attribution over a window of operation-level steps (pure).
 //! - `onset`: a fail-slow's onset and end from the per-step slowdown series (CUSUM, pure).
 //! - `gain`: what fixing the straggler gains: the judged steps replayed by `whatif`.
@@ -28,6 +29,7 @@ pub mod job;
 pub mod node;
 pub mod onset;
 pub mod ops;
+pub mod panel;
 pub mod plugin;
 pub mod rank;
 pub mod routes;

@@ -1,5 +1,6 @@
 //! The plugin's routes, under `/api/plugins/bottleneck`:
 //!
+//! - `GET /panel?job=`: the dashboard's view (`panel.rs`).
 //! - `GET /jobs`: every job with its ranks, steps judged per verdict and its
 //!   persistent straggler.
 //! - `GET /jobs/{job}`: the job's per-step rows (rank x batch, each with its
@@ -60,6 +61,9 @@ pub fn handle(p: &Bottleneck, req: &HttpRequest) -> HttpResponse {
         return HttpResponse::error(405, "only GET is served here");
     }
     let path = req.path.trim_end_matches('/');
+    if path == "/panel" {
+        return crate::panel::panel(p, req.query_param("job").as_deref().filter(|j| !j.is_empty()));
+    }
     if path == "/jobs" {
         let jobs: Vec<Value> = p.jobs.iter().map(|(n, j)| summary(n, j)).collect();
         return HttpResponse::json(200, json!({ "jobs": jobs }).to_string());
@@ -68,7 +72,10 @@ pub fn handle(p: &Bottleneck, req: &HttpRequest) -> HttpResponse {
         return HttpResponse::json(200, json!(p.counters).to_string());
     }
     let Some(segment) = path.strip_prefix("/jobs/") else {
-        return HttpResponse::error(404, "routes: GET /jobs, GET /jobs/{job}, GET /counters");
+        return HttpResponse::error(
+            404,
+            "routes: GET /panel?job=, GET /jobs, GET /jobs/{job}, GET /counters",
+        );
     };
     let name = match unescape(segment) {
         Ok(n) => n,

@@ -168,6 +168,18 @@ fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
     assert_eq!(get(&p, "/jobs/nope", "").0, 404);
     assert_eq!(get(&p, "/jobs/job", "limit=x").0, 400);
     assert_eq!(get(&p, "/jobs", "").1["jobs"][0]["job"], "job");
+
+    // The dashboard's view: the strip of every judged step, its colours counted.
+    let (code, panel) = get(&p, "/panel", "job=job");
+    assert_eq!(code, 200);
+    let strip = &panel["items"][1];
+    assert_eq!(strip["kind"], "strip");
+    assert_eq!(strip["rows"], serde_json::json!(["rank 0", "rank 1"]));
+    assert_eq!(strip["cells"].as_array().unwrap().len(), 80);
+    let input = strip["categories"].as_array().unwrap().iter().find(|c| c[0] == "input-bound").unwrap();
+    assert_eq!(input[2], 20);
+    assert_eq!(get(&p, "/panel", "job=nope").0, 404, "no view of a job it never judged");
+    assert_eq!(get(&p, "/panel", "").1["items"][0]["items"][0]["href"], "#/jobs/job");
 }
 
 #[test]

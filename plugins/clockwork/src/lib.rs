@@ -19,6 +19,7 @@ pub mod analysis;
 pub mod estimator;
 pub mod in_time;
 pub mod infer5;
+pub mod panel;
 pub mod plugin;
 pub mod routes;
 pub mod rows;

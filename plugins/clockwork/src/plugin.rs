@@ -42,6 +42,8 @@ pub struct Clockwork {
     /// Rows skipped for failing `Request::check` / `Action::check`, and why the last one was.
     pub invalid_rows: u64,
     pub last_invalid: Option<String>,
+    /// Jobs (serving deployments) whose requests were seen: their pages get the panel.
+    pub jobs: std::collections::BTreeSet<String>,
 }
 
 /// Where Clockwork writes its logs: `$CLOCKWORK_LOG_DIR`, else `/local`
@@ -130,6 +132,7 @@ impl Clockwork {
             actions_seen: 0,
             invalid_rows: 0,
             last_invalid: None,
+            jobs: Default::default(),
             settings,
         }
     }
@@ -187,6 +190,13 @@ impl Clockwork {
         let mut requests = Vec::new();
         for t in batch.table(REQUESTS) {
             requests.extend(rows::requests(&t)?);
+            for &o in t.origin() {
+                if let Some(job) = batch.origins.get(o as usize).map(|o| &o.job).filter(|j| !j.is_empty())
+                    && !self.jobs.contains(job)
+                {
+                    self.jobs.insert(job.clone());
+                }
+            }
         }
         self.actions_seen += actions.len() as u64;
         self.requests_seen += requests.len() as u64;

@@ -2,6 +2,7 @@
 //!
 //! - `GET /summary`: per model goodput, SLO attainment, latency percentiles,
 //!   miss causes, time split, cold-start share, mean batch; the logs' state.
+//! - `GET /panel?job=`: the dashboard's view (`panel.rs`).
 //! - `GET /requests?limit=N`: the latest analysed requests (split, cause).
 //! - `GET /estimates`: the estimator per model (predictions at 1380 MHz).
 //! - `POST /batch`: INFER5's batching decision for one model's queue on one GPU.
@@ -17,12 +18,14 @@ use crate::infer5::{Demand, LoadTracker, Queued, Slo, decide_batch};
 use crate::plugin::Clockwork;
 use sonde_plugin_sdk::Host;
 
-const ROUTES: &str = "GET /summary, GET /requests?limit=N, GET /estimates, POST /batch, POST /placement";
+const ROUTES: &str =
+    "GET /summary, GET /panel?job=, GET /requests?limit=N, GET /estimates, POST /batch, POST /placement";
 
 pub fn handle(p: &mut Clockwork, host: &mut dyn Host, req: &HttpRequest) -> HttpResponse {
     let path = req.path.trim_end_matches('/');
     match (req.method.as_str(), path) {
         ("GET", "/summary") => HttpResponse::json(200, summary(p).to_string()),
+        ("GET", "/panel") => crate::panel::panel(p, req.query_param("job").as_deref()),
         ("GET", "/requests") => {
             let limit = match req.query_param("limit").map(|v| v.parse::<usize>()) {
                 None => 100,

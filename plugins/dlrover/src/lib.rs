@@ -32,6 +32,7 @@ pub mod master;
 pub mod model;
 pub mod nodes;
 pub mod optimizer;
+pub mod panel;
 pub mod routes;
 pub mod scaler;
 pub mod settings;

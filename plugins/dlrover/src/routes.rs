@@ -13,7 +13,7 @@ use crate::optimizer::brain::HistoryJob;
 use crate::sharding::{DatasetParams, ReportAnswer, TaskAnswer};
 use sonde_plugin_sdk::Host;
 
-const ROUTES: &str = "GET /overview, /nodes, /stats, /speed, /plans, /datasets, /datasets/NAME, /checkpoint?dataset=NAME, \
+const ROUTES: &str = "GET /overview, /panel?job=, /nodes, /stats, /speed, /plans, /datasets, /datasets/NAME, /checkpoint?dataset=NAME, \
 /batch?rank=R, /stragglers, /node-check/groups?round=R, /failures, /history, /state; POST /datasets, /tasks/next, \
 /tasks/report, /checkpoint/restore, /datasets/NAME/reset, /datasets/NAME/dead-letter/requeue, /node-check, /history";
 
@@ -81,6 +81,7 @@ fn route(m: &mut Master, host: &mut dyn Host, req: &HttpRequest) -> Result<HttpR
     let now = host.now();
     Ok(match (req.method.as_str(), parts.as_slice()) {
         ("GET", ["overview"]) => ok(overview(m, now)),
+        ("GET", ["panel"]) => crate::panel::panel(m, req.query_param("job").as_deref(), now),
         ("GET", ["state"]) => ok(json!({
             "settings": m.settings.to_json(),
             "restarts": m.restarts,
@@ -380,7 +381,7 @@ fn current_plan(m: &Master) -> Value {
     })
 }
 
-fn overview(m: &Master, now: u64) -> Value {
+pub(crate) fn overview(m: &Master, now: u64) -> Value {
     json!({
         "node": m.settings.node,
         "strategy": m.settings.strategy,

@@ -18,6 +18,7 @@
 //!   trait (`FakeHost` in the tests).
 //! - `routes`: `GET /jobs`, `/profile`, `/folded`, `/flame`, `/pprof`, `/trace`, `POST /reset`.
 
+pub mod panel;
 pub mod plugin;
 pub mod pprof;
 pub mod profile;

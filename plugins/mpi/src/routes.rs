@@ -1,5 +1,6 @@
 //! The plugin's HTTP routes (`/api/plugins/mpi/...`):
 //!
+//! - `GET /panel?job=NAME&rank=N`: the dashboard's view (`panel.rs`).
 //! - `GET /jobs`: every job profiled, in brief.
 //! - `GET /profile?job=NAME`: one job's profile (the panel's data): time per
 //!   state per rank and thread, Work/Stall per function and call site, imbalance.
@@ -21,7 +22,7 @@ use crate::plugin::Mpi;
 use crate::profile::{STALL, WORK, safe_job_name};
 use crate::{pprof, trace};
 
-const ROUTES: &str = "GET /jobs, GET /profile?job=NAME, GET /folded?job=NAME, GET /flame?job=NAME&state=stall&rank=N, \
+const ROUTES: &str = "GET /panel?job=NAME&rank=N, GET /jobs, GET /profile?job=NAME, GET /folded?job=NAME, GET /flame?job=NAME&state=stall&rank=N, \
                       GET /pprof?job=NAME, GET /trace?job=NAME, POST /reset?job=NAME";
 
 pub fn handle(m: &mut Mpi, req: &HttpRequest) -> HttpResponse {
@@ -35,6 +36,7 @@ pub fn handle(m: &mut Mpi, req: &HttpRequest) -> HttpResponse {
         ),
     };
     match (req.method.as_str(), path) {
+        ("GET", "/panel") => crate::panel::panel(m, req),
         ("GET", "/jobs") => {
             let jobs: Vec<_> = m
                 .jobs
@@ -112,7 +114,7 @@ pub fn handle(m: &mut Mpi, req: &HttpRequest) -> HttpResponse {
                 HttpResponse::json(200, json!({"job": job, "reset": true, "existed": existed}).to_string())
             }
         },
-        (method, "/jobs" | "/profile" | "/folded" | "/flame" | "/pprof" | "/trace" | "/reset") => {
+        (method, "/panel" | "/jobs" | "/profile" | "/folded" | "/flame" | "/pprof" | "/trace" | "/reset") => {
             HttpResponse::error(405, &format!("method {method} not allowed on {path}"))
         }
         (method, _) => HttpResponse::error(404, &format!("no route {method} {}; routes: {ROUTES}", req.path)),

@@ -1,6 +1,7 @@
 //! The plugin's HTTP routes (`/api/plugins/paramserver/...`); `?job=NAME`
 //! narrows any of them to one job.
 //!
+//! - `GET /panel`: the dashboard's view (`panel.rs`).
 //! - `GET /state`: settings, counters, every job's processes (alive, dead, left).
 //! - `GET /incidents`: every incident with its seven stages, five phases
 //!   (duration and percentage) and the phase table as markdown.
@@ -17,13 +18,14 @@ use crate::ps::ParamServer;
 use sonde_plugin_sdk::Host;
 
 pub const ROUTES: &str =
-    "GET /state, /incidents, /incidents.md, /clocks, /stragglers, /checkpoints (each takes ?job=NAME)";
+    "GET /panel, /state, /incidents, /incidents.md, /clocks, /stragglers, /checkpoints (each takes ?job=NAME)";
 
 pub fn handle(p: &ParamServer, host: &mut dyn Host, req: &HttpRequest) -> HttpResponse {
     let path = req.path.trim_end_matches('/');
     let job = req.query_param("job").map(|j| j.into_owned()).filter(|j| !j.is_empty());
     let job = job.as_deref();
     let known = [
+        "/panel",
         "/state",
         "/incidents",
         "/incidents.md",
@@ -37,6 +39,7 @@ pub fn handle(p: &ParamServer, host: &mut dyn Host, req: &HttpRequest) -> HttpRe
     let now = host.now();
     let list = |f: &dyn Fn(&crate::ps::Job) -> Value| -> Value { p.job_filter(job).map(f).collect() };
     match path {
+        "/panel" => crate::panel::panel(p, job, now),
         "/state" => HttpResponse::json(
             200,
             json!({

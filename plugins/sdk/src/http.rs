@@ -53,6 +53,19 @@ impl HttpRequest {
     }
 }
 
+/// `s` as a URL query value or path segment: everything but unreserved
+/// characters `%XX`-escaped (a job name may hold any character).
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 /// The first value of `name` in a raw query string (`a=1&b=x%20y`),
 /// percent-decoded, with `+` read as a space. A key without `=` has the
 /// value "".

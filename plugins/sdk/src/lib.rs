@@ -20,6 +20,8 @@
 //!   share ([`BusyShare`], [`CpuBusyColumns`]), the one rule every plugin uses.
 //! - `instance`: the cell that keeps a plugin's state between calls.
 //! - `findings`: [`Finding`], a decision about one job that its page shows.
+//! - `panel`: [`panel::Panel`], the plugin's view on the dashboard as data
+//!   (sentences, figures, tables, a strip, a flame graph) served at `GET /panel`.
 //! - `agents`: on a cluster master, agents' forwarded samples regrouped per
 //!   node into sample batches, so a plugin judges a rank by its own node.
 //!
@@ -81,6 +83,7 @@ mod host_calls;
 mod http;
 mod instance;
 mod metrics;
+pub mod panel;
 pub mod plugin;
 mod points;
 mod samples;
@@ -105,7 +108,7 @@ pub use exports::sonde::plugin::hooks::Guest;
 pub use cpu::{BusyShare, CPU_UTILIZATION, CpuBusyColumns, CpuMode, CpuSeries};
 pub use findings::Finding;
 pub use host_calls::{Host, WasmHost};
-pub use http::query_param;
+pub use http::{percent_encode, query_param};
 pub use instance::InstanceCell;
 pub use metrics::MetricRegistry;
 pub use plugin::Plugin;

@@ -96,6 +96,9 @@ impl Master {
             .collect();
         let ok = |i: u32| ours.get(i as usize).copied().unwrap_or(false);
         for (i, o) in batch.origins.iter().enumerate() {
+            if ours[i] && !o.job.is_empty() && !self.jobs_seen.contains(&o.job) {
+                self.jobs_seen.insert(o.job.clone());
+            }
             if ours[i]
                 && let Some(k) = NodeType::from_role(&o.role)
             {

@@ -83,6 +83,8 @@ pub struct Master {
     pub events: VecDeque<Value>,
     pub misc: Misc,
     pub counters: Counters,
+    /// Jobs whose processes this master counts as its own: their pages get the panel.
+    pub jobs_seen: std::collections::BTreeSet<String>,
     timer: Option<u64>,
     last_stats_ns: u64,
     last_scan_ns: u64,
@@ -111,6 +113,7 @@ impl Master {
             events: VecDeque::new(),
             misc: Misc::default(),
             counters: Counters::default(),
+            jobs_seen: Default::default(),
             timer: None,
             last_stats_ns: now,
             last_scan_ns: now,
