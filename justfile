@@ -181,7 +181,7 @@ e2e: setup plugins mpi-probe fake-nvml web
 floor-sampler:
     mkdir -p target && cc -O2 -Wall -Wextra -o target/floor-sampler tools/floor-sampler/floor.c
 
-# benchmarks: whether host/hot-code.txt still matches the binary, criterion micro-benchmarks, then the whole process beside the floor sampler (CPU per sample and ratio, per-thread breakdown, RSS, period error, cold start); `./dev bench --check` runs only the whole-process part and compares it with README.md's figures
+# benchmarks: whether host/hot-code.txt still matches the binary, criterion micro-benchmarks, then the whole process beside the floor sampler (CPU per sample and ratio, per-thread breakdown, RSS, period error, cold start); `./dev bench --check` runs only the whole-process part and compares it with docs/benchmarks.md's headline figures
 bench *ARGS: build fake-nvml floor-sampler
     python3 scripts/hot_code.py --check || echo "(the figures below are of a binary whose hot code is spread out)"
     if [[ " {{ARGS}} " != *" --check "* ]]; then cargo bench -p sonde --bench plugin_boundary --bench sample --bench nvml --bench export --bench live --bench agent; fi

@@ -21,9 +21,9 @@ compile cache) with the RSS after the first run.
 Medians of ROUNDS rounds; the machine is shared and noisy, so read the ratios, and note the
 load average printed with them.
 
---check compares the fresh run with the ratios in README.md's headline table (the rows named
-in CHECKED below) and prints each one that moved by more than the noise band the row states
-(`±N`); it exits 1 when one did. It is a benchmark, not a test: CI does not run it.
+--check compares the fresh run with the ratios in docs/benchmarks.md's headline table (the
+rows named in CHECKED below) and prints each one that moved by more than the noise band the row
+states (`±N`); it exits 1 when one did. It is a benchmark, not a test: CI does not run it.
 
 Usage: scripts/bench_process.py [--seconds 20] [--rounds 3] [--check] [--no-cold] [--json FILE]
 Needs: target/release/sonde, the bundled plugins, target/floor-sampler (`./dev bench` builds
@@ -47,7 +47,8 @@ from harness import (FLOOR, ROOT, cold_start, cpu_seconds, free_port, get, memor
 PERIOD_S = 0.1
 WARM_UP_S = 15  # plugins started, the first export (every 5 s) done, the second code page-out (10 s) past
 
-# README headline rows checked by --check: (result key, a phrase of the row's first cell).
+# Rows of docs/benchmarks.md's headline table checked by --check:
+# (result key, a phrase of the row's first cell).
 CHECKED = [
     ("cpu_off_ratio", "export off, × the floor sampler"),
     ("cpu_on_ratio", "export to rotel, × the floor sampler"),
@@ -168,26 +169,26 @@ def print_per_thread(rounds):
 
 
 def check(results):
-    """Compares results with README.md's headline rows; returns the rows that drifted."""
-    with open(os.path.join(ROOT, "README.md")) as f:
+    """Compares results with docs/benchmarks.md's headline rows; returns the rows that drifted."""
+    with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:
         lines = f.read().splitlines()
     drifted = []
     for key, phrase in CHECKED:
         row = next((line for line in lines if line.startswith("|") and phrase in line.split("|")[1]), None)
         if row is None:
-            print(f"check: no README row with {phrase!r}")
+            print(f"check: no docs/benchmarks.md row with {phrase!r}")
             drifted.append(key)
             continue
         cell = row.split("|")[2]
         value = re.search(r"[-+]?\d[\d ]*\.?\d*", cell)
         band = re.search(r"±\s*([\d.]+)", cell)
         if not value or not band:
-            print(f"check: README row {phrase!r} states no value and ±band: {cell.strip()!r}")
+            print(f"check: docs/benchmarks.md row {phrase!r} states no value and ±band: {cell.strip()!r}")
             drifted.append(key)
             continue
         was, noise, now = float(value.group().replace(" ", "")), float(band.group(1)), results[key]
         moved = abs(now - was) > noise
-        print(f"check: {phrase}: README {was:g} ±{noise:g}, now {now:.3g}{'   DRIFTED' if moved else ''}")
+        print(f"check: {phrase}: documented {was:g} ±{noise:g}, now {now:.3g}{'   DRIFTED' if moved else ''}")
         if moved:
             drifted.append(key)
     return drifted
@@ -197,7 +198,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--check", action="store_true", help="compare with README.md's figures (see the module doc)")
+    ap.add_argument("--check", action="store_true", help="compare with docs/benchmarks.md's figures (see the module doc)")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold-start rounds")
     ap.add_argument("--json", help="also write every round's results to this file")
     a = ap.parse_args()

@@ -8,9 +8,8 @@
 //!   loading, the API's set-up);
 //! - every page fault on a file maps the cached pages in the 64 KB around it
 //!   too (the kernel's fault-around), so one touched page keeps up to sixteen
-//!   resident; read-ahead keeps those neighbours cached (on this project's
-//!   Linux 6.18 VM a fault brought 1 MB into the page cache even under
-//!   `MADV_RANDOM`, measured with mincore).
+//!   resident; read-ahead keeps those neighbours cached, and on recent kernels
+//!   even `MADV_RANDOM` does not stop it (docs/benchmarks.md, "RSS, the code").
 //!
 //! [`drop_unused_code_pages`] therefore advises both kinds of mapping
 //! `MADV_RANDOM` (less read-ahead) and then `MADV_PAGEOUT` (the resident
@@ -53,9 +52,8 @@ pub const AGAIN_EVERY: Duration = Duration::from_secs(300);
 /// Lets every thread allocate from at most two malloc arenas (glibc gives
 /// each thread that allocates its own, up to eight per core). The host has a
 /// dozen threads that allocate little, and each arena keeps its own free
-/// pages: two arenas took about 0.9 MB off an idle host's anonymous RSS
-/// (5.5 against 6.4 MB, the bundled plugins running, measured side by side).
-/// Call before the first thread starts.
+/// pages, so two arenas keep less memory idle at no cost the host can see
+/// (the figure: docs/benchmarks.md). Call before the first thread starts.
 pub fn share_heap_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes malloc's tuning; M_ARENA_MAX takes a count.
@@ -93,10 +91,10 @@ pub fn free_heap_bytes() -> Option<usize> {
 ///
 /// Why: a burst (an OTLP load of a million points a second, a long plugin
 /// route answer) grows the heap by tens of MB, and glibc returns only a free
-/// stretch at the very top of an arena. Measured after 10 s of the OTLP
-/// pipeline benchmark's load, sonde's RSS was anywhere from 18 to 77 MB with
-/// the same load; `malloc_trim(0)` brought each to 16–18 MB. Under a steady
-/// load this gives back pages that fault in again, a few ms every 10 s.
+/// stretch at the very top of an arena, so what a burst left behind would
+/// stay resident however small the heap becomes (docs/benchmarks.md, the OTLP
+/// pipeline). Under a steady load this gives back pages that fault in again,
+/// a small price every [`HEAP_CHECK_EVERY`].
 pub async fn keep_heap_trimmed() {
     loop {
         tokio::time::sleep(HEAP_CHECK_EVERY).await;

@@ -412,7 +412,7 @@ fn bad_files_are_reported_and_never_disturb_the_running_set() {
 fn watched_directory_loads_replaces_and_unloads_within_two_seconds() {
     let e = env(|_| {});
     // Compile both components first: the 2 s are about noticing and swapping,
-    // not about a cold compile in a debug build (see the README's cold-start figures).
+    // not about a cold compile in a debug build (see docs/benchmarks.md's cold-start figures).
     let engine = sonde::plugin::engine::PluginEngine::new(&e._tmp.path().join("data/cache")).unwrap();
     engine.load_component(&component("testing/testbed.wasm")).unwrap();
     engine.load_component(&component("bundled/sysmetrics.wasm")).unwrap();

@@ -6,6 +6,20 @@
 //! token is configured, and the config refuses to bind beyond loopback
 //! without one. Plugin routes (`/api/plugins/<name>/...`) are answered by the
 //! plugin itself through its `on-request` hook.
+//!
+//! - `mod.rs`: the router, and the read endpoints of status, plugins and decisions.
+//! - `cluster.rs`: `/api/cluster/nodes` and `/api/jobs`.
+//! - `live/`: the live store (`mod.rs` the series and their limits, `points.rs`
+//!   one series' raw points, its coarser buckets, and downsampling).
+//! - `history.rs`: the live store and the history under one series id;
+//!   `engine.rs` the same answered by the engine behind `storage.query`.
+//! - `stream.rs`: series, their points and the SSE stream; `cores.rs` the
+//!   heavy reads split over the cores.
+//! - `config_api.rs`: live config changes; `admin.rs` plugin management and
+//!   uploads; `record.rs` `GET /api/record`.
+//! - `openapi.rs`: the OpenAPI document; `errors.rs` the one error shape and
+//!   the layer that puts axum's own rejections into it.
+//! - `web.rs`: the embedded dashboard; `config.rs` `[api]`.
 
 pub mod admin;
 pub mod cluster;

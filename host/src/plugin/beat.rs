@@ -12,12 +12,11 @@
 //!   any work it was woken for)
 //! ```
 //!
-//! Why: on a KVM guest a thread woken by its own timeout costs 50–60 µs of
-//! CPU per wake-up (measured with a C loop sleeping 50 ms with
-//! `clock_nanosleep`), while one woken by another thread's futex costs the
-//! woken about 8 µs and the waker about 10. The sampler pays the timeout
-//! wake-up every tick anyway; a plugin's 500 ms timer now rides on it, and
-//! when the same tick delivers the plugin's samples it costs no wake-up at all.
+//! Why: on a virtual machine a thread woken by its own timeout costs several
+//! times the CPU of one woken by another thread's futex, waker included
+//! (docs/benchmarks.md). The sampler pays the timeout wake-up every tick
+//! anyway; a plugin's 500 ms timer now rides on it, and when the same tick
+//! delivers the plugin's samples it costs no wake-up at all.
 //!
 //! Limits:
 //! - Only repeating timers whose period is at least the sampling period are

@@ -10,9 +10,9 @@
 //!
 //! Why not a channel crate: crossbeam's `recv` spins and then calls
 //! `sched_yield` four times before it sleeps. A plugin thread goes back to
-//! sleep after every delivery, so each wake-up paid eight yields or more
-//! (counted with `perf trace -s`), about 1 µs each on this project's VM, for
-//! a queue that is empty nearly every time it is read.
+//! sleep after every delivery, so each wake-up paid for several yields (and
+//! the involuntary switches they cause) on a queue that is empty nearly every
+//! time it is read (docs/benchmarks.md).
 
 use std::collections::VecDeque;
 use std::sync::Arc;

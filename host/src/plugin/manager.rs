@@ -514,8 +514,8 @@ impl PluginManager {
         let thread = std::thread::Builder::new().name("sonde-watch".into()).spawn(move || {
             // Events are noisy (one write makes several); debounce them. A slow
             // periodic rescan catches anything the watcher missed (a file
-            // system without change events). Every rescan wakes an idle host,
-            // and cost it about 12 µs a sampler tick at 5 s, so it is rare.
+            // system without change events). Every rescan wakes an idle host
+            // (docs/benchmarks.md), so it is rare.
             const RESCAN: Duration = Duration::from_secs(30);
             let mut next = Instant::now() + RESCAN;
             loop {

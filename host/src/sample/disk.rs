@@ -14,9 +14,8 @@
 //! selected, each tick reads /sys/class/block/<name>/stat per disk instead
 //! and rescans /proc/diskstats every `RESCAN_TICKS` ticks for new devices:
 //! the kernel sums per-CPU counters for every line it prints, so one disk's
-//! file costs about half of /proc/diskstats on a machine with a few loop
-//! devices (measured 23 vs 41 µs with cold caches, 3.5 vs 9.5 µs hot), and
-//! much less next to dozens of snap loop devices.
+//! file costs a fraction of /proc/diskstats, the more so next to dozens of
+//! snap loop devices (the times: docs/benchmarks.md).
 //!
 //! Why procfs/sysfs directly: sysinfo's `disk` feature reports mounted
 //! filesystems, not block devices, and is not built in. Linux only:

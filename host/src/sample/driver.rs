@@ -22,13 +22,12 @@
 //!   (the lowest real-time priority, with SCHED_RESET_ON_FORK so nothing it
 //!   starts inherits it). It needs CAP_SYS_NICE or RLIMIT_RTPRIO; refused, it
 //!   falls back to nice −5 (CAP_SYS_NICE or RLIMIT_NICE) and a 0.5 ms EEVDF
-//!   slice (Linux ≥ 6.12, any thread may ask). Why real-time: on a 2-core VM
-//!   with both cores busy (two spinning threads, load average 6), period
-//!   error p99 was 0.03–0.12 ms under SCHED_FIFO and 8–16 ms under
-//!   SCHED_OTHER with or without nice −5 and the short slice (20 and 100 ms
-//!   periods, 100–500 ticks); the 2 ms floor needs it. The thread runs
-//!   ~0.1 ms a tick, and `on_tick` (the caller's) must stay a hand-off
-//!   (channel send), never real work, since it runs at this priority too.
+//!   slice (Linux ≥ 6.12, any thread may ask). Why real-time: with every core
+//!   busy, only SCHED_FIFO keeps the period error's p99 under the 2 ms target;
+//!   nice −5 and the short slice leave it several times over (the runs:
+//!   docs/benchmarks.md). The thread runs a fraction of a millisecond a tick,
+//!   and `on_tick` (the caller's) must stay a hand-off (channel send), never
+//!   real work, since it runs at this priority too.
 //!   `SamplerHandle::scheduling()` says what was granted.
 
 use std::panic::AssertUnwindSafe;

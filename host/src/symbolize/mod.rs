@@ -1,7 +1,7 @@
 //! symbolize/: addresses in a process's modules into function names, with
 //! inlined frames and file:line where the module has DWARF, read with the
 //! `addr2line` crate over `gimli` and `object` (the versions wasmtime already
-//! builds). Used by the MPI probe's ingest (`ingest/json/mpi_stacks.rs`): the
+//! builds). Used by the MPI probe's ingest (`ingest/json/stacks.rs`): the
 //! probe sends raw return addresses and its module map, sonde names them.
 //!
 //! One [`Symbolizer`] per host. Modules are read once and cached by GNU

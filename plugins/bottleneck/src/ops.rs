@@ -47,8 +47,9 @@ pub const KINDS: [&str; 9] = [
 ];
 
 /// Operations a job's window holds at most: a replay runs inside a hook
-/// call, whose deadline is 100 ms of CPU, and bench-diagnosis times a window
-/// of 486 400 operations at about 105 ms natively (docs/benchmarks.md).
+/// call, whose deadline is 100 ms of CPU, and its time grows with the
+/// window's operations; this bound keeps a replay well inside the deadline
+/// (the time per window: `./dev bench-diagnosis`, docs/benchmarks.md).
 pub const MAX_OPS: usize = 100_000;
 /// Node names per job.
 pub const MAX_NODES: usize = 4096;

@@ -55,16 +55,13 @@ pub struct Settings {
     pub cpu_starved_share: f64,
     /// ... but a step whose process got at most `cpu_starved_share` of its
     /// usual CPU rate needs only this multiple of its usual compute: 1.1.
-    /// The CPU reading is the better witness: beside a CPU burner at normal
-    /// priority (tests/tests/bottleneck.rs, 4 runs with two low-priority busy
-    /// loops beside it) the burner's 120 steps got 0.31–0.55 of their usual CPU
-    /// yet took only 1.15–4.6 times their usual compute, while the 237 steps
-    /// around them got 0.8–1.1 of it and took 0.53–1.9 times it. Lower
-    /// readings (0.48–0.76) came only at the step just before the burner
-    /// starts and just after it stops: the process's cumulative CPU is
-    /// interpolated between readings 100 ms apart, and there one of them falls
-    /// in the injector's half-second pause. `slow_factor` alone left up to 9
-    /// of the 30 burner steps `unknown`.
+    /// The CPU reading is the better witness: a step starved by a neighbour
+    /// shows it in its CPU share even when its compute is barely slower, while
+    /// unaffected steps' compute time varies more than that from step to step
+    /// and their CPU share does not. So with the CPU reading, a small slowdown
+    /// is enough; `slow_factor` alone leaves such steps `unknown`. The runs
+    /// behind this: docs/benchmarks.md ("Host-bound with the process's CPU as
+    /// witness").
     pub starved_slow_factor: f64,
     /// A step whose compute took at least this multiple of the usual with the
     /// node's CPU at `node_busy` is host-bound whatever the process's CPU

@@ -1,7 +1,7 @@
 //! Clockwork's two telemetry files, byte for byte as its controller's code
 //! writes them (`RequestTelemetryFileLogger::log`,
 //! `ControllerActionTelemetryFileLogger::log`), where the code and
-//! `docs/telemetry.md` disagree the code wins:
+//! Clockwork's `docs/telemetry.md` disagree the code wins:
 //!
 //! * request `t` is the departure (docs: arrival); `deadline` is relative to
 //!   arrival, -1 when none was given and 0 when it lies before the arrival;

@@ -4,7 +4,7 @@
 //!
 //! Files: `mod.rs` (discovery, the status line, XID and lost-GPU events),
 //! `device.rs` (one GPU's series and readings), `names.rs` (the metric names,
-//! their sources and resolutions; the README's GPU table follows it).
+//! their sources and resolutions; docs/gpu.md's table follows it).
 //!
 //! Faults never stop sampling: a missing library, missing symbols, an init
 //! failure, a GPU that falls off the bus and calls that start failing each

@@ -1,7 +1,7 @@
 //! The GPU metric names sonde exports, where each comes from, and how fine its
 //! real resolution is. Semantic-convention names where the conventions have
 //! one (`hw.*`, `hw.gpu.*`); otherwise the DCGM exporter's meaning under a
-//! `sonde.` name. The README's GPU table lists the same, with the DCGM field.
+//! `sonde.` name. docs/gpu.md's table lists the same, with the DCGM field.
 
 /// Busy share (`hw.gpu.task` = "general"). Source: the driver's buffered,
 /// timestamped samples (`nvmlDeviceGetSamples`, one per 1/6 s to 1 s

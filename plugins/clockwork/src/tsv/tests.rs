@@ -23,7 +23,7 @@ fn req(id: u64, arrival: u64, departure: u64, deadline: u64, result: i32, ac: u3
 
 fn requests() -> Vec<Request> {
     vec![
-        // The first row of docs/telemetry.md's sample, from its inputs: t is
+        // The first row of Clockwork's docs/telemetry.md sample, from its inputs: t is
         // the departure (arrival + latency), so the docs' "arrival" is wrong.
         Request {
             request_id: 68,

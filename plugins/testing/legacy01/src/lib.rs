@@ -1,7 +1,7 @@
 //! legacy01: a plugin of the previous contract, 0.1, built from the frozen
 //! `wit/0.1/sonde-plugin.wit` as any 0.1 plugin was, so the host's tests can
 //! check that it still loads and still gets its rows
-//! (`host/tests/contract_v0_1.rs`).
+//! (`host/tests/plugin_runtime.rs`).
 //!
 //! It subscribes to 0.1's `requests`, `actions` and `mpi-samples` kinds (the
 //! host fills them from the tables of those names) and to `progress`, opens a
