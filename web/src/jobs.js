@@ -140,7 +140,12 @@ export class JobPage {
     if (first) this.skeleton(job);
     this.diag.replaceChildren(diagnosis(job));
     this.summary(job, m);
-    this.ranksTable(job, m);
+    const training = m.nB > 0 || job.kinds.includes('training');
+    this.toolbar.hidden = !training;
+    this.stepsBox.hidden = !training;
+    this.ranksTitle.textContent = training ? 'Ranks' : 'Processes';
+    if (training) this.ranksTable(job, m);
+    else this.processTable(job);
     this.exportBtn.disabled = !m.nB;
     this.exportBtn.title = m.nB ? 'Chrome trace-event JSON: open in ui.perfetto.dev or chrome://tracing' : 'no timed steps to export yet';
     for (const c of [this.steps, this.strip]) if (c) c.box.remove();
@@ -195,13 +200,15 @@ export class JobPage {
       el('h2', {}, `Job ${job.job}`),
       this.diag,
       this.head,
-      el('div', { class: 'toolbar' }, el('label', {}, 'rank ', this.rankSel), zoom(0.5), zoom(2), pan(-0.25, 'earlier batches'), pan(0.25, 'later batches'), zoom(0), exportBtn),
-      el('h3', {}, 'Ranks'), this.ranksBox,
-      el('h3', {}, 'Step time per batch, every rank, stacked by phase'),
-      el('p', { class: 'muted' }, 'Each batch shows one bar per rank. Wheel or +/− to zoom, drag or arrow keys to pan, 0 for all batches; hover for the numbers.'),
-      this.legend, this.stepBox,
-      el('h3', {}, 'Straggler strip'), el('p', { class: 'muted' }, 'One row per rank, one column per batch: darker is slower. ', grad, ' ', this.stripLegend),
-      this.stripBox,
+      this.toolbar = el('div', { class: 'toolbar' }, el('label', {}, 'rank ', this.rankSel), zoom(0.5), zoom(2), pan(-0.25, 'earlier batches'), pan(0.25, 'later batches'), zoom(0), exportBtn),
+      this.ranksTitle = el('h3', {}, 'Ranks'), this.ranksBox,
+      // Steps per batch: a training job's; a job of another kind never shows them.
+      this.stepsBox = el('div', { class: 'job-steps' },
+        el('h3', {}, 'Step time per batch, every rank, stacked by phase'),
+        el('p', { class: 'muted' }, 'Each batch shows one bar per rank. Wheel or +/− to zoom, drag or arrow keys to pan, 0 for all batches; hover for the numbers.'),
+        this.legend, this.stepBox,
+        el('h3', {}, 'Straggler strip'), el('p', { class: 'muted' }, 'One row per rank, one column per batch: darker is slower. ', grad, ' ', this.stripLegend),
+        this.stripBox),
       el('h3', {}, 'Nodes'), el('div', { class: 'toolbar' }, el('label', {}, 'node ', this.nodeSel)), this.nodeBox,
       el('h3', {}, 'Plugin views for this job'), this.pluginBox);
     this.nodeCharts();
@@ -213,7 +220,7 @@ export class JobPage {
     const dropped = ranks.reduce((s, r) => s + r.steps_dropped, 0);
     this.head.replaceChildren(
       ...job.kinds.map((k) => el('span', { class: `kind kind-${k}` }, k)),
-      ` ${ranks.length} rank(s) on ${job.nodes.length || 1} node(s) · `,
+      ` ${ranks.length} ${m.nB > 0 || job.kinds.includes('training') ? 'rank(s)' : 'process(es)'} on ${job.nodes.length || 1} node(s) · `,
       m.nB ? `batches ${m.batch[0]}–${m.batch[m.nB - 1]} (${m.nB} shown${dropped ? `, ${dropped} older steps dropped by the host` : ''}) · ` : '',
       `from ${when(job.first_ns)} to ${when(job.last_ns)} (${dur((job.last_ns - job.first_ns) / 1e9)}) · ${job.rows} rows`);
     const opts = [['', 'all ranks'], ...m.rankIds.map((r) => [String(r), `rank ${r}`])];
@@ -241,6 +248,20 @@ export class JobPage {
       }))));
   }
 
+  // A job without steps (a parameter-server or serving job): its processes,
+  // each by its rank or its role and index, and when it was last heard from.
+  processTable(job) {
+    const procs = Array.isArray(job.ranks) ? job.ranks : [];
+    const label = (p) => (p.rank >= 0 ? `rank ${p.rank}` : `${p.role || 'process'}${p.index >= 0 ? ` ${p.index}` : ''}`);
+    this.ranksBox.replaceChildren(el('table', { class: 'ranks-table' },
+      el('thead', {}, el('tr', {}, ...['process', 'node', 'role', 'last heard from'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, ...procs.map((p) => el('tr', { 'data-process': label(p) },
+        el('td', {}, label(p)),
+        el('td', {}, p.node ? el('a', { href: href('nodes', p.node) }, p.node) : '–'),
+        el('td', {}, p.role || '–'),
+        el('td', {}, when(p.last_ns)))))));
+  }
+
   nodeCharts() {
     const app = this.app;
     const nodes = this.job.nodes.length ? this.job.nodes : [app.localName];
@@ -253,8 +274,11 @@ export class JobPage {
     const width = shown.length > 1 ? 420 : undefined;
     // On a standalone sonde every series is the local machine's, whatever the job calls its node.
     const key = (n) => (app.role === 'master' ? n : LOCAL);
+    // The GPU chart only where some node has GPUs: an empty box on every CPU-only job says nothing.
+    const gpus = app.feed.series((m) => m.name === 'hw.gpu.utilization').length > 0;
+    const charts = NODE_CHARTS.filter((c) => gpus || !c.name.startsWith('hw.gpu.'));
     for (const n of shown) {
-      for (const c of NODE_CHARTS.slice(0, shown.length > 1 ? 2 : 3)) {
+      for (const c of charts.slice(0, shown.length > 1 ? 2 : 3)) {
         this.charts.push(new TimeChart(this.nodeBox, app.feed, { title: `${c.title} · ${n}`, unit: c.unit, label: c.label, height: 150, width, match: (m) => nodeMatch(app, key(n), c.name)(m) }));
       }
     }

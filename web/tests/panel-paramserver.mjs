@@ -93,7 +93,23 @@ await suite({
     await until('worker-1 at clock 5', async () => (await row('worker-1').locator('td').nth(1).getAttribute('data-value')) === '5');
     await page.screenshot({ path: join(shots, 'paramserver-clocks.png'), fullPage: true });
   }],
+  ['the job\'s own page is a parameter-server page: processes by role, its incidents, no steps', async ({ page, url }) => {
+    await page.goto(`${url}/#/jobs/${JOB}`);
+    const panel = page.locator('[data-job-panel=paramserver]');
+    await until('the incident on the job page', async () => (await panel.locator('[data-item^=incident-]').count()) >= 1);
+    const procs = await page.locator('.ranks-table tbody tr').allTextContents();
+    for (const want of ['server 0', 'worker 0', 'worker 1', 'worker 2']) {
+      if (!procs.some((p) => p.startsWith(want))) throw new Error(`no ${want} in ${procs}`);
+    }
+    const text = await page.locator('#view-jobs').innerText();
+    if (text.includes('rank -1')) throw new Error('"rank -1" on a parameter-server page');
+    if (await page.locator('.job-steps').isVisible()) throw new Error('a step chart on a job without steps');
+    if (!(await page.locator('.job-summary').innerText()).includes('parameter-server')) throw new Error('kind not shown');
+    await page.screenshot({ path: join(shots, 'job-parameter-server.png'), fullPage: true });
+  }],
   ['its decisions read as sentences with their fields, the JSON only behind "details"', async ({ page }) => {
+    await page.goto(page.url().split('#')[0]);
+    await page.click('#tabs a[data-view=plugins]');
     await until('a decision', async () => (await page.locator('details[data-panel=paramserver] .decision').count()) > 0);
     await expectReadableDecisions(page, 'details[data-panel=paramserver] .decisions');
   }],

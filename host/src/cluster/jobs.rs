@@ -33,14 +33,17 @@ const MAX_PHASES_PER_STEP: usize = 64;
 /// The progress name that carries the batch index.
 const BATCH_IDX: &str = "batch_idx";
 
-/// The kinds of work a job's reports show: "training" (timings, progress),
+/// The kinds of work a job's reports show: "training" (timings, batch indices),
 /// "parameter-server" (a process whose role is a server's), and the name of
 /// every event table it sent rows of (the plugins that declare a table say
 /// what it is).
 fn kinds_of(r: &Report) -> impl Iterator<Item = &str> {
     let role = r.origin.role.to_ascii_lowercase().replace('_', "-");
     [
-        (!r.timings.is_empty() || !r.progress.is_empty(), "training"),
+        (
+            !r.timings.is_empty() || r.progress.iter().any(|p| p.name == BATCH_IDX),
+            "training",
+        ),
         (
             matches!(role.as_str(), "ps" | "server" | "parameter-server"),
             "parameter-server",
@@ -98,7 +101,9 @@ struct Job {
     kinds: BTreeSet<String>,
     /// Node → last time it reported for this job.
     nodes: BTreeMap<String, u64>,
-    ranks: BTreeMap<i32, Rank>,
+    /// By (global rank, role, index): a process without a rank (a parameter
+    /// server's worker or server) is told apart by its role and index.
+    ranks: BTreeMap<(i32, String, i32), Rank>,
     ranks_refused: u64,
     phases_refused: u64,
 }
@@ -121,6 +126,8 @@ pub struct JobSummary {
 pub struct RankView {
     /// The global rank (-1 when the job did not say).
     pub rank: i32,
+    /// Index within its role (worker 3, ps 1) for a process without a rank; -1 otherwise.
+    pub index: i32,
     pub node: String,
     pub local_rank: i32,
     pub role: String,
@@ -236,7 +243,7 @@ impl JobRegistry {
                 let ranks: Vec<RankStep> = job
                     .ranks
                     .iter()
-                    .filter_map(|(rank, r)| {
+                    .filter_map(|((rank, ..), r)| {
                         let s = r.steps.get(&batch)?;
                         let span = s.enclosing();
                         let parts = s.phases.iter().filter(|(n, ..)| !span.contains(&n.as_str()));
@@ -272,8 +279,9 @@ impl JobRegistry {
             ranks: job
                 .ranks
                 .iter()
-                .map(|(rank, r)| RankView {
+                .map(|((rank, _, index), r)| RankView {
                     rank: *rank,
+                    index: *index,
                     node: r.node.clone(),
                     local_rank: r.local_rank,
                     role: r.role.clone(),
@@ -320,9 +328,9 @@ impl JobRegistry {
             *seen = (*seen).max(latest);
         }
         let key = if r.origin.rank >= 0 {
-            r.origin.rank
+            (r.origin.rank, String::new(), -1)
         } else {
-            r.origin.index
+            (-1, r.origin.role.clone(), r.origin.index)
         };
         if !job.ranks.contains_key(&key) && job.ranks.len() >= MAX_RANKS_PER_JOB {
             job.ranks_refused += 1;
@@ -458,6 +466,28 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_parameter_server_job_lists_each_process_and_is_not_training() {
+        let reg = JobRegistry::new(8, 100);
+        let proc = |role: &str, index: i32| {
+            let mut r = report("ps-job", "n1", -1, &[]);
+            r.origin.role = role.into();
+            r.origin.index = index;
+            r.progress.push(Progress {
+                name: "clock".into(),
+                value: 3,
+                time: 1_000,
+            });
+            r
+        };
+        reg.observe(&[proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("parameter_server", 1)]);
+        let v = reg.view("ps-job", 10).unwrap();
+        let who: Vec<(String, i32)> = v.ranks.iter().map(|r| (r.role.clone(), r.index)).collect();
+        assert_eq!(who.len(), 4, "worker 0 and ps 0 are two processes: {who:?}");
+        assert!(v.ranks.iter().all(|r| r.rank == -1));
+        assert_eq!(v.summary.kinds, vec!["parameter-server"], "a clock is not a batch index");
     }
 
     #[test]
