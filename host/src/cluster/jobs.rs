@@ -482,12 +482,21 @@ mod tests {
             });
             r
         };
-        reg.observe(&[proc("worker", 0), proc("worker", 1), proc("ps", 0), proc("parameter_server", 1)]);
+        reg.observe(&[
+            proc("worker", 0),
+            proc("worker", 1),
+            proc("ps", 0),
+            proc("parameter_server", 1),
+        ]);
         let v = reg.view("ps-job", 10).unwrap();
         let who: Vec<(String, i32)> = v.ranks.iter().map(|r| (r.role.clone(), r.index)).collect();
         assert_eq!(who.len(), 4, "worker 0 and ps 0 are two processes: {who:?}");
         assert!(v.ranks.iter().all(|r| r.rank == -1));
-        assert_eq!(v.summary.kinds, vec!["parameter-server"], "a clock is not a batch index");
+        assert_eq!(
+            v.summary.kinds,
+            vec!["parameter-server"],
+            "a clock is not a batch index"
+        );
     }
 
     #[test]
