@@ -176,7 +176,12 @@ fn steps_are_judged_after_the_lag_with_rows_decisions_and_shares() {
     assert_eq!(strip["kind"], "strip");
     assert_eq!(strip["rows"], serde_json::json!(["rank 0", "rank 1"]));
     assert_eq!(strip["cells"].as_array().unwrap().len(), 80);
-    let input = strip["categories"].as_array().unwrap().iter().find(|c| c[0] == "input-bound").unwrap();
+    let input = strip["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c[0] == "input-bound")
+        .unwrap();
     assert_eq!(input[2], 20);
     assert_eq!(get(&p, "/panel", "job=nope").0, 404, "no view of a job it never judged");
     assert_eq!(get(&p, "/panel", "").1["items"][0]["items"][0]["href"], "#/jobs/job");

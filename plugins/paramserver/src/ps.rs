@@ -546,12 +546,16 @@ impl ParamServer {
 
     fn completed(&mut self, host: &mut dyn Host, job: &str, inc: &Incident) {
         let j = &self.jobs[job];
-        let body = inc.to_json(&j.checkpoints);
+        let mut body = inc.to_json(&j.checkpoints);
+        // The phases are in the body as fields; the markdown table is the route's.
+        if let Some(o) = body.as_object_mut() {
+            o.remove("table_markdown");
+        }
         let phases = inc.phases(&j.checkpoints);
         let t = inc.stages[6].map_or(0, |s| s.time_ns);
         let total: Option<u64> = phases.iter().map(|p| p.map(|(ns, _)| ns)).sum();
         let reason = format!(
-            "job {job}: {} recovered; phases {}",
+            "{} recovered; phases {}",
             inc.process,
             phases
                 .iter()
@@ -647,10 +651,11 @@ impl ParamServer {
             self.point(host, STALENESS, proc_attrs(job, &k, &role), now, s as f64);
         }
         for body in decide {
+            let behind = body["staleness"].as_u64().unwrap_or(0);
             let reason = format!(
-                "job {job}: {} is {} clocks behind the fastest worker (straggler threshold {threshold}, {})",
+                "{} is {behind} clock{} behind the fastest worker (straggler threshold {threshold}, {})",
                 body["worker"].as_str().unwrap_or(""),
-                body["staleness"],
+                if behind == 1 { "" } else { "s" },
                 model.name()
             );
             host.emit_decision(&Decision {
