@@ -17,7 +17,7 @@
 //!
 //! `start()` runs a whole sonde host inside the process (sampler on its own
 //! thread, the plugins from `plugins.dir`, export, optionally the API); a
-//! plugin (the bundled determined one) holds the active/ended state machine
+//! profiler plugin holds the active/ended state machine
 //! and says where it stands in `profiler.state` decisions. `attach()` joins
 //! a host that already runs in this process (and is what the benchmark uses).
 //! Whether profiling is on at all is the application's to say, as

@@ -371,7 +371,7 @@ mod tests {
         let hb = AgentHeartbeat {
             version: "0.1.0".into(),
             instance: instance.into(),
-            plugins: vec!["sysmetrics".into()],
+            plugins: vec!["sampler".into()],
             sent_ns,
             period_ms: 1000,
             ..Default::default()
@@ -452,7 +452,7 @@ mod tests {
         assert_eq!(v.clock_skew_ms, Some(10_000));
         assert!(v.clock_skewed && v.agent);
         assert_eq!(v.version.as_deref(), Some("0.1.0"));
-        assert_eq!(v.plugins, vec!["sysmetrics"]);
+        assert_eq!(v.plugins, vec!["sampler"]);
     }
 
     #[test]

@@ -475,7 +475,7 @@ mod tests {
             version: "0.1.0".into(),
         });
         let plug = Arc::new(Scope {
-            name: "determined".into(),
+            name: "profiler".into(),
             version: "1.2.3".into(),
         });
         let util = series(
@@ -615,7 +615,7 @@ mod tests {
         assert_eq!(s0.metrics[2].unit, "By");
 
         let s1 = &rm.scope_metrics[1];
-        assert_eq!(s1.scope.as_ref().unwrap().name, "determined");
+        assert_eq!(s1.scope.as_ref().unwrap().name, "profiler");
         assert_eq!(s1.scope.as_ref().unwrap().version, "1.2.3");
         let Some(metric::Data::Gauge(g)) = &s1.metrics[0].data else {
             panic!()
@@ -729,7 +729,7 @@ mod tests {
     #[test]
     fn export_encode_logs_severity_and_event_name() {
         let sc = Arc::new(Scope {
-            name: "dlrover".into(),
+            name: "planner".into(),
             version: "0.2.0".into(),
         });
         let rec = |sev, ev: &str| LogRecord {
@@ -744,34 +744,34 @@ mod tests {
             records: vec![
                 rec(Severity::Trace, ""),
                 rec(Severity::Debug, ""),
-                rec(Severity::Info, "dlrover.plan"),
+                rec(Severity::Info, "planner.plan"),
                 rec(Severity::Warn, ""),
-                rec(Severity::Error, "dlrover.failure"),
+                rec(Severity::Error, "planner.failure"),
             ],
         }];
         let req = encode_logs(&[("service.name".into(), "sonde".into())], &batches);
         assert_eq!(log_record_count(&req), 5);
         let sl = &req.resource_logs[0].scope_logs[0];
-        assert_eq!(sl.scope.as_ref().unwrap().name, "dlrover");
+        assert_eq!(sl.scope.as_ref().unwrap().name, "planner");
         let nums: Vec<_> = sl.log_records.iter().map(|r| r.severity_number).collect();
         assert_eq!(nums, [1, 5, 9, 13, 17]);
         let texts: Vec<_> = sl.log_records.iter().map(|r| r.severity_text.as_str()).collect();
         assert_eq!(texts, ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"]);
         let r = &sl.log_records[2];
-        assert_eq!(r.event_name, "dlrover.plan");
+        assert_eq!(r.event_name, "planner.plan");
         assert_eq!(
             kv(&r.attributes),
             vec![
                 (
                     "event.name".into(),
-                    any_value::Value::StringValue("dlrover.plan".into())
+                    any_value::Value::StringValue("planner.plan".into())
                 ),
                 ("rank".into(), any_value::Value::IntValue(3))
             ]
         );
         assert_eq!(
             r.body.as_ref().unwrap().value,
-            Some(any_value::Value::StringValue("body dlrover.plan".into()))
+            Some(any_value::Value::StringValue("body planner.plan".into()))
         );
         assert_eq!((r.time_unix_nano, r.observed_time_unix_nano), (42, 42));
         let r0 = &sl.log_records[0];

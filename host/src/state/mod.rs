@@ -1,5 +1,5 @@
 //! state/: what plugins hand to the host to keep across traps and restarts
-//! (DLRover's shard queues, a checkpoint, runtime statistics).
+//! (a planner's shard queues, a checkpoint, runtime statistics).
 //!
 //! One embedded redb database per host (`<data_dir>/state.redb`), with every
 //! plugin in its own namespace. Two shapes: a key/value map, and append-only

@@ -512,12 +512,12 @@ mod tests {
             &[("cpu.logical_number", "1")],
         );
         st.ingest(&batch(
-            "sonde.plugin.sysmetrics",
+            "sonde.plugin.sampler",
             vec![(a.clone(), now, 0.5), (b, now, 0.25), (a, now + 100_000_000, 0.75)],
         ));
         let list = st.list();
         assert_eq!(list.len(), 2);
-        assert_eq!(list[0].plugin.as_deref(), Some("sysmetrics"));
+        assert_eq!(list[0].plugin.as_deref(), Some("sampler"));
         assert_eq!(list[1].attributes["cpu.logical_number"], "1");
         let now_ms = now / 1_000_000;
         let q = st.query(&[0, 1, 99], now_ms - 1000, now_ms + 1000, 1);
