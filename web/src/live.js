@@ -184,7 +184,12 @@ export class TimeChart {
       title: this.title,
       width,
       height: this.height,
-      scales: { x: { time: true, range: () => [this.x[0], this.x[this.x.length - 1]] } },
+      scales: {
+        x: { time: true, range: () => [this.x[0], this.x[this.x.length - 1]] },
+        // A share (unit 1) starts at 0 and, all zero, spans 0–100 %: uPlot's
+        // own range for a flat line would run to 100 (10 000 %).
+        ...(this.unit === '1' ? { y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.05 : 1] } } : {}),
+      },
       axes: [
         { incrs: TIME_INCRS, space: 80, values: (u, splits) => {
           const span = this.x[this.x.length - 1] - this.x[0];
@@ -293,18 +298,29 @@ export function barChart(parent, { title, xLabel, names, x, ys, unit, stacked = 
   return plot;
 }
 
-// uPlot's legend shows or hides a series on a mouse click only. Each entry
-// becomes a focusable switch that Enter and Space toggle as well, so the
-// keyboard reaches every control (row 0 is the x axis: not a series).
+// uPlot's legend shows or hides a series on a mouse click only. The legend
+// becomes one tab stop (a roving tabindex: Tab reaches its first entry, the
+// arrow keys move between entries) whose entries are switches that Enter and
+// Space toggle; a page of charts is not dozens of tab stops (row 0 is the x
+// axis: not a series).
 function keyboardLegend(plot) {
-  plot.root.querySelectorAll('.u-legend .u-series').forEach((row, i) => {
-    const th = row.querySelector('th');
-    if (i === 0 || !th) return;
-    th.tabIndex = 0;
+  const ths = [...plot.root.querySelectorAll('.u-legend .u-series')].slice(1).map((row) => row.querySelector('th')).filter(Boolean);
+  ths.forEach((th, i) => {
+    const row = th.parentElement;
+    th.tabIndex = i === 0 ? 0 : -1;
     th.setAttribute('role', 'switch');
     const sync = () => th.setAttribute('aria-checked', String(!row.classList.contains('u-off')));
     sync();
     th.addEventListener('keydown', (e) => {
+      const to = { ArrowRight: i + 1, ArrowDown: i + 1, ArrowLeft: i - 1, ArrowUp: i - 1, Home: 0, End: ths.length - 1 }[e.key];
+      if (to != null) {
+        e.preventDefault();
+        const next = ths[Math.max(0, Math.min(ths.length - 1, to))];
+        th.tabIndex = -1;
+        next.tabIndex = 0;
+        next.focus();
+        return;
+      }
       if (e.key !== 'Enter' && e.key !== ' ') return;
       e.preventDefault();
       th.click();

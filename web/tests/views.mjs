@@ -325,6 +325,33 @@ test('the keyboard reaches every control of every view', async ({ page, url }) =
   await entry.focus();
   await page.keyboard.press('Enter');
   if ((await entry.getAttribute('aria-checked')) !== 'false') throw new Error('Enter did not switch the series off');
+  // A legend is one tab stop: its other entries are reached with the arrow keys.
+  const stops = await page.locator('#view-system .u-legend').evaluateAll((ls) => ls.map((l) => l.querySelectorAll('th[tabindex="0"]').length));
+  if (stops.some((n) => n > 1)) throw new Error(`legend tab stops per chart: ${stops}`);
+  await page.keyboard.press('ArrowRight');
+  const second = page.locator('#view-system .u-legend').first().locator('th[role="switch"]').nth(1);
+  if (!(await second.evaluate((e) => e === document.activeElement))) throw new Error('ArrowRight did not move to the next legend entry');
+});
+
+test('at 600 px wide no view scrolls sideways', async ({ page, url }) => {
+  await page.setViewportSize({ width: 600, height: 900 });
+  const wide = [];
+  for (const hash of ['#/system', '#/jobs', `#/jobs/${JOB}`, '#/nodes', '#/timings', '#/plugins', '#/config']) {
+    await page.goto(`${url}/${hash}`);
+    await page.reload(); // a fresh load at this width (a hash change alone keeps what was drawn wider)
+    await page.waitForTimeout(1500); // charts and panels drawn
+    const w = await page.evaluate(() => document.documentElement.scrollWidth);
+    if (w > 600) {
+      // The outermost elements that stick out, to say what to fix.
+      const culprits = await page.evaluate(() => [...document.querySelectorAll('body *')]
+        .filter((e) => e.getBoundingClientRect().right > 601 && e.parentElement.getBoundingClientRect().right <= 601)
+        .slice(0, 4).map((e) => `${e.tagName.toLowerCase()}${e.id ? `#${e.id}` : ''}${e.className && typeof e.className === 'string' ? `.${e.className.split(' ').join('.')}` : ''} (${Math.round(e.getBoundingClientRect().right)} px)`));
+      wide.push(`${hash}: ${w} px: ${culprits.join(', ')}`);
+    }
+    if (hash === '#/plugins') await shot(page, 'plugins-600px');
+  }
+  await page.setViewportSize({ width: 1400, height: 1000 });
+  if (wide.length) throw new Error(`wider than the window: ${wide.join(', ')}`);
 });
 
 test('screenshots of the remaining views', async ({ page, url }) => {
