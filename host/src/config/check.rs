@@ -7,7 +7,10 @@
 //! `crate::config`, which assembles them, re-exports [`ConfigError`].
 //!
 //! A key's doc comment states the range its `validate` checks, on a line
-//! `Range: LO ..= HI`, `Range: at least LO` or `Range: 0 (off) or LO ..= HI`.
+//! `Range: LO ..= HI`, `Range: at least LO` or `Range: 0 (off) or LO ..= HI`;
+//! `config/reference.rs` prints that line in `sonde config reference`, and
+//! its tests set every key to each end of its range, and just past it, to
+//! prove that the check and the line agree.
 
 use std::fmt::Display;
 

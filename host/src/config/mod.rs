@@ -19,12 +19,14 @@
 //! Each checks its own keys in its `validate` (with `check.rs`), and each
 //! key's doc comment says what it means, its unit and its range; only checks
 //! that span sections are made here. Only `[host]` is defined here.
-//! `otel_env.rs` maps the `OTEL_*` variables onto `[export]`. Section files
-//! are plain settings: they import nothing of their component, so every
-//! module may read `Config` without a circle.
+//! `otel_env.rs` maps the `OTEL_*` variables onto `[export]`. `reference.rs`
+//! prints every key for `sonde config reference` (docs/configuration.md).
+//! Section files are plain settings: they import nothing of their component,
+//! so every module may read `Config` without a circle.
 
 pub mod check;
 mod otel_env;
+pub mod reference;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
