@@ -21,8 +21,9 @@
 //! (`sample/config.rs`, `plugin/config.rs`, `export/config.rs`,
 //! `api/config.rs`, `sinks/config.rs`, `ingest/config.rs`; the `tls` tables
 //! they embed are `tls/config.rs`): plain data that imports nothing of its
-//! component. `config` assembles them into `Config`
-//! and validates it, so any module may read `Config` without a circle.
+//! component, and checks its own keys with `config/check.rs` (a leaf).
+//! `config` assembles them into `Config` and validates it, so any module may
+//! read `Config` without a circle.
 //! Nothing depends on `api`. `scripts/check_layers.py` checks that the
 //! imports (and the files inside `ingest/`) have no circles.
 

@@ -77,6 +77,9 @@ enum Command {
         /// Where the compiled form goes.
         output: PathBuf,
     },
+    /// The configuration's own tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Record what a running sonde hands its plugins, for `sonde plugin test`.
     Record {
         /// How long to record, 1 to 600 seconds.
@@ -92,6 +95,13 @@ enum Command {
         #[arg(long)]
         max_bytes: Option<usize>,
     },
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ConfigCommand {
+    /// Print every key (its type, default, range and doc) as markdown: what
+    /// docs/configuration.md holds.
+    Reference,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -155,6 +165,10 @@ fn run_command(command: Command) -> ExitCode {
     match command {
         Command::Plugin(PluginCommand::New { name, lang, dir, sdk }) => plugin_new(name, lang, dir, sdk),
         Command::Plugin(PluginCommand::Extract { dir }) => plugins_extract(&dir),
+        Command::Config(ConfigCommand::Reference) => {
+            print!("{}", sonde::config::reference::markdown());
+            ExitCode::SUCCESS
+        }
         Command::CompilePlugin { input, output } => match sonde::plugin::engine::compile_file(&input, &output) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1,36 +1,42 @@
 //! `[api]`: where the HTTP API and the dashboard listen, and the token that
 //! guards state changes (the OTLP receivers check it too when bound wide).
-//! `crate::config` assembles and validates the sections.
+//! `crate::config` assembles the sections.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::check::Check;
 use crate::tls::config::ServerTls;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApiConfig {
-    /// Where the HTTP API and the dashboard listen.
+    /// Where the HTTP API and the dashboard listen, `address:port`.
     pub listen: String,
-    /// Bearer token for state-changing requests; required when `listen` is not loopback.
+    /// The bearer token every state-changing request must carry
+    /// (`Authorization: Bearer <token>`): required when `listen`, or an OTLP
+    /// receiver (`ingest.otlp_*_listen`), is not a loopback address, for
+    /// anyone who can reach it could change the configuration.
     pub token: Option<String>,
     /// Serve the dashboard from this directory instead of the built-in page.
     pub web_dir: Option<PathBuf>,
-    /// How far back the live store behind the dashboard keeps every series,
-    /// in ms (10 000 ..= 86 400 000): the last five minutes at full
-    /// resolution, older points in min/max/mean buckets of 0.9 s (to 15
-    /// minutes), 3.6 s (to an hour) and four times coarser for each further
-    /// fourfold span. Older ranges come from the history when it is on.
+    /// How far back the live store behind the dashboard keeps every series:
+    /// the last five minutes at full resolution, older points in
+    /// min/max/mean buckets of 0.9 s (to 15 minutes), 3.6 s (to an hour) and
+    /// four times coarser for each further fourfold span. Older ranges come from the history when it is on.
     /// Default: an hour; five minutes on a master, which holds every node's
     /// series and has its history for the rest.
+    /// Range: 10 000 ..= 86 400 000.
     pub live_window_ms: Option<u64>,
-    /// Most series the live store keeps (16 ..= 1 048 576). Past it, a new
-    /// series takes the place of one idle for a minute, or is refused and
-    /// counted (`/api/series` `store.refused_series`). Default: 2 048; 16 384
-    /// on a master. A 100 ms series costs at most 24 KB of raw points plus
+    /// Most series the live store keeps. Past it, a new series takes the
+    /// place of one idle for a minute, or is refused and counted
+    /// (`/api/series` `store.refused_series`). Default: 2 048; 16 384 on a
+    /// master. A 100 ms series costs at most 24 KB of raw points plus
     /// 16 KB per tier of buckets: 56 KB for the default hour (115 MB for
     /// 2 048 series), 24 KB for a master's five minutes (390 MB for 16 384).
+    /// Range: 16 ..= 1 048 576.
     pub live_max_series: Option<usize>,
     /// TLS on the API listener, which also carries the dashboard and
     /// `POST /api/ingest` (`[api.tls]`: `cert`, `key`, optional `client_ca`).
@@ -69,22 +75,35 @@ impl ApiConfig {
         }
     }
 
-    /// Settings out of range, as (key, reason).
-    pub fn problems(&self) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        if let Some(w) = self.live_window_ms.filter(|w| !(10_000..=86_400_000).contains(w)) {
-            out.push((
-                "api.live_window_ms".into(),
-                format!("{w} is out of range 10000..=86400000"),
-            ));
+    /// Whether a token is set (an empty one is none).
+    pub fn has_token(&self) -> bool {
+        self.token.as_deref().is_some_and(|t| !t.is_empty())
+    }
+
+    /// Checks what types alone cannot, and loads the TLS files.
+    pub fn validate(&self, c: &mut Check) {
+        match self.listen.parse::<SocketAddr>() {
+            Err(e) => c.bad("listen", format!("not an address:port ({e})")),
+            Ok(addr) if !addr.ip().is_loopback() && !self.has_token() => {
+                let listen = c.key("listen");
+                c.bad(
+                    "token",
+                    format!("required when {listen} is not a loopback address (state-changing requests need it)"),
+                );
+            }
+            Ok(_) => {}
         }
-        if let Some(n) = self.live_max_series.filter(|n| !(16..=1 << 20).contains(n)) {
-            out.push((
-                "api.live_max_series".into(),
-                format!("{n} is out of range 16..=1048576"),
-            ));
+        if let Some(w) = self.live_window_ms {
+            c.range("live_window_ms", w, 10_000, 86_400_000);
         }
-        out
+        if let Some(n) = self.live_max_series {
+            c.range("live_max_series", n, 16, 1 << 20);
+        }
+        if let Some(t) = &self.tls
+            && let Err(e) = crate::tls::server_config(t, &c.key("tls"))
+        {
+            c.bad_whole(e.key, e.reason);
+        }
     }
 }
 

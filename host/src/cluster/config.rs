@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::check::Check;
+
 /// The three roles one binary can take.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -39,27 +41,33 @@ pub struct ClusterConfig {
     pub master: Option<String>,
     /// For a master: a node that has not been heard from for this long is
     /// `lost`. Default: 3 missed export intervals (`3 × export.interval_ms`).
+    /// Range: at least 200.
     pub node_timeout_ms: Option<u64>,
     /// For an agent: how often it tells its master it is alive, with its
-    /// version, plugins and clock. Default: `export.interval_ms`.
+    /// version, plugins and clock (less than 100 counts as 100). Default:
+    /// `export.interval_ms`.
     pub heartbeat_ms: Option<u64>,
     /// For a master: an agent whose clock differs from the master's by more
     /// than this is flagged (its points keep their own timestamps).
     pub max_clock_skew_ms: u64,
     /// For a master: nodes kept at most; a new node past it is refused,
     /// counted and shown, never held without bound.
+    /// Range: at least 1.
     pub max_nodes: usize,
     /// Jobs kept at most (the oldest idle job goes first, counted).
+    /// Range: at least 1.
     pub max_jobs: usize,
     /// Batches kept per rank for a job's step view (the oldest go first). The
     /// default holds an hour of 100 ms steps; a step of 3 phases costs about
     /// 200 bytes, so 8 ranks at the default take about 60 MB.
+    /// Range: at least 1.
     pub max_steps_per_rank: usize,
     /// A shared secret between a master and its agents. An agent sends it
     /// as `Authorization: Bearer <token>` with every export and heartbeat; a
     /// master's OTLP receivers then refuse (and count, `unauthorized` in
     /// `GET /api/ingest`) any request without it or `api.token`. The other
-    /// way to admit agents is mutual TLS (`ingest.tls.client_ca`).
+    /// way to admit agents is mutual TLS (`ingest.tls.client_ca`). Not
+    /// empty, and without spaces at either end.
     pub token: Option<String>,
 }
 
@@ -90,46 +98,35 @@ impl ClusterConfig {
         self.heartbeat_ms.unwrap_or(export_interval_ms).max(100)
     }
 
-    /// Problems, as (key, reason).
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
-        let mut p = Vec::new();
+    /// Checks what types alone cannot.
+    pub fn validate(&self, c: &mut Check) {
         if self.role == Role::Agent && self.master.as_deref().is_none_or(|m| m.trim().is_empty()) {
-            p.push((
-                "cluster.master",
-                "an agent needs its master's address (--master http://HOST:4317)".to_string(),
-            ));
+            c.bad(
+                "master",
+                "an agent needs its master's address (--master http://HOST:4317)",
+            );
         }
         if self.role != Role::Agent && self.master.is_some() {
-            p.push((
-                "cluster.master",
+            c.bad(
+                "master",
                 format!(
                     "only an agent has a master; this sonde's role is {}",
                     self.role.as_str()
                 ),
-            ));
+            );
         }
-        if self.node_timeout_ms.is_some_and(|t| t < 200) {
-            p.push(("cluster.node_timeout_ms", "must be at least 200".to_string()));
+        if let Some(t) = self.node_timeout_ms {
+            c.at_least("node_timeout_ms", t, 200);
         }
         if self
             .token
             .as_deref()
             .is_some_and(|t| t.trim().is_empty() || t.trim() != t)
         {
-            p.push((
-                "cluster.token",
-                "must not be empty or start or end with spaces".to_string(),
-            ));
+            c.bad("token", "must not be empty or start or end with spaces");
         }
-        if self.max_nodes == 0 {
-            p.push(("cluster.max_nodes", "must be at least 1".to_string()));
-        }
-        if self.max_jobs == 0 {
-            p.push(("cluster.max_jobs", "must be at least 1".to_string()));
-        }
-        if self.max_steps_per_rank == 0 {
-            p.push(("cluster.max_steps_per_rank", "must be at least 1".to_string()));
-        }
-        p
+        c.at_least("max_nodes", self.max_nodes, 1);
+        c.at_least("max_jobs", self.max_jobs, 1);
+        c.at_least("max_steps_per_rank", self.max_steps_per_rank, 1);
     }
 }

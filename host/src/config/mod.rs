@@ -15,21 +15,28 @@
 //! whole (one pass, so errors come in one list and a fixed order); each
 //! section's struct lives beside the component it configures (Vector's habit),
 //! as `<component>/config.rs`: `sample`, `plugin`, `export`, `api`, `sinks`,
-//! `ingest`. Only `[host]` is defined here. `otel_env.rs` maps the `OTEL_*`
-//! variables onto `[export]`. Section files are plain settings: they import
-//! nothing of their component, so every module may read `Config` without a
-//! circle.
+//! `ingest`, `cluster`, `storage` (with `history` and `export/remote_write`).
+//! Each checks its own keys in its `validate` (with `check.rs`), and each
+//! key's doc comment says what it means, its unit and its range; only checks
+//! that span sections are made here. Only `[host]` is defined here.
+//! `otel_env.rs` maps the `OTEL_*` variables onto `[export]`. `reference.rs`
+//! prints every key for `sonde config reference` (docs/configuration.md).
+//! Section files are plain settings: they import nothing of their component,
+//! so every module may read `Config` without a circle.
 
+pub mod check;
 mod otel_env;
+pub mod reference;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
 use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+use self::check::Check;
+pub use self::check::ConfigError;
 use self::otel_env::otel_env_overlay;
 use crate::api::config::ApiConfig;
 use crate::export::config::ExportConfig;
@@ -42,20 +49,29 @@ use crate::sinks::config::SinksConfig;
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
+    /// This sonde's name, its files and its shutdown.
     pub host: HostConfig,
+    /// What the host samples of the machine itself, and how often.
     pub sampler: SamplerConfig,
-    /// Settings shared by every plugin.
+    /// Settings shared by every plugin: where they are found and the
+    /// sandbox's caps on each.
     pub plugins: PluginsConfig,
-    /// Per-plugin settings, keyed by plugin name (the file name without `.wasm`).
+    /// One plugin's settings, keyed by its name (the file name without `.wasm`).
     pub plugin: BTreeMap<String, PluginConfig>,
+    /// Where and how what the host exports is sent: the OTLP endpoint,
+    /// batching, retries and the disk spool.
     pub export: ExportConfig,
+    /// The HTTP API and the dashboard: where they listen, the token that
+    /// guards changes, and the live store the dashboard draws from.
     pub api: ApiConfig,
+    /// Where plugins' named files are written.
     pub sinks: SinksConfig,
-    /// How jobs report: the OTLP receiver and the JSON ingest.
+    /// How jobs report: the OTLP receivers and the JSON ingest.
     pub ingest: IngestConfig,
-    /// The role in a job that spans machines: see `host/src/cluster/`.
+    /// The role in a job that spans machines (see docs/cluster.md).
     pub cluster: crate::cluster::config::ClusterConfig,
-    /// History beyond the live hour: see `host/src/storage/`.
+    /// History beyond the live store: the embedded history, or a
+    /// Prometheus-compatible engine.
     pub storage: crate::storage::config::StorageConfig,
     /// `SONDE_*` variables of the environment that name no setting and were
     /// ignored (see the top of this file). Not a setting itself.
@@ -69,11 +85,14 @@ pub const CLIENT_ENV_PREFIX: &str = "SONDE_CLIENT_";
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostConfig {
-    /// Overrides the `host.name` resource attribute (default: the machine's hostname).
+    /// The `host.name` resource attribute on what this sonde exports.
+    /// Unset: the machine's hostname.
     pub name: Option<String>,
-    /// Where state and the compiled-plugin cache live.
+    /// Where state, the compiled-plugin cache, the bundled plugins
+    /// (`plugins.dir` unset), the spool and the history live.
     pub data_dir: PathBuf,
     /// How long shutdown may take before the process exits anyway.
+    /// Range: 1 ..= 600 000.
     pub shutdown_timeout_ms: u64,
 }
 
@@ -87,20 +106,10 @@ impl Default for HostConfig {
     }
 }
 
-/// A configuration problem: which key, and why.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{key}: {reason}")]
-pub struct ConfigError {
-    pub key: String,
-    pub reason: String,
-}
-
-impl ConfigError {
-    pub fn new(key: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            key: key.into(),
-            reason: reason.into(),
-        }
+impl HostConfig {
+    /// Checks what types alone cannot.
+    pub fn validate(&self, c: &mut Check) {
+        c.range("shutdown_timeout_ms", self.shutdown_timeout_ms, 1, 600_000);
     }
 }
 
@@ -176,142 +185,33 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Checks values that types alone cannot.
+    /// Checks values that types alone cannot: each section checks its own
+    /// keys (its `validate`, beside its keys' doc comments), and this adds
+    /// what spans sections. Every problem comes back, in section order.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
         let mut errs = Vec::new();
-        let mut range = |key: &str, v: u64, lo: u64, hi: u64| {
-            if v < lo || v > hi {
-                errs.push(ConfigError::new(key, format!("{v} is out of range {lo}..={hi}")));
+        self.host.validate(&mut Check::new("host", &mut errs));
+        self.sampler.validate(&mut Check::new("sampler", &mut errs));
+        self.plugins.validate(&mut Check::new("plugins", &mut errs));
+        for (name, pc) in &self.plugin {
+            let mut c = Check::new(format!("plugin.{name}"), &mut errs);
+            if let Err(reason) = check_plugin_name(name) {
+                c.bad("", reason);
             }
-        };
-        range("sampler.period_ms", self.sampler.period_ms as u64, 10, 60_000);
-        range("plugins.memory_limit_mb", self.plugins.memory_limit_mb as u64, 1, 4096);
-        range(
-            "plugins.call_timeout_ms",
-            self.plugins.call_timeout_ms as u64,
-            1,
-            60_000,
-        );
-        range("plugins.max_traps", self.plugins.max_traps as u64, 1, 1000);
-        range("plugins.trap_window_s", self.plugins.trap_window_s as u64, 1, 86_400);
-        range(
-            "plugins.backoff_initial_ms",
-            self.plugins.backoff_initial_ms as u64,
-            1,
-            600_000,
-        );
-        range(
-            "plugins.backoff_max_ms",
-            self.plugins.backoff_max_ms as u64,
-            1,
-            3_600_000,
-        );
-        range(
-            "plugins.queue_capacity",
-            self.plugins.queue_capacity as u64,
-            1,
-            1_000_000,
-        );
-        range("export.timeout_ms", self.export.timeout_ms, 1, 600_000);
-        range("export.interval_ms", self.export.interval_ms, 10, 3_600_000);
-        range(
-            "export.max_batch_points",
-            self.export.max_batch_points as u64,
-            1,
-            10_000_000,
-        );
-        range("export.queue_capacity", self.export.queue_capacity as u64, 1, 1_000_000);
-        range("export.max_in_flight", self.export.in_flight() as u64, 1, 64);
-        range("export.retry_initial_ms", self.export.retry_initial_ms, 1, 600_000);
-        range("export.retry_max_ms", self.export.retry_max_ms, 1, 3_600_000);
-        if self.export.self_metrics_interval_ms != 0 {
-            range(
-                "export.self_metrics_interval_ms",
-                self.export.self_metrics_interval_ms,
-                100,
-                3_600_000,
-            );
+            pc.validate(&mut c);
         }
-        if self.export.spool_max_bytes != 0 {
-            // One segment (1/8 of it) must hold a full request or two.
-            range("export.spool_max_bytes", self.export.spool_max_bytes, 1 << 20, 1 << 40);
-        }
-        range("host.shutdown_timeout_ms", self.host.shutdown_timeout_ms, 1, 600_000);
-        range(
-            "ingest.max_body_bytes",
-            self.ingest.max_body_bytes as u64,
-            1024,
-            1 << 30,
-        );
-        range("ingest.flush_ms", self.ingest.flush_ms, 1, 60_000);
-        for (key, v) in [
-            ("ingest.max_name_bytes", self.ingest.max_name_bytes),
-            ("ingest.max_attribute_key_bytes", self.ingest.max_attribute_key_bytes),
-            (
-                "ingest.max_attribute_value_bytes",
-                self.ingest.max_attribute_value_bytes,
-            ),
-            ("ingest.max_attributes", self.ingest.max_attributes),
-        ] {
-            range(key, v as u64, 1, 1 << 20);
-        }
-        range(
-            "ingest.queue_capacity",
-            self.ingest.queue_capacity as u64,
-            1,
-            100_000_000,
-        );
-        if self.export.spool_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
-            errs.push(ConfigError::new(
-                "export.spool_dir",
-                "must not be empty (leave it out for <host.data_dir>/spool)",
-            ));
-        }
-        if self.plugins.backoff_max_ms < self.plugins.backoff_initial_ms {
-            errs.push(ConfigError::new(
-                "plugins.backoff_max_ms",
-                "must be >= plugins.backoff_initial_ms",
-            ));
-        }
-        for (key, url) in [
-            ("export.endpoint", &self.export.endpoint),
-            ("export.metrics_endpoint", &self.export.metrics_endpoint),
-            ("export.logs_endpoint", &self.export.logs_endpoint),
-        ] {
-            if let Some(u) = url
-                && let Err(reason) = check_url(u)
-            {
-                errs.push(ConfigError::new(key, reason));
-            }
-        }
-        if self.export.service_name.trim().is_empty() {
-            errs.push(ConfigError::new("export.service_name", "must not be empty"));
-        }
-        match self.api.listen.parse::<SocketAddr>() {
-            Err(e) => errs.push(ConfigError::new("api.listen", format!("not an address:port ({e})"))),
-            Ok(addr) if !addr.ip().is_loopback() && self.api.token.as_deref().unwrap_or("").is_empty() => {
+        self.export.validate(&mut Check::new("export", &mut errs));
+        self.api.validate(&mut Check::new("api", &mut errs));
+        self.ingest.validate(&mut Check::new("ingest", &mut errs));
+        self.cluster.validate(&mut Check::new("cluster", &mut errs));
+        self.storage.validate(&mut Check::new("storage", &mut errs));
+        // Across sections.
+        for (key, addr) in self.ingest.receivers() {
+            if !addr.ip().is_loopback() && !self.api.has_token() {
                 errs.push(ConfigError::new(
                     "api.token",
-                    "required when api.listen is not a loopback address (state-changing requests need it)",
-                ))
-            }
-            Ok(_) => {}
-        }
-        for (key, listen) in [
-            ("ingest.otlp_grpc_listen", &self.ingest.otlp_grpc_listen),
-            ("ingest.otlp_http_listen", &self.ingest.otlp_http_listen),
-        ] {
-            let Some(l) = IngestConfig::address(listen) else {
-                continue;
-            };
-            match l.parse::<SocketAddr>() {
-                Err(e) => errs.push(ConfigError::new(key, format!("not an address:port or \"off\" ({e})"))),
-                Ok(addr) if !addr.ip().is_loopback() && self.api.token.as_deref().unwrap_or("").is_empty() => errs
-                    .push(ConfigError::new(
-                        "api.token",
-                        format!("required when {key} is not a loopback address (receivers then check it)"),
-                    )),
-                Ok(_) => {}
+                    format!("required when ingest.{key} is not a loopback address (receivers then check it)"),
+                ));
             }
         }
         if self.ingest.forward && self.export.endpoint.is_none() {
@@ -320,82 +220,7 @@ impl Config {
                 "needs export.endpoint: forwarding sends what was received on to it",
             ));
         }
-        for (name, pc) in &self.plugin {
-            if let Err(reason) = check_plugin_name(name) {
-                errs.push(ConfigError::new(format!("plugin.{name}"), reason));
-            }
-            if let Some(m) = pc.memory_limit_mb
-                && !(1..=4096).contains(&m)
-            {
-                errs.push(ConfigError::new(
-                    format!("plugin.{name}.memory_limit_mb"),
-                    format!("{m} is out of range 1..=4096"),
-                ));
-            }
-            if let Some(t) = pc.call_timeout_ms
-                && !(1..=60_000).contains(&t)
-            {
-                errs.push(ConfigError::new(
-                    format!("plugin.{name}.call_timeout_ms"),
-                    format!("{t} is out of range 1..=60000"),
-                ));
-            }
-            if !pc.settings.is_object() {
-                errs.push(ConfigError::new(format!("plugin.{name}.settings"), "must be a table"));
-            }
-            for (i, d) in pc.grants.dirs.iter().enumerate() {
-                if !d.host.is_dir() {
-                    errs.push(ConfigError::new(
-                        format!("plugin.{name}.grants.dirs[{i}].host"),
-                        format!("{} is not a directory", d.host.display()),
-                    ));
-                }
-                if !d.guest.starts_with('/') {
-                    errs.push(ConfigError::new(
-                        format!("plugin.{name}.grants.dirs[{i}].guest"),
-                        "must be an absolute path",
-                    ));
-                }
-            }
-        }
-        for (key, reason) in self.api.problems() {
-            errs.push(ConfigError::new(key, reason));
-        }
-        errs.extend(self.tls_problems());
-        for (key, reason) in self.cluster.problems() {
-            errs.push(ConfigError::new(key, reason));
-        }
-        for (key, reason) in self.storage.problems() {
-            errs.push(ConfigError::new(key, reason));
-        }
         if errs.is_empty() { Ok(()) } else { Err(errs) }
-    }
-
-    /// Loads every configured certificate and key once, so that a bad path
-    /// or PEM is reported here with its key, before anything listens or sends.
-    fn tls_problems(&self) -> Vec<ConfigError> {
-        let mut errs = Vec::new();
-        for (prefix, t) in [("ingest.tls", &self.ingest.tls), ("api.tls", &self.api.tls)] {
-            if let Some(t) = t
-                && let Err(e) = crate::tls::server_config(t, prefix)
-            {
-                errs.push(ConfigError::new(e.key, e.reason));
-            }
-        }
-        let https = [
-            &self.export.endpoint,
-            &self.export.metrics_endpoint,
-            &self.export.logs_endpoint,
-        ]
-        .iter()
-        .any(|u| u.as_deref().is_some_and(|u| u.starts_with("https://")));
-        // The system trust store is only read when something will use it.
-        if (https || !self.export.tls.is_empty())
-            && let Err(e) = crate::tls::client_config(&self.export.tls, "export.tls")
-        {
-            errs.push(ConfigError::new(e.key, e.reason));
-        }
-        errs
     }
 
     /// An agent sends to its master unless `export.endpoint` says otherwise,
@@ -431,17 +256,6 @@ impl Config {
     pub fn plugin(&self, name: &str) -> PluginConfig {
         self.plugin.get(name).cloned().unwrap_or_default()
     }
-}
-
-fn check_url(u: &str) -> Result<(), String> {
-    let rest = u
-        .strip_prefix("http://")
-        .or_else(|| u.strip_prefix("https://"))
-        .ok_or_else(|| format!("{u:?} must start with http:// or https://"))?;
-    if rest.is_empty() || rest.starts_with('/') {
-        return Err(format!("{u:?} has no host"));
-    }
-    Ok(())
 }
 
 /// Whether `key` (dotted) names no setting: set alone on the defaults, it

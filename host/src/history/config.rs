@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::check::Check;
+
 /// The embedded history's settings. Every field has a default.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -15,23 +17,29 @@ pub struct HistoryConfig {
     /// goes first, taken from the tier that holds the largest part of its own
     /// retention, so that every tier keeps about the same fraction of it.
     /// What goes is counted in the stats. Default 1 GiB.
+    /// Range: at least 64 KiB.
     pub disk_budget_bytes: u64,
     /// Most bytes the history may hold in memory (open chunks, the chunk index,
     /// the series list). Past it, open chunks are written out early; if that is
     /// not enough, the oldest data is evicted and counted. Default 128 MiB.
+    /// Range: at least 1 MiB.
     pub memory_budget_bytes: u64,
     /// How long points are kept at full resolution (as they came), in seconds.
     /// Default 900 (15 minutes).
+    /// Range: at least 1.
     pub raw_window_s: u64,
     /// Downsampled tiers, finest first: each keeps min, max, mean and count per
-    /// bucket of `step_s` for `keep_s`. Each step must be a multiple of the one
-    /// before. Default: 1 s kept 24 h, 60 s kept 30 days.
+    /// bucket of `step_s` for `keep_s`. Each step must be a larger multiple of
+    /// the one before. Default: 1 s kept 24 h, 60 s kept 30 days.
+    /// Range: at most 6 tiers.
     pub tiers: Vec<TierConfig>,
     /// Most series kept. A new series past this is refused and counted; a
     /// series whose data has all aged out frees its place. Default 65 536.
+    /// Range: 1 ..= 10 000 000.
     pub max_series: usize,
     /// How often appended points are written to disk, in milliseconds: what a
     /// crash (SIGKILL) may lose. Default 1000.
+    /// Range: 10 ..= 60 000.
     pub flush_interval_ms: u64,
     /// Most bytes of memory kept of what queries decoded: the buckets of
     /// sealed chunks at the widths asked for, so that a view asked for again
@@ -45,9 +53,11 @@ pub struct HistoryConfig {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
-    /// Bucket width in seconds.
+    /// Bucket width in seconds: a larger multiple of the tier before's.
+    /// Range: at least 1.
     pub step_s: u64,
     /// How long buckets are kept, in seconds.
+    /// Range: at least `step_s`.
     pub keep_s: u64,
 }
 
@@ -87,44 +97,32 @@ impl HistoryConfig {
         self.directory.clone().unwrap_or_else(|| data_dir.join("history"))
     }
 
-    /// Every problem, as (key path, reason); empty when the config is usable.
-    pub fn validate(&self) -> Vec<(String, String)> {
-        let mut errs = Vec::new();
-        let mut bad = |k: &str, r: String| errs.push((format!("history.{k}"), r));
-        if self.disk_budget_bytes < MIN_DISK_BUDGET {
-            bad("disk_budget_bytes", format!("must be at least {MIN_DISK_BUDGET}"));
-        }
-        if self.memory_budget_bytes < MIN_MEMORY_BUDGET {
-            bad("memory_budget_bytes", format!("must be at least {MIN_MEMORY_BUDGET}"));
-        }
-        if self.raw_window_s == 0 {
-            bad("raw_window_s", "must be at least 1".into());
-        }
-        if self.max_series == 0 || self.max_series > 10_000_000 {
-            bad("max_series", "must be between 1 and 10000000".into());
-        }
-        if !(10..=60_000).contains(&self.flush_interval_ms) {
-            bad("flush_interval_ms", "must be between 10 and 60000".into());
-        }
+    /// Checks what types alone cannot.
+    pub fn validate(&self, c: &mut Check) {
+        c.at_least("disk_budget_bytes", self.disk_budget_bytes, MIN_DISK_BUDGET);
+        c.at_least("memory_budget_bytes", self.memory_budget_bytes, MIN_MEMORY_BUDGET);
+        c.at_least("raw_window_s", self.raw_window_s, 1);
+        c.range("max_series", self.max_series, 1, 10_000_000);
+        c.range("flush_interval_ms", self.flush_interval_ms, 10, 60_000);
         if self.tiers.len() > MAX_TIERS {
-            bad("tiers", format!("at most {MAX_TIERS} tiers"));
+            c.bad("tiers", format!("at most {MAX_TIERS} tiers"));
         }
         let mut prev_step = 0u64;
         for (i, t) in self.tiers.iter().enumerate() {
+            let mut c = c.within(&format!("tiers[{i}]"));
             if t.step_s == 0 {
-                bad(&format!("tiers[{i}].step_s"), "must be at least 1".into());
+                c.at_least("step_s", t.step_s, 1);
             } else if prev_step > 0 && (t.step_s <= prev_step || t.step_s % prev_step != 0) {
-                bad(
-                    &format!("tiers[{i}].step_s"),
+                c.bad(
+                    "step_s",
                     format!("must be a larger multiple of the tier before ({prev_step} s)"),
                 );
             }
             if t.keep_s < t.step_s {
-                bad(&format!("tiers[{i}].keep_s"), "must be at least step_s".into());
+                c.bad("keep_s", "must be at least step_s");
             }
             prev_step = t.step_s;
         }
-        errs
     }
 }
 
@@ -134,13 +132,17 @@ mod tests {
 
     #[test]
     fn defaults_validate_and_errors_name_their_key() {
-        assert!(HistoryConfig::default().validate().is_empty());
+        let problems = |c: &HistoryConfig| {
+            let mut errs = Vec::new();
+            c.validate(&mut Check::new("history", &mut errs));
+            errs.into_iter().map(|e| e.key).collect::<Vec<_>>()
+        };
+        assert!(problems(&HistoryConfig::default()).is_empty());
         let c: HistoryConfig = toml::from_str(
             "disk_budget_bytes = 10\ntiers = [{step_s = 60, keep_s = 600}, {step_s = 90, keep_s = 6000}]",
         )
         .unwrap();
-        let keys: Vec<_> = c.validate().into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, ["history.disk_budget_bytes", "history.tiers[1].step_s"]);
+        assert_eq!(problems(&c), ["history.disk_budget_bytes", "history.tiers[1].step_s"]);
         assert!(
             toml::from_str::<HistoryConfig>("disk_budget = 5").is_err(),
             "unknown keys are refused"

@@ -242,10 +242,8 @@ impl History {
 
     /// As [`History::open`], with the clock that ages data out (ns since the Unix epoch).
     pub fn open_with_clock(cfg: &HistoryConfig, data_dir: &Path, now: fn() -> u64) -> Result<History> {
-        let errs = cfg.validate();
-        if !errs.is_empty() {
-            let text: Vec<String> = errs.iter().map(|(k, r)| format!("{k}: {r}")).collect();
-            anyhow::bail!("invalid history config: {}", text.join("; "));
+        if let Err(e) = crate::config::check::Check::run("storage.history", |c| cfg.validate(c)) {
+            anyhow::bail!("invalid history config: {e}");
         }
         let dir = cfg.dir(data_dir);
         let inner = store::Inner::open(cfg, &dir, now)?;

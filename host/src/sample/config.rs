@@ -1,12 +1,15 @@
 //! `[sampler]`: what the host samples and how often. Beside the sampler it
-//! configures; `crate::config` assembles and validates the sections.
+//! configures; `crate::config` assembles the sections.
 
 use serde::{Deserialize, Serialize};
+
+use crate::config::check::Check;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SamplerConfig {
     /// The host's sampling period when no plugin asks for a faster one.
+    /// Range: 10 ..= 60 000.
     pub period_ms: u32,
     /// Report the loopback interface too (off by default: it is not network traffic).
     pub include_loopback: bool,
@@ -42,5 +45,12 @@ impl Default for SamplerConfig {
             nvml_library: None,
             realtime: true,
         }
+    }
+}
+
+impl SamplerConfig {
+    /// Checks what types alone cannot.
+    pub fn validate(&self, c: &mut Check) {
+        c.range("period_ms", self.period_ms, 10, 60_000);
     }
 }

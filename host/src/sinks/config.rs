@@ -17,7 +17,7 @@ pub struct SinksConfig {
     /// Per-plugin sink directories (`[sinks.plugins.<name>]`), instead of
     /// `dir` and of any default the plugin gives: taken from an environment
     /// variable when it is set and not blank, else from the entry's `dir`.
-    /// Empty by default (see `crate::sinks` for the order).
+    /// Empty by default.
     pub plugins: BTreeMap<String, PluginSinkDir>,
 }
 

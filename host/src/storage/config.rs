@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::config::check::Check;
 use crate::export::remote_write::config::{RemoteQueryConfig, RemoteWriteConfig};
 use crate::history::config::HistoryConfig;
 
@@ -85,21 +86,11 @@ impl StorageConfig {
         self.embedded.unwrap_or(master && !self.query.enabled())
     }
 
-    /// Problems, as (key, reason).
-    pub fn problems(&self) -> Vec<(String, String)> {
-        let mut p: Vec<(String, String)> = self
-            .history
-            .validate()
-            .into_iter()
-            .map(|(k, r)| (format!("storage.{k}"), r))
-            .collect();
-        if let Err(e) = self.remote_write.validate() {
-            p.push(("storage.remote_write".into(), e));
-        }
-        if let Err(e) = self.query.validate() {
-            p.push(("storage.query".into(), e));
-        }
-        p
+    /// Checks what types alone cannot, table by table.
+    pub fn validate(&self, c: &mut Check) {
+        self.history.validate(&mut c.within("history"));
+        self.remote_write.validate(&mut c.within("remote_write"));
+        self.query.validate(&mut c.within("query"));
     }
 }
 
@@ -135,6 +126,8 @@ mod tests {
         assert!(c.embedded_on(true), "asked for explicitly");
         assert!(StorageConfig::default().embedded_on(true));
         let bad: StorageConfig = toml::from_str("query = \"vm:8428\"\n").unwrap();
-        assert_eq!(bad.problems()[0].0, "storage.query");
+        let mut errs = Vec::new();
+        bad.validate(&mut Check::new("storage", &mut errs));
+        assert_eq!(errs[0].key, "storage.query.url");
     }
 }

@@ -31,12 +31,14 @@ pub struct ServerTls {
 #[serde(deny_unknown_fields, default)]
 pub struct ClientTls {
     /// The CA certificate(s) the server's certificate must be signed by
-    /// (`OTEL_EXPORTER_OTLP_CERTIFICATE`). Unset: the system's trust store.
+    /// (for `export.tls`, also `OTEL_EXPORTER_OTLP_CERTIFICATE`). Unset: the
+    /// system's trust store.
     pub ca: Option<PathBuf>,
-    /// A client certificate chain to present (mutual TLS;
-    /// `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`). Needs `key`.
+    /// A client certificate chain to present, for mutual TLS (for
+    /// `export.tls`, also `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`). Needs `key`.
     pub cert: Option<PathBuf>,
-    /// The private key of `cert` (`OTEL_EXPORTER_OTLP_CLIENT_KEY`).
+    /// The private key of `cert` (for `export.tls`, also
+    /// `OTEL_EXPORTER_OTLP_CLIENT_KEY`).
     pub key: Option<PathBuf>,
 }
 

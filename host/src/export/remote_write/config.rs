@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::check::Check;
 use crate::tls::config::ClientTls;
 
 /// Prometheus remote-write to an existing engine (Prometheus, VictoriaMetrics,
@@ -14,23 +15,32 @@ pub struct RemoteWriteConfig {
     /// The engine's remote-write endpoint, e.g. `http://127.0.0.1:9090/api/v1/write`
     /// (Prometheus with `--web.enable-remote-write-receiver`) or
     /// `http://127.0.0.1:8428/api/v1/write` (VictoriaMetrics), or `https://…`
-    /// (checked with `tls`). None: remote-write off.
+    /// (checked with `tls`). Unset: remote-write off.
     pub url: Option<String>,
     /// Per-request timeout, connecting included.
+    /// Range: at least 1.
     pub timeout_ms: u64,
     /// Largest number of samples in one request. Prometheus itself sends 2 000.
+    /// Range: at least 1.
     pub batch_max_samples: usize,
     /// A request goes out when `batch_max_samples` are waiting or this long after
     /// the oldest waiting sample arrived, whichever comes first.
+    /// Range: at least 1.
     pub flush_interval_ms: u64,
     /// Samples waiting to be sent (memory is bounded by this): when full, the
     /// oldest samples are dropped and counted in `dropped_samples`.
+    /// Range: at least `batch_max_samples`.
     pub queue_capacity: usize,
-    /// Retry backoff for 5xx, 429 and connection errors: first delay, doubling up
-    /// to the cap; a request still failing after `retry_max_elapsed_ms` is given up
-    /// and its samples are counted in `failed_samples`. Other 4xx answers are not retried.
+    /// The first wait before a request that failed with 5xx, 429 or a
+    /// connection error is sent again; each further failure doubles it, up
+    /// to `retry_max_ms`. Other 4xx answers are not retried.
+    /// Range: at least 1.
     pub retry_initial_ms: u64,
+    /// The longest wait between two tries of a request.
+    /// Range: at least `retry_initial_ms`.
     pub retry_max_ms: u64,
+    /// A request still failing after this long is given up, and its samples
+    /// are counted in `failed_samples`.
     pub retry_max_elapsed_ms: u64,
     /// Extra request headers (tenant ids such as `X-Scope-OrgID`, API keys).
     pub headers: BTreeMap<String, String>,
@@ -53,7 +63,9 @@ pub struct RemoteWriteConfig {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BasicAuth {
+    /// The user name.
     pub username: String,
+    /// The password; a secret (`GET /api/config` shows it redacted).
     pub password: String,
 }
 
@@ -83,43 +95,40 @@ impl RemoteWriteConfig {
         self.url.as_deref().is_some_and(|u| !u.trim().is_empty())
     }
 
-    /// Checks what can be checked without a network; the messages name the key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks what can be checked without a network, and loads the TLS
+    /// files of an `https://` url (so that a bad path stops the host at startup).
+    pub fn validate(&self, c: &mut Check) {
         if let Some(url) = &self.url {
-            check_http_url(url, "remote_write.url", true)?;
-            // Loading the files here makes a bad path stop the host at startup.
-            if url.starts_with("https://") {
-                crate::tls::client_config(&self.tls, "storage.remote_write.tls").map_err(|e| e.to_string())?;
+            check_http_url(c, url, &self.tls);
+        }
+        c.at_least("timeout_ms", self.timeout_ms, 1);
+        c.at_least("batch_max_samples", self.batch_max_samples, 1);
+        c.at_least("flush_interval_ms", self.flush_interval_ms, 1);
+        if self.queue_capacity < self.batch_max_samples {
+            c.bad(
+                "queue_capacity",
+                format!(
+                    "{} must be at least batch_max_samples ({})",
+                    self.queue_capacity, self.batch_max_samples
+                ),
+            );
+        }
+        c.at_least("retry_initial_ms", self.retry_initial_ms, 1);
+        if self.retry_max_ms < self.retry_initial_ms {
+            c.bad(
+                "retry_max_ms",
+                format!("must be at least retry_initial_ms ({})", self.retry_initial_ms),
+            );
+        }
+        check_auth(c, &self.basic_auth, &self.bearer_token);
+        for (k, v) in &self.headers {
+            if let Err(e) = hyper::header::HeaderName::from_bytes(k.as_bytes()) {
+                c.bad("headers", format!("{k:?} is not a valid header name: {e}"));
+            }
+            if let Err(e) = hyper::header::HeaderValue::from_str(v) {
+                c.bad(&format!("headers.{k}"), format!("not a valid header value: {e}"));
             }
         }
-        if self.timeout_ms == 0 {
-            return Err("remote_write.timeout_ms must be > 0".into());
-        }
-        if self.batch_max_samples == 0 {
-            return Err("remote_write.batch_max_samples must be > 0".into());
-        }
-        if self.flush_interval_ms == 0 {
-            return Err("remote_write.flush_interval_ms must be > 0".into());
-        }
-        if self.queue_capacity < self.batch_max_samples {
-            return Err(format!(
-                "remote_write.queue_capacity ({}) must be at least batch_max_samples ({})",
-                self.queue_capacity, self.batch_max_samples
-            ));
-        }
-        if self.retry_initial_ms == 0 || self.retry_max_ms < self.retry_initial_ms {
-            return Err("remote_write.retry_initial_ms must be > 0 and <= retry_max_ms".into());
-        }
-        if self.basic_auth.is_some() && self.bearer_token.is_some() {
-            return Err("remote_write: set basic_auth or bearer_token, not both".into());
-        }
-        for (k, v) in &self.headers {
-            hyper::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|e| format!("remote_write.headers: {k:?} is not a valid header name: {e}"))?;
-            hyper::header::HeaderValue::from_str(v)
-                .map_err(|e| format!("remote_write.headers.{k}: not a valid header value: {e}"))?;
-        }
-        Ok(())
     }
 }
 
@@ -130,11 +139,13 @@ impl RemoteWriteConfig {
 pub struct RemoteQueryConfig {
     /// The engine's base URL, the part before `/api/v1/…`: `http://127.0.0.1:9090`
     /// for Prometheus, `http://127.0.0.1:8428` for VictoriaMetrics,
-    /// `http://mimir:8080/prometheus` for Mimir, or `https://…`. None: off.
+    /// `http://mimir:8080/prometheus` for Mimir, or `https://…`. Unset: off.
     pub url: Option<String>,
     /// Per-request timeout, connecting and reading the whole answer included.
+    /// Range: at least 1.
     pub timeout_ms: u64,
     /// Largest answer read; a longer one is an error, never a partial result.
+    /// Range: at least 1 KiB.
     pub max_response_bytes: usize,
     /// Extra request headers (tenant ids such as `X-Scope-OrgID`, API keys).
     pub headers: BTreeMap<String, String>,
@@ -167,54 +178,57 @@ impl RemoteQueryConfig {
         self.url.as_deref().is_some_and(|u| !u.trim().is_empty())
     }
 
-    /// Checks what can be checked without a network; the messages name the key.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks what can be checked without a network, and loads the TLS
+    /// files of an `https://` url.
+    pub fn validate(&self, c: &mut Check) {
         if let Some(url) = &self.url {
-            check_http_url(url, "query.url", true)?;
-            if url.starts_with("https://") {
-                crate::tls::client_config(&self.tls, "storage.query.tls").map_err(|e| e.to_string())?;
-            }
+            check_http_url(c, url, &self.tls);
         }
-        if self.timeout_ms == 0 {
-            return Err("query.timeout_ms must be > 0".into());
-        }
-        if self.max_response_bytes < 1024 {
-            return Err("query.max_response_bytes must be at least 1024".into());
-        }
-        if self.basic_auth.is_some() && self.bearer_token.is_some() {
-            return Err("query: set basic_auth or bearer_token, not both".into());
-        }
-        Ok(())
+        c.at_least("timeout_ms", self.timeout_ms, 1);
+        c.at_least("max_response_bytes", self.max_response_bytes, 1024);
+        check_auth(c, &self.basic_auth, &self.bearer_token);
     }
 }
 
-fn check_http_url(url: &str, key: &str, https: bool) -> Result<(), String> {
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("{key} {url:?}: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") if https => {}
-        Some("https") => {
-            return Err(format!(
-                "{key} {url:?}: https is not supported yet (no TLS in this client)"
-            ));
-        }
-        _ => return Err(format!("{key} {url:?}: must start with http://")),
+/// `url` is an `http://` or `https://` URL with a host; for `https://`,
+/// `tls` loads.
+fn check_http_url(c: &mut Check, url: &str, tls: &ClientTls) {
+    let uri: hyper::Uri = match url.parse() {
+        Ok(u) => u,
+        Err(e) => return c.bad("url", format!("{url:?}: {e}")),
+    };
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return c.bad("url", format!("{url:?}: must start with http:// or https://"));
     }
     if uri.authority().is_none() {
-        return Err(format!("{key} {url:?}: no host"));
+        return c.bad("url", format!("{url:?}: no host"));
     }
-    Ok(())
+    if uri.scheme_str() == Some("https")
+        && let Err(e) = crate::tls::client_config(tls, &c.key("tls"))
+    {
+        c.bad_whole(e.key, e.reason);
+    }
+}
+
+fn check_auth(c: &mut Check, basic_auth: &Option<BasicAuth>, bearer_token: &Option<String>) {
+    if basic_auth.is_some() && bearer_token.is_some() {
+        c.bad("bearer_token", "set basic_auth or bearer_token, not both");
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn problems(f: impl FnOnce(&mut Check<'_>)) -> Result<(), String> {
+        Check::run("storage.remote_write", f)
+    }
+
     #[test]
     fn remote_write_config_defaults_are_off_and_valid() {
         let c = RemoteWriteConfig::default();
         assert!(!c.enabled());
-        c.validate().unwrap();
+        problems(|ch| c.validate(ch)).unwrap();
     }
 
     #[test]
@@ -223,7 +237,7 @@ mod tests {
             url: Some("http://127.0.0.1:9090/api/v1/write".into()),
             ..Default::default()
         };
-        ok.validate().unwrap();
+        problems(|ch| ok.validate(ch)).unwrap();
         assert!(ok.enabled());
         let bad = [
             // https is fine, a CA file that is not there is not.
@@ -257,7 +271,7 @@ mod tests {
             },
         ];
         for b in bad {
-            assert!(b.validate().is_err(), "{b:?}");
+            assert!(problems(|ch| b.validate(ch)).is_err(), "{b:?}");
         }
     }
 
@@ -265,11 +279,11 @@ mod tests {
     fn remote_write_query_config_checks() {
         let mut q = RemoteQueryConfig::default();
         assert!(!q.enabled());
-        q.validate().unwrap();
+        problems(|ch| q.validate(ch)).unwrap();
         q.url = Some("http://127.0.0.1:8428".into());
-        q.validate().unwrap();
+        problems(|ch| q.validate(ch)).unwrap();
         q.url = Some("localhost:8428".into());
-        assert!(q.validate().is_err());
+        assert!(problems(|ch| q.validate(ch)).is_err());
     }
 
     #[test]

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use super::config::RemoteQueryConfig;
 use super::http;
+use crate::config::check::Check;
 
 /// Label name → value, `__name__` included.
 pub type LabelSet = BTreeMap<String, String>;
@@ -91,7 +92,7 @@ impl std::fmt::Debug for PromQueryClient {
 impl PromQueryClient {
     /// A client for `cfg.url`, which must be set. Nothing connects yet.
     pub fn new(cfg: &RemoteQueryConfig) -> Result<Self, String> {
-        cfg.validate()?;
+        Check::run("storage.query", |c| cfg.validate(c))?;
         let base = cfg
             .url
             .as_deref()

@@ -17,6 +17,7 @@ use super::config::RemoteWriteConfig;
 use super::http;
 use super::names::series_labels;
 use super::wire::{self, Label, Sample, TimeSeries, WriteRequest};
+use crate::config::check::Check;
 use crate::model::{AttrValue, MetricBatch, MetricKind};
 
 /// The most of an error answer's body that is read (and logged).
@@ -154,7 +155,7 @@ impl RemoteWriter {
     /// Validates `cfg` (which must have a `url`), and spawns the sending task on
     /// the current tokio runtime. Nothing connects until the first request.
     pub fn start(cfg: RemoteWriteConfig) -> Result<(RemoteWriter, JoinHandle<()>), String> {
-        cfg.validate()?;
+        Check::run("storage.remote_write", |c| cfg.validate(c))?;
         if !cfg.enabled() {
             return Err("remote_write.url is not set".into());
         }
