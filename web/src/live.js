@@ -110,8 +110,10 @@ export function timeLabel(t, span) {
   return `${d.toLocaleString('en', { month: 'short' })} ${d.getDate()} ${hm}`;
 }
 
-// A time chart of several series of the feed (their mean per bucket). It draws
-// only with two samples or more, on an x axis spanning exactly the data; until
+// A time chart of several series of the feed: a line through each bucket's
+// mean and, where a bucket holds several samples (the 15-minute and hour
+// windows), a band from its min to its max, so a spike shorter than a bucket
+// still shows and stays inside the axis. It draws only with two samples or more, on an x axis spanning exactly the data; until
 // then it says "no data yet" (or shows the one sample) instead of empty axes.
 export class TimeChart {
   constructor(parent, feed, { title, match, label, unit, height = 180, width }) {
@@ -170,11 +172,14 @@ export class TimeChart {
     delete this.box.dataset.empty;
     const index = new Map(ts.map((t, i) => [t, i]));
     this.x = ts.map((t) => t / 1000);
-    this.ys = cols.map((c) => {
+    const column = (c, key) => {
       const y = new Array(ts.length).fill(null);
-      c.t.forEach((t, i) => { y[index.get(t)] = c.mean[i]; });
+      c.t.forEach((t, i) => { y[index.get(t)] = (c[key] || c.mean)[i]; });
       return y;
-    });
+    };
+    this.ys = cols.map((c) => column(c, 'mean'));
+    this.lo = cols.map((c) => column(c, 'min'));
+    this.hi = cols.map((c) => column(c, 'max'));
     // Where each series' data ends: updates start from there.
     this.lastSeen = new Map(this.ids.map((id, i) => [id, cols[i].t.length ? cols[i].t[cols[i].t.length - 1] : -Infinity]));
     const fmt = formatter(this.unit);
@@ -188,7 +193,7 @@ export class TimeChart {
         x: { time: true, range: () => [this.x[0], this.x[this.x.length - 1]] },
         // A share (unit 1) starts at 0 and, all zero, spans 0–100 %: uPlot's
         // own range for a flat line would run to 100 (10 000 %).
-        ...(this.unit === '1' ? { y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.05 : 1] } } : {}),
+        y: { range: (u, min, max) => this.yRange(min, max) },
       },
       axes: [
         { incrs: TIME_INCRS, space: 80, values: (u, splits) => {
@@ -211,7 +216,11 @@ export class TimeChart {
         value: (u, v) => fmt(v),
       }))],
       cursor: { drag: { x: false, y: false } },
-      hooks: { draw: [(u) => { this.box.dataset.bbox = JSON.stringify(u.bbox); }] },
+      hooks: {
+        drawSeries: [(u, si) => this.drawBand(u, si)],
+        // What the axis spans and where the plot is, for the browser tests.
+        draw: [(u) => { this.box.dataset.bbox = JSON.stringify(u.bbox); this.box.dataset.yMax = String(u.scales.y.max); }],
+      },
     }, [this.x, ...this.ys], this.box);
     keyboardLegend(this.plot);
     this.redrawn();
@@ -232,7 +241,7 @@ export class TimeChart {
       const last = this.lastSeen.get(id) ?? -Infinity;
       let i = d.t.length - 1;
       while (i > 0 && d.t[i - 1] >= last) i--;
-      for (; i < d.t.length; i++) this.put(d.t[i] / 1000, col, d.mean[i]);
+      for (; i < d.t.length; i++) this.put(d.t[i] / 1000, col, d.mean[i], (d.min || d.mean)[i], (d.max || d.mean)[i]);
       this.lastSeen.set(id, d.t[d.t.length - 1]);
       touched = true;
     });
@@ -240,22 +249,64 @@ export class TimeChart {
     const horizon = Date.now() / 1000 - this.feed.windowS;
     let k = 0;
     while (k < this.x.length && this.x[k] < horizon) k++;
-    if (k) { this.x.splice(0, k); for (const y of this.ys) y.splice(0, k); }
+    if (k) { this.x.splice(0, k); for (const y of [...this.ys, ...this.lo, ...this.hi]) y.splice(0, k); }
     if (this.x.length < 2) { this.rebuild(); return; }
     this.plot.setData([this.x, ...this.ys]);
     this.redrawn();
   }
 
   // Sets row x (appending a row, or finding it near the end) in column `col`.
-  put(x, col, v) {
+  put(x, col, v, lo, hi) {
     let r = this.x.length - 1;
     while (r >= 0 && this.x[r] > x) r--;
     if (r < 0 || this.x[r] !== x) {
       r += 1;
       this.x.splice(r, 0, x);
-      for (const y of this.ys) y.splice(r, 0, null);
+      for (const y of [...this.ys, ...this.lo, ...this.hi]) y.splice(r, 0, null);
     }
     this.ys[col][r] = v;
+    this.lo[col][r] = lo;
+    this.hi[col][r] = hi;
+  }
+
+  // The y axis holds the bands, not only the means; a share (unit 1) starts
+  // at 0 and, all zero, spans 0-100 % (uPlot's own range for a flat line would
+  // run to 100, read as 10 000 %).
+  yRange(min, max) {
+    for (const y of this.lo) for (const v of y) if (v != null && v < min) min = v;
+    for (const y of this.hi) for (const v of y) if (v != null && v > max) max = v;
+    if (this.unit === '1') return [Math.min(0, min), max > 0 ? max * 1.05 : 1];
+    if (min === max) return [min - 1, max + 1];
+    const pad = (max - min) * 0.05;
+    return [min - pad, max + pad];
+  }
+
+  // Series `si`'s min-max band, in a fifth of its colour: one polygon per run
+  // of buckets with data, along the maxima and back along the minima (zero
+  // height where a bucket holds one sample, a peak where one spread).
+  drawBand(u, si) {
+    const col = si - 1;
+    const lo = this.lo[col];
+    const hi = this.hi[col];
+    if (!lo || !u.series[si].show || !hi.some((v, i) => v != null && lo[i] != null && v > lo[i])) return;
+    const ctx = u.ctx;
+    const x = (i) => u.valToPos(this.x[i], 'x', true);
+    ctx.save();
+    ctx.fillStyle = `${PALETTE[col % PALETTE.length]}33`;
+    ctx.beginPath();
+    for (let i = 0; i < this.x.length;) {
+      if (lo[i] == null || hi[i] == null) { i++; continue; }
+      let j = i;
+      while (j + 1 < this.x.length && lo[j + 1] != null && hi[j + 1] != null) j++;
+      ctx.moveTo(x(i), u.valToPos(hi[i], 'y', true));
+      for (let k = i + 1; k <= j; k++) ctx.lineTo(x(k), u.valToPos(hi[k], 'y', true));
+      for (let k = j; k >= i; k--) ctx.lineTo(x(k), u.valToPos(lo[k], 'y', true));
+      ctx.closePath();
+      i = j + 1;
+    }
+    ctx.fill();
+    ctx.restore();
+    this.box.dataset.bands = 'true';
   }
 
   redrawn() {

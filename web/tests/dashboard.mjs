@@ -68,6 +68,43 @@ test('the CPU chart draws the busy share of each CPU, 1 − idle − iowait of i
   if (JSON.stringify(labels.slice(1).map((l) => l.trim()).sort()) !== JSON.stringify(want)) throw new Error(`legend ${JSON.stringify(labels)}, want ${want}`);
 });
 
+test('an hour\'s window draws each bucket\'s min-max band: a spike shorter than a bucket stays on the axis', async ({ page, url }) => {
+  // A stream served in place of sonde's: an hour of 3.6 s buckets of memory
+  // use, 1 GiB on average; one bucket's max is 4 GiB (a spike its mean hides).
+  const GiB = 2 ** 30;
+  const now = Date.now();
+  const t = [...Array(200).keys()].map((i) => now - (200 - i) * 3600);
+  const mean = t.map((_, i) => (i === 150 ? 1.2 * GiB : GiB));
+  const max = t.map((_, i) => (i === 150 ? 4 * GiB : GiB));
+  const snapshot = {
+    now_ms: now, window_ms: 3600e3, decisions: [],
+    series: [{ id: 1, name: 'system.memory.usage', unit: 'By', plugin: 'sampler', attributes: { 'system.memory.state': 'used' } }],
+    data: [{ id: 1, t, mean, min: mean.map(() => GiB), max }],
+  };
+  await page.route('**/api/stream?*', (r) => r.fulfill({ contentType: 'text/event-stream', body: `event: snapshot\ndata: ${JSON.stringify(snapshot)}\n\n` }));
+  await page.goto(`${url}/#/system?window=3600`);
+  await page.reload();
+  const mem = page.locator('.chart[data-title="Memory"]');
+  await until('the memory chart with its bands', async () => (await mem.getAttribute('data-bands')) === 'true');
+  const top = +(await mem.getAttribute('data-y-max'));
+  if (!(top >= 4 * GiB)) throw new Error(`the axis ends at ${(top / GiB).toFixed(2)} GiB, under the 4 GiB spike`);
+  // Drawn: above the 1 GiB line, the column of the spike has band ink; the same height elsewhere has none.
+  const ink = await mem.locator('canvas').first().evaluate((c) => {
+    const g = c.getContext('2d');
+    const d = g.getImageData(0, 0, c.width, c.height).data;
+    const tinted = (i) => d[i + 3] > 0 && d[i + 2] > d[i] + 10 && d[i] < 240; // a light blue, not white or grey
+    const rows = Math.floor(c.height * 0.45); // the upper part of the plot: 2 GiB and more
+    const counts = new Array(c.width).fill(0);
+    for (let y = 0; y < rows; y++) for (let x = 0; x < c.width; x++) if (tinted((y * c.width + x) * 4)) counts[x]++;
+    return counts.filter((n) => n > 3).length;
+  });
+  if (ink < 1) throw new Error('no band drawn above the mean line where the spike was');
+  await mem.screenshot({ path: join(shots, 'memory-band.png') });
+  await page.unroute('**/api/stream?*');
+  await page.goto(`${url}/#/system?window=300`);
+  await page.reload();
+});
+
 test('a config change in the editor takes effect', async ({ page, url }) => {
   await page.click('#tabs a[data-view=config]');
   await until('the config text', async () => (await page.inputValue('#config-text')).includes('period_ms'));
