@@ -26,6 +26,9 @@ const SENTENCES = {
 const words = (k) => String(k).replace(/[_-]+/g, ' ');
 
 export function sentence(d) {
+  // A finding's reason is already a whole sentence about its job and subject:
+  // prefixing "<kind> <subject>:" would say the subject twice.
+  if (d.finding && d.reason) return d.reason.charAt(0).toUpperCase() + d.reason.slice(1);
   const known = SENTENCES[d.kind];
   let s = known ? known(d) : `${words(d.kind || 'decision')}${d.subject ? ` ${d.subject}` : ''}`;
   s = s.charAt(0).toUpperCase() + s.slice(1);

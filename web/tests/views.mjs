@@ -209,6 +209,9 @@ const DECISIONS = [
     body: { incident: 1, phases: [{ phase: 1, duration_ms: 1200 }, { phase: 2, duration_ms: 800 }], total_ms: 2000, complete: true } },
   { plugin: 'mpi', kind: 'node-lost', subject: 'node-3', reason: 'no heartbeat for 2500 ms', time_ns: Date.now() * 1e6 - 1e9,
     body: { node: 'node-3', silent_ms: 2600, last_seen_ns: Date.now() * 1e6 - 2.6e9 } },
+  // A finding: its reason is the whole sentence, said once.
+  { plugin: 'paramserver', kind: 'node-dead', subject: 'ps-ctr/worker-3', reason: 'worker-3 missed heartbeats for 3.0 s (timeout 3 s); declared dead', time_ns: Date.now() * 1e6 - 1e9,
+    finding: { job: 'ps-ctr', about: 'process', id: 'worker-3', headline: true, ended: false }, body: { process: 'worker-3' } },
 ];
 
 test('decisions read as one sentence with their fields; raw JSON only behind "details"', async ({ page, url }) => {
@@ -217,7 +220,9 @@ test('decisions read as one sentence with their fields; raw JSON only behind "de
     r.fulfill({ contentType: 'application/json', body: JSON.stringify({ decisions: DECISIONS.filter((d) => !plugin || d.plugin === plugin) }) });
   });
   await page.goto(`${url}/#/plugins`);
-  await until('three decisions', async () => (await page.locator('#panels .decision').count()) === 3);
+  await until('four decisions', async () => (await page.locator('#panels .decision').count()) === 4);
+  const dead = await page.locator('#panels .decision[data-kind=node-dead] .decision-sentence').innerText();
+  if (!dead.includes('Worker-3 missed heartbeats') || (dead.match(/worker-3/gi) || []).length !== 1) throw new Error(`the subject said twice: ${dead}`);
   const text = await page.locator('#panels').innerText();
   if (/[{[]\s*"|"\s*:/.test(text)) throw new Error(`raw JSON on the page:\n${text}`);
   for (const want of ['Resource plan job-7: worker memory peaked', 'Node node-3 was lost: no heartbeat', 'worker: count 4, cpu 8, memory mib 16,384', '2,000 ms']) {
