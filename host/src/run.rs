@@ -108,77 +108,18 @@ impl Host {
             &cfg.export.with_spool_dir(&cfg.host.data_dir),
             resource_attributes(&cfg),
         )?;
-        let plugins = PluginManager::new(&cfg, pipeline_handle.clone())?;
-
-        // Load what the directory holds before sampling starts, off the async threads.
-        let p = plugins.clone();
-        tokio::task::spawn_blocking(move || p.scan(false)).await?;
-        let watcher = if cfg.plugins.watch {
-            Some(plugins.watch()?)
-        } else {
-            None
-        };
-
-        let sampler = Sampler::new(&cfg.sampler);
-        let series_count = sampler.series().len();
-        let gpu = sampler.gpu_status().to_string();
-        let fanout = plugins.clone();
-        let driver_cfg = driver::DriverConfig {
-            period: plugins.sample_plan().period_ms.clone(),
-            realtime: cfg.sampler.realtime,
-        };
-        let gpu_watch = sampler.gpu_watch();
-        let sampler = driver::spawn_with(sampler, driver_cfg, move |tick, series| fanout.on_tick(tick, series));
-        let sampler = Arc::new(Mutex::new(Some(sampler)));
+        let (plugins, watcher) = start_plugins(&cfg, &pipeline_handle).await?;
+        let sampling = start_sampler(&cfg, &plugins);
+        let sampler = sampling.handle;
 
         // What jobs report: one hub, handed to the plugins every flush_ms.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let to_plugins = plugins.clone();
-        // An agent keeps rows of tables none of its plugins declares: its master's may.
-        let hub = IngestHub::with_tables(
-            cfg.ingest.queue_capacity,
-            Arc::new(move |b| to_plugins.publish_events(b)),
-            plugins.tables(),
-            cfg.cluster.role == Role::Agent,
-        );
-        tokio::spawn(forward_gpu_events(
-            gpu_watch,
-            hub.clone(),
-            resource_attributes(&cfg),
-            stop_rx.clone(),
-        ));
-        let hub_task = tokio::spawn(
-            hub.clone()
-                .run(Duration::from_millis(cfg.ingest.flush_ms), stop_rx.clone()),
-        );
-        let mut receivers = Vec::new();
-        if opts.otlp {
-            let receiver = |listen: &str| ingest::otlp::Receiver {
-                hub: hub.clone(),
-                forward: cfg.ingest.forward.then(|| pipeline_handle.clone()),
-                tokens: receiver_tokens(&cfg, listen),
-                max_body: cfg.ingest.max_body_bytes,
-                limits: Limits::from(&cfg.ingest),
-            };
-            let max = cfg.ingest.max_body_bytes;
-            for (protocol, listen) in [
-                ("gRPC", &cfg.ingest.otlp_grpc_listen),
-                ("HTTP", &cfg.ingest.otlp_http_listen),
-            ] {
-                let Some(l) = IngestConfig::address(listen) else {
-                    continue;
-                };
-                let router = match protocol {
-                    "gRPC" => ingest::otlp::grpc_router(receiver(l), max),
-                    _ => ingest::otlp::http_router(receiver(l), max),
-                };
-                let tls = ingest_tls.as_ref().map(|c| ingest::otlp::ServeTls {
-                    config: c.clone(),
-                    refused: hub.tls_refused.clone(),
-                });
-                receivers.push(ingest::otlp::serve(protocol, l, router, tls, stop_rx.clone()).await);
-            }
-        }
+        let (hub, hub_task) = start_hub(&cfg, &plugins, sampling.gpu_watch, &stop_rx);
+        let receivers = if opts.otlp {
+            start_receivers(&cfg, &hub, &pipeline_handle, ingest_tls, &stop_rx).await
+        } else {
+            Vec::new()
+        };
 
         let cluster = Arc::new(start_cluster(&cfg, &hub, &pipeline_handle, &plugins, stop_rx.clone()));
         let storage = Arc::new(crate::storage::Storage::start(
@@ -191,15 +132,10 @@ impl Host {
 
         let (mut api_addr, mut server) = (None, None);
         if opts.api {
-            let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
-                .await
-                .with_context(|| format!("binding the API to {} (api.listen)", cfg.api.listen))?;
-            api_addr = listener.local_addr().ok();
-            let ready = Arc::new(AtomicBool::new(true));
+            let series_count = sampling.series_count;
             let sampler_for_api = sampler.clone();
-            let live_config = Arc::new(Mutex::new(cfg.clone()));
             let app = AppState {
-                config: live_config.clone(),
+                config: Arc::new(Mutex::new(cfg.clone())),
                 plugins: plugins.clone(),
                 pipeline: pipeline_handle.clone(),
                 sampler: Arc::new(move || {
@@ -208,37 +144,14 @@ impl Host {
                         .as_ref()
                         .map(|s| (s.stats(), series_count, s.gpu_status(), s.scheduling()))
                 }),
-                ready,
+                ready: Arc::new(AtomicBool::new(true)),
                 started,
                 cluster: cluster.clone(),
                 storage: storage.clone(),
                 ingest: hub.clone(),
             };
-            let ingest_api = ingest::json::router(
-                ingest::json::IngestState {
-                    hub: hub.clone(),
-                    limits: Limits::from(&cfg.ingest),
-                    token: Arc::new(move || live_config.lock().api.token.clone()),
-                    stacks: Default::default(),
-                },
-                cfg.ingest.max_body_bytes,
-            );
-            let mut stop = stop_rx.clone();
-            let stopped = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            // The JSON ingest is inside the error layer too, so that its
-            // 405s answer in the API's shape.
-            let app = api::router(app)
-                .merge(ingest_api)
-                .layer(axum::middleware::from_fn(api::errors::json_errors));
-            server = Some(match api_tls {
-                None => tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await }),
-                Some(c) => {
-                    let l = crate::tls::TlsListener::new(listener, c, hub.tls_refused.clone(), "API")?;
-                    tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(stopped).await })
-                }
-            });
+            let (addr, task) = serve_api(&cfg, app, api_tls, &stop_rx).await?;
+            (api_addr, server) = (addr, Some(task));
         }
 
         let selfm = match cfg.export.self_metrics_interval_ms {
@@ -261,8 +174,8 @@ impl Host {
             cluster,
             storage,
             started,
-            series_count,
-            gpu,
+            series_count: sampling.series_count,
+            gpu: sampling.gpu,
             pipeline_task: pipeline,
             watcher,
             sampler,
@@ -357,6 +270,163 @@ fn receiver_tokens(cfg: &Config, listen: &str) -> Vec<String> {
         tokens.push(String::new());
     }
     tokens
+}
+
+/// The plugin manager, with what the plugin directory holds loaded before
+/// sampling starts (off the async threads), and its watcher when
+/// `plugins.watch` is on.
+async fn start_plugins(
+    cfg: &Config,
+    pipeline: &PipelineHandle,
+) -> Result<(Arc<PluginManager>, Option<crate::plugin::manager::Watcher>)> {
+    let plugins = PluginManager::new(cfg, pipeline.clone())?;
+    let p = plugins.clone();
+    tokio::task::spawn_blocking(move || p.scan(false)).await?;
+    let watcher = if cfg.plugins.watch {
+        Some(plugins.watch()?)
+    } else {
+        None
+    };
+    Ok((plugins, watcher))
+}
+
+/// The sampler's thread, ticking into the plugins, and what the rest of the
+/// start needs to know of it.
+struct Sampling {
+    handle: Arc<Mutex<Option<driver::SamplerHandle>>>,
+    series_count: usize,
+    gpu: String,
+    gpu_watch: crate::sample::gpu::GpuWatch,
+}
+
+fn start_sampler(cfg: &Config, plugins: &Arc<PluginManager>) -> Sampling {
+    let sampler = Sampler::new(&cfg.sampler);
+    let series_count = sampler.series().len();
+    let gpu = sampler.gpu_status().to_string();
+    let fanout = plugins.clone();
+    let driver_cfg = driver::DriverConfig {
+        period: plugins.sample_plan().period_ms.clone(),
+        realtime: cfg.sampler.realtime,
+    };
+    let gpu_watch = sampler.gpu_watch();
+    let sampler = driver::spawn_with(sampler, driver_cfg, move |tick, series| fanout.on_tick(tick, series));
+    Sampling {
+        handle: Arc::new(Mutex::new(Some(sampler))),
+        series_count,
+        gpu,
+        gpu_watch,
+    }
+}
+
+/// The ingest hub and its flush loop, with the sampler's GPU events
+/// forwarded into it.
+fn start_hub(
+    cfg: &Config,
+    plugins: &Arc<PluginManager>,
+    gpu_watch: crate::sample::gpu::GpuWatch,
+    stop_rx: &tokio::sync::watch::Receiver<bool>,
+) -> (Arc<IngestHub>, tokio::task::JoinHandle<()>) {
+    let to_plugins = plugins.clone();
+    // An agent keeps rows of tables none of its plugins declares: its master's may.
+    let hub = IngestHub::with_tables(
+        cfg.ingest.queue_capacity,
+        Arc::new(move |b| to_plugins.publish_events(b)),
+        plugins.tables(),
+        cfg.cluster.role == Role::Agent,
+    );
+    tokio::spawn(forward_gpu_events(
+        gpu_watch,
+        hub.clone(),
+        resource_attributes(cfg),
+        stop_rx.clone(),
+    ));
+    let hub_task = tokio::spawn(
+        hub.clone()
+            .run(Duration::from_millis(cfg.ingest.flush_ms), stop_rx.clone()),
+    );
+    (hub, hub_task)
+}
+
+/// The OTLP receivers (gRPC, HTTP) on the addresses configured.
+async fn start_receivers(
+    cfg: &Config,
+    hub: &Arc<IngestHub>,
+    pipeline: &PipelineHandle,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop_rx: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<ingest::otlp::Bound> {
+    let mut receivers = Vec::new();
+    let receiver = |listen: &str| ingest::otlp::Receiver {
+        hub: hub.clone(),
+        forward: cfg.ingest.forward.then(|| pipeline.clone()),
+        tokens: receiver_tokens(cfg, listen),
+        max_body: cfg.ingest.max_body_bytes,
+        limits: Limits::from(&cfg.ingest),
+    };
+    let max = cfg.ingest.max_body_bytes;
+    for (protocol, listen) in [
+        ("gRPC", &cfg.ingest.otlp_grpc_listen),
+        ("HTTP", &cfg.ingest.otlp_http_listen),
+    ] {
+        let Some(l) = IngestConfig::address(listen) else {
+            continue;
+        };
+        let router = match protocol {
+            "gRPC" => ingest::otlp::grpc_router(receiver(l), max),
+            _ => ingest::otlp::http_router(receiver(l), max),
+        };
+        let tls = tls.as_ref().map(|c| ingest::otlp::ServeTls {
+            config: c.clone(),
+            refused: hub.tls_refused.clone(),
+        });
+        receivers.push(ingest::otlp::serve(protocol, l, router, tls, stop_rx.clone()).await);
+    }
+    receivers
+}
+
+/// The HTTP API and dashboard on `api.listen`, with the JSON ingest beside
+/// them; returns the address it bound and the server's task.
+async fn serve_api(
+    cfg: &Config,
+    app: AppState,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop_rx: &tokio::sync::watch::Receiver<bool>,
+) -> Result<(
+    Option<std::net::SocketAddr>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+)> {
+    let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
+        .await
+        .with_context(|| format!("binding the API to {} (api.listen)", cfg.api.listen))?;
+    let api_addr = listener.local_addr().ok();
+    let hub = app.ingest.clone();
+    let live_config = app.config.clone();
+    let ingest_api = ingest::json::router(
+        ingest::json::IngestState {
+            hub: hub.clone(),
+            limits: Limits::from(&cfg.ingest),
+            token: Arc::new(move || live_config.lock().api.token.clone()),
+            stacks: Default::default(),
+        },
+        cfg.ingest.max_body_bytes,
+    );
+    let mut stop = stop_rx.clone();
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    // The JSON ingest is inside the error layer too, so that its
+    // 405s answer in the API's shape.
+    let app = api::router(app)
+        .merge(ingest_api)
+        .layer(axum::middleware::from_fn(api::errors::json_errors));
+    let server = match tls {
+        None => tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stopped).await }),
+        Some(c) => {
+            let l = crate::tls::TlsListener::new(listener, c, hub.tls_refused.clone(), "API")?;
+            tokio::spawn(async move { axum::serve(l, app).with_graceful_shutdown(stopped).await })
+        }
+    };
+    Ok((api_addr, server))
 }
 
 /// The cluster side for this host's role (see `crate::cluster`).
