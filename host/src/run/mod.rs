@@ -1,5 +1,12 @@
 //! The host process: wires the sampler, the plugins, the pipeline and the API
 //! together, prints where everything is, and shuts down within a deadline.
+//!
+//! Here: the runtime, `Host::start` and its steps, and shutdown. Beside it:
+//! `banner.rs` prints where everything is, `self_metrics.rs` exports the
+//! host's own metrics.
+
+mod banner;
+mod self_metrics;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,10 +22,11 @@ use crate::export::resource::resource_attributes;
 use crate::ingest::config::IngestConfig;
 use crate::ingest::limits::Limits;
 use crate::ingest::{self, IngestHub};
-use crate::model::{MetricBatch, MetricKind, MetricSeries, Point, Scope, now_ns};
 use crate::pipeline::{Pipeline, PipelineHandle};
 use crate::plugin::PluginManager;
 use crate::sample::{Sampler, driver};
+use banner::print_banner;
+use self_metrics::self_metrics_loop;
 
 /// The host's tokio runtime: one worker thread ("sonde-worker") and the
 /// blocking pool ("sonde-blocking"), named apart so that a per-thread
@@ -499,230 +507,6 @@ async fn wait_for_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
-}
-
-fn print_banner(
-    cfg: &Config,
-    plugins: &PluginManager,
-    series: usize,
-    gpu: &str,
-    receivers: &[ingest::otlp::Bound],
-    started: Instant,
-) {
-    let export = match &cfg.export.endpoint {
-        Some(e) => format!(
-            "OTLP {} to {e} (metrics and logs, every {} ms)",
-            match cfg.export.protocol {
-                crate::export::config::Protocol::Grpc => "gRPC",
-                crate::export::config::Protocol::HttpProtobuf => "HTTP/protobuf",
-            },
-            cfg.export.interval_ms
-        ),
-        None => "off (no collector configured; set --export-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)".into(),
-    };
-    let statuses = plugins.statuses();
-    let list: Vec<String> = statuses
-        .iter()
-        .map(|s| match &s.reason {
-            Some(r) if s.state != crate::plugin::RunState::Running => format!("{} ({}: {r})", s.name, s.state.as_str()),
-            _ => format!("{} ({})", s.name, s.state.as_str()),
-        })
-        .collect();
-    println!(
-        "sonde {} (plugin contract sonde:plugin@{})",
-        env!("CARGO_PKG_VERSION"),
-        crate::plugin::engine::CONTRACT_VERSION
-    );
-    let scheme = if cfg.api.tls.is_some() { "https" } else { "http" };
-    println!("  dashboard  {scheme}://{}/", cfg.api.listen);
-    println!("  API        {scheme}://{}/api/status", cfg.api.listen);
-    println!(
-        "  sampling   every {} ms, {series} series; GPU: {gpu}",
-        plugins.sample_plan().period_ms.load(Ordering::Relaxed)
-    );
-    println!(
-        "  plugins    {} ({})",
-        plugins.dir().display(),
-        if list.is_empty() {
-            "none".into()
-        } else {
-            list.join(", ")
-        }
-    );
-    let mut ingest: Vec<String> = receivers
-        .iter()
-        .map(|b| match (&b.address, &b.error) {
-            (Some(a), _) if cfg.ingest.tls.is_some() => format!("OTLP {} {a} (TLS)", b.protocol),
-            (Some(a), _) => format!("OTLP {} {a}", b.protocol),
-            (None, e) => format!("OTLP {} off ({})", b.protocol, e.as_deref().unwrap_or("")),
-        })
-        .collect();
-    ingest.push(format!("JSON POST {scheme}://{}/api/ingest", cfg.api.listen));
-    println!(
-        "  ingest     {}{}",
-        ingest.join(", "),
-        if cfg.ingest.forward {
-            "; forwarding to the export endpoint"
-        } else {
-            ""
-        }
-    );
-    println!("  export     {export}");
-    println!("  sinks      {}", cfg.sinks.dir.display());
-    // Sinks a plugin opened elsewhere (the config's [sinks.plugins.*], or its
-    // own default): where each directory is, or why nothing is written there.
-    for s in &statuses {
-        let mut dirs: Vec<(&str, &str, Option<&str>)> = Vec::new();
-        for k in s.sinks.iter().filter(|k| k.from != "sinks.dir") {
-            let entry = (k.dir.as_str(), k.from.as_str(), k.error.as_deref());
-            if !dirs.iter().any(|d| d.0 == entry.0) {
-                dirs.push(entry);
-            }
-        }
-        for (dir, from, error) in dirs {
-            match error {
-                None => println!("  sinks      {}: {dir} (from {from})", s.name),
-                Some(e) => println!(
-                    "  sinks      {}: {dir} (from {from}): {e}; no {} files will be written",
-                    s.name, s.name
-                ),
-            }
-        }
-    }
-    println!("  data       {}", cfg.host.data_dir.display());
-    println!("  ready in {} ms; Ctrl-C stops", started.elapsed().as_millis());
-}
-
-/// Exports the host's own metrics: per plugin (calls, traps, ...), the
-/// sampler's period error and the exporter's counters.
-async fn self_metrics_loop(
-    plugins: Arc<PluginManager>,
-    hub: Arc<IngestHub>,
-    pipeline: PipelineHandle,
-    sampler: Arc<Mutex<Option<driver::SamplerHandle>>>,
-    every: Duration,
-) {
-    let scope = Arc::new(Scope {
-        name: "sonde.host".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-    });
-    let start = now_ns();
-    // Each series is made once, kept by plugin name ("" for the host's own)
-    // and then metric name, so a round finds them without building a key.
-    let mut series: std::collections::HashMap<String, std::collections::HashMap<&'static str, Arc<MetricSeries>>> =
-        Default::default();
-    let mut get = |name: &'static str, unit: &str, kind: MetricKind, plugin: &str| {
-        if let Some(s) = series.get(plugin).and_then(|by_name| by_name.get(name)) {
-            return s.clone();
-        }
-        let s = Arc::new(MetricSeries {
-            name: name.into(),
-            description: String::new(),
-            unit: unit.into(),
-            kind,
-            attributes: match plugin {
-                "" => Vec::new(),
-                p => vec![("sonde.plugin.name".to_string(), p.into())],
-            },
-            start_time_ns: start,
-        });
-        series.entry(plugin.to_string()).or_default().insert(name, s.clone());
-        s
-    };
-    let mut tick = tokio::time::interval(every);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let t = now_ns();
-        use MetricKind::{Counter, Gauge, UpDownCounter};
-        let mut points = Vec::new();
-        // One point per plugin and metric: (name, unit, kind, value).
-        plugins.each_metrics(|plugin, running, m| {
-            for (name, unit, kind, value) in [
-                ("sonde.plugin.calls", "{call}", Counter, m.calls as f64),
-                ("sonde.plugin.items", "{item}", Counter, m.items as f64),
-                ("sonde.plugin.errors", "{error}", Counter, m.errors as f64),
-                ("sonde.plugin.traps", "{trap}", Counter, m.traps as f64),
-                ("sonde.plugin.timeouts", "{timeout}", Counter, m.timeouts as f64),
-                ("sonde.plugin.dropped", "{item}", Counter, m.dropped as f64),
-                ("sonde.plugin.memory.usage", "By", UpDownCounter, m.memory_bytes as f64),
-                ("sonde.plugin.call.duration.p99", "s", Gauge, m.call_us_p99 / 1e6),
-                ("sonde.plugin.running", "1", Gauge, running as u8 as f64),
-            ] {
-                points.push(Point {
-                    series: get(name, unit, kind, plugin),
-                    time_ns: t,
-                    value,
-                });
-            }
-        });
-        // The host's own rows: (name, unit, kind, value).
-        let mut rows: Vec<(&'static str, &str, MetricKind, f64)> = Vec::new();
-        if let Some(s) = sampler.lock().as_ref().map(|s| s.stats()) {
-            rows.extend([
-                ("sonde.sampler.ticks", "{tick}", Counter, s.ticks as f64),
-                ("sonde.sampler.period_error.p99", "s", Gauge, s.error_p99_us / 1e6),
-                ("sonde.sampler.sample_cost.p50", "s", Gauge, s.sample_cost_p50_us / 1e6),
-            ]);
-        }
-        // What the receivers cut to their limits, and whom they turned away
-        // (on a master: agents with a wrong token or certificate), so a
-        // dashboard or alert can see it.
-        let i = hub.stats();
-        let unauthorized = i.otlp.unauthorized + i.json.unauthorized;
-        rows.extend([
-            (
-                "sonde.ingest.truncated",
-                "{value}",
-                Counter,
-                (i.otlp.truncated + i.json.truncated + i.agent.truncated) as f64,
-            ),
-            ("sonde.ingest.unauthorized", "{request}", Counter, unauthorized as f64),
-            ("sonde.ingest.tls_refused", "{handshake}", Counter, i.tls_refused as f64),
-        ]);
-        let e = pipeline.stats();
-        rows.extend([
-            (
-                "sonde.export.points.dropped",
-                "{point}",
-                Counter,
-                e.points_dropped as f64,
-            ),
-            ("sonde.export.points.failed", "{point}", Counter, e.points_failed as f64),
-            (
-                "sonde.export.points.exported",
-                "{point}",
-                Counter,
-                e.points_exported as f64,
-            ),
-        ]);
-        if e.spool_enabled {
-            rows.extend([
-                ("sonde.export.spool.bytes", "By", Gauge, e.spooled_bytes as f64),
-                (
-                    "sonde.export.spool.requests",
-                    "{request}",
-                    Gauge,
-                    e.spooled_requests as f64,
-                ),
-                (
-                    "sonde.export.spool.corrupt",
-                    "{record}",
-                    Counter,
-                    e.spool_corrupt_records as f64,
-                ),
-            ]);
-        }
-        points.extend(rows.into_iter().map(|(name, unit, kind, value)| Point {
-            series: get(name, unit, kind, ""),
-            time_ns: t,
-            value,
-        }));
-        pipeline.submit_metrics(MetricBatch {
-            scope: scope.clone(),
-            points,
-        });
-    }
 }
 
 /// Hands the GPU sampler's events (an XID error, a GPU lost) to the plugins as
