@@ -17,13 +17,13 @@ use sonde::export::remote_write::{
     RemoteWriter, wire,
 };
 use sonde::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, Point, Scope};
-use sonde_e2e::engines::Engine;
-use sonde_e2e::free_port;
+use sonde_test_support::engines::Engine;
+use sonde_test_support::free_port;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 // ---------------------------------------------------------------- engines
 
-/// A query client for an engine started by `sonde_e2e::engines`.
+/// A query client for an engine started by `sonde_test_support::engines`.
 fn client(engine: &Engine) -> PromQueryClient {
     PromQueryClient::new(&RemoteQueryConfig {
         url: Some(engine.base.clone()),

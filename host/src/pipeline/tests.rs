@@ -12,7 +12,7 @@ use super::*;
 use crate::export::config::Protocol;
 use crate::export::otlp::metric_point_count;
 use crate::export::testing::{FakeCollector, FakeState, dead_endpoint};
-use crate::model::{LogRecord, MetricKind, MetricSeries, Severity};
+use crate::model::{LogRecord, MetricKind, MetricSeries, Point, Scope, Severity};
 use opentelemetry_proto::tonic::metrics::v1::metric;
 
 const WAIT: Duration = Duration::from_secs(10);

@@ -39,8 +39,8 @@ mod tests;
 /// engine queries): `app` behind a certificate of a test CA made in `dir`.
 /// Returns its port and the CA's files.
 #[cfg(test)]
-pub(crate) async fn test_https_server(dir: &std::path::Path, app: axum::Router) -> (u16, sonde_e2e::pki::Pki) {
-    let p = sonde_e2e::pki::Pki::make(dir);
+pub(crate) async fn test_https_server(dir: &std::path::Path, app: axum::Router) -> (u16, sonde_test_support::pki::Pki) {
+    let p = sonde_test_support::pki::Pki::make(dir);
     let server = ServerTls {
         cert: p.server_cert.clone(),
         key: p.server_key.clone(),

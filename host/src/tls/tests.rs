@@ -10,7 +10,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, metric, number_data_point,
 };
 use prost::Message;
-use sonde_e2e::pki::Pki;
+use sonde_test_support::pki::Pki;
 
 use super::*;
 use crate::config::Config;

@@ -20,6 +20,7 @@
 pub mod consistency;
 pub mod detector;
 pub mod incidents;
+pub mod metrics;
 pub mod panel;
 pub mod ps;
 pub mod routes;

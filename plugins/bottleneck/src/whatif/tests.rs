@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use super::attribution::median;
+use super::graph::{BWD, FWD, build};
 use super::*;
 
 #[derive(Clone, Copy)]

@@ -1,0 +1,150 @@
+//! The verdict: an `Analysis` read in a fixed order of questions into one
+//! culprit, its gain and a sentence.
+
+use super::{Analysis, Culprit, Diagnosis, StageCost, Thresholds};
+
+/// The window's culprit, its slowdown and gain, and the sentence.
+///
+/// In order:
+/// 1. Nothing is named when neither the stragglers' slowdown (actual /
+///    ideal) reaches `min_slowdown` nor the split's (ideal / balanced)
+///    `min_stage_slowdown`.
+/// 2. A stage, when the split costs more than the stragglers: the stage whose
+///    length costs most.
+/// 3. A worker, when fixing one rank recovers at least `explains` (and the
+///    runner-up rank at most `dominance` of that) and what exceeds typical
+///    on it is not communication.
+/// 4. A link (named by its node), when fixing one node holding at most half
+///    the job leads the same way, or when the leading worker's excess is
+///    communication: a
+///    link's slowness shows on every rank behind it, and a rank whose own
+///    communication is slow points at its link.
+/// 5. Input imbalance, when forward and backward together recover at least
+///    `input_explains`: compute that varies with no rank, node or stage to
+///    blame varies with its input.
+/// 6. An operation kind, when fixing that kind (other than compute) recovers
+///    at least `explains`.
+/// 7. That stage after all, when the split reaches `min_stage_slowdown`.
+/// 8. Otherwise nothing: the job is slower than its ideal, but spread thin.
+pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
+    let straggling = a.slowdown >= th.min_slowdown;
+    let split = a.stage_slowdown >= th.min_stage_slowdown;
+    let stage_pick = a.stage_costs.first();
+    let none = |sentence: String| Diagnosis {
+        culprit: Culprit::None,
+        slowdown: a.slowdown,
+        gain: 0.0,
+        sentence,
+    };
+    if a.steps.is_empty() {
+        return none("no step to replay".into());
+    }
+    let stage_answer = |g: &StageCost| Diagnosis {
+        culprit: Culprit::Stage {
+            stage: g.stage,
+            excess: g.excess,
+        },
+        slowdown: a.stage_slowdown,
+        gain: a.stage_share,
+        sentence: format!(
+            "pipeline stage {} is {:.0} % longer than the others: the steps would be {:.2}x faster with it \
+             like them ({:.0} % of the gap to that ideal)",
+            g.stage,
+            g.excess * 100.0,
+            a.stage_slowdown,
+            a.stage_share.min(1.0) * 100.0
+        ),
+    };
+    if !straggling && !split {
+        return none(format!("{:.2}x its ideal: within natural variation", a.slowdown));
+    }
+    if split
+        && (!straggling || a.ideal_ns - a.balanced_ns >= a.actual_ns - a.ideal_ns)
+        && let Some(g) = stage_pick
+    {
+        return stage_answer(g);
+    }
+    if straggling {
+        let s = a.slowdown;
+        // A leader: recovers `explains` and clearly more than the runner-up.
+        let leads = |best: f64, next: Option<f64>| best >= th.explains && next.is_none_or(|n| n <= best * th.dominance);
+        let worker = a
+            .workers
+            .first()
+            .filter(|w| leads(w.gain, a.workers.get(1).map(|n| n.gain)));
+        if let Some(w) = worker.filter(|w| !w.cause.is_communication()) {
+            return Diagnosis {
+                culprit: Culprit::Worker {
+                    rank: w.rank,
+                    dp: w.dp,
+                    stage: w.stage,
+                    cause: w.cause,
+                },
+                slowdown: s,
+                gain: w.gain,
+                sentence: format!(
+                    "{s:.2}x slower than its ideal; fixing rank {} (dp {}, stage {}, tp {}: its {} is slow) recovers {:.0} % of it",
+                    w.rank,
+                    w.dp,
+                    w.stage,
+                    w.tp,
+                    w.cause.name(),
+                    w.gain.min(1.0) * 100.0
+                ),
+            };
+        }
+        let node = a
+            .nodes
+            .first()
+            // A node holding most of the job is not a place: fixing it is
+            // fixing the job.
+            .filter(|g| 2 * g.ranks as usize <= a.ranks && leads(g.gain, a.nodes.get(1).map(|n| n.gain)))
+            .map(|g| (g.id, g.gain, g.cause));
+        let link = node.or_else(|| worker.map(|w| (w.node, w.gain, w.cause)));
+        if let Some((id, g, cause)) = link {
+            return Diagnosis {
+                culprit: Culprit::Link { node: id },
+                slowdown: s,
+                gain: g,
+                sentence: format!(
+                    "{s:.2}x slower than its ideal; fixing node {id}'s operations (mostly its {}) recovers {:.0} % of it",
+                    cause.name(),
+                    g.min(1.0) * 100.0
+                ),
+            };
+        }
+        if a.compute_gain >= th.input_explains {
+            return Diagnosis {
+                culprit: Culprit::InputImbalance,
+                slowdown: s,
+                gain: a.compute_gain,
+                sentence: format!(
+                    "{s:.2}x slower than its ideal; steps vary with their input: no single worker \
+                     (typical compute would recover {:.0} %, the best single rank {:.0} %)",
+                    a.compute_gain.min(1.0) * 100.0,
+                    a.worker_share.min(1.0) * 100.0
+                ),
+            };
+        }
+        if let Some(k) = a.kinds.iter().find(|k| !k.cause.is_compute() && k.gain >= th.explains) {
+            return Diagnosis {
+                culprit: Culprit::OpKind { kind: k.cause },
+                slowdown: s,
+                gain: k.gain,
+                sentence: format!(
+                    "{s:.2}x slower than its ideal; making every {} typical recovers {:.0} % of it",
+                    k.cause.name(),
+                    k.gain.min(1.0) * 100.0
+                ),
+            };
+        }
+    }
+    if split && let Some(g) = a.stage_costs.first() {
+        return stage_answer(g);
+    }
+    none(format!(
+        "{:.2}x slower than its ideal, spread thin: no rank, node, stage or kind recovers {:.0} % of it",
+        a.slowdown,
+        th.explains * 100.0
+    ))
+}

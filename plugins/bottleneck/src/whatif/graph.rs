@@ -1,0 +1,513 @@
+//! The window as a replay graph: operations placed by rank and step, pipeline
+//! sends matched to their receives, a collective's members joined into one
+//! node, and the replay over it (see `analyze` for the rules).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::{Op, OpKind};
+
+/// FxHash: the maps here are keyed by small integers on the hot path, and
+/// std's SipHash costs several times more for them.
+#[derive(Default)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(n as u64);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+
+/// What a replayed node (one operation, or one collective instance shared
+/// by its members) is, for typical durations and for choosing subsets.
+#[derive(Clone, Copy)]
+pub(super) struct NodeInfo {
+    pub(super) kind: OpKind,
+    pub(super) stage: u32,
+    /// Index of (kind, stage, slot) in `Graph::keys`: the operations that
+    /// share a typical duration. The slot, (position among the same kind in
+    /// its micro-batch, or in the step on its rank for step-wide operations)
+    /// << 1 | has micro-batch, says which operation of the model this is.
+    pub(super) key: u32,
+}
+
+/// The window as a dependency graph: one node per operation, except that a
+/// collective's members share one node (its instance), which starts when the
+/// last member arrives and ends for all of them together. Nodes are stored
+/// in replay order (each step's in a topological order, step after step), so
+/// a replay is one pass over the arrays.
+pub(super) struct Graph {
+    pub(super) info: Vec<NodeInfo>,
+    pub(super) actual: Vec<f64>,
+    /// Dense rank indices owning each node (one, or a collective's members).
+    pub(super) owner_start: Vec<u32>,
+    pub(super) owners: Vec<u32>,
+    pub(super) pred_start: Vec<u32>,
+    pub(super) preds: Vec<u32>,
+    /// Per replayed step: its range of nodes.
+    pub(super) step_ranges: Vec<(usize, usize)>,
+    /// (kind, stage, slot) of each typical-duration key.
+    pub(super) keys: Vec<(OpKind, u32, u32)>,
+}
+
+/// The per-rank coordinates of a dense rank index.
+#[derive(Clone, Copy)]
+pub(super) struct RankInfo {
+    pub(super) rank: u32,
+    pub(super) node: u32,
+    pub(super) dp: u32,
+    pub(super) stage: u32,
+    pub(super) tp: u32,
+}
+
+impl Graph {
+    pub(super) fn owners_of(&self, i: usize) -> &[u32] {
+        &self.owners[self.owner_start[i] as usize..self.owner_start[i + 1] as usize]
+    }
+
+    /// Replays every step from time zero with these durations: a node
+    /// starts when all its predecessors have ended. Returns the sum of the
+    /// steps' makespans and writes each into `per_step`.
+    pub(super) fn replay(&self, dur: &[f64], end: &mut [f64], per_step: &mut [f64]) -> f64 {
+        let mut total = 0.0;
+        for (s, &(a, b)) in self.step_ranges.iter().enumerate() {
+            let mut makespan = 0.0f64;
+            for i in a..b {
+                let mut start = 0.0f64;
+                for &p in &self.preds[self.pred_start[i] as usize..self.pred_start[i + 1] as usize] {
+                    // Not f64::max: durations are never NaN, and its NaN
+                    // handling costs a tenth of a replay.
+                    let e = end[p as usize];
+                    if e > start {
+                        start = e;
+                    }
+                }
+                let e = start + dur[i];
+                end[i] = e;
+                if e > makespan {
+                    makespan = e;
+                }
+            }
+            per_step[s] = makespan;
+            total += makespan;
+        }
+        total
+    }
+}
+
+/// Direction of a pipeline transfer: activations go to the next stage,
+/// gradients to the previous one.
+pub(super) const FWD: u32 = 0;
+pub(super) const BWD: u32 = 1;
+
+/// A pipeline transfer's identity: dp rank, tp rank, micro-batch, direction,
+/// sending stage, and its position among the same on the rank.
+type P2pKey = (u32, u32, u32, u32, u32, u32);
+
+pub(super) type Built = (Graph, Vec<RankInfo>, Vec<u64>, Vec<f64>, Vec<u64>);
+
+/// The part of an [`Op`] the graph is built from, once its rank and step
+/// have placed it.
+#[derive(Clone, Copy)]
+struct Slim {
+    start_ns: u64,
+    end_ns: u64,
+    micro: Option<u32>,
+    kind: OpKind,
+}
+
+/// Builds the replay graph of the window (see [`analyze`] for the rules).
+/// Linear in the window but for each (rank, step)'s own sort by start.
+pub(super) fn build(ops: &[Op]) -> Built {
+    // Dense ranks in rank order; a table when rank ids are dense enough.
+    let max_rank = ops.iter().map(|o| o.rank).max().unwrap_or(0) as usize;
+    let rank_ids: Vec<u32> = if max_rank <= 4 * ops.len() + 4096 {
+        let mut seen = vec![false; max_rank + 1];
+        ops.iter().for_each(|o| seen[o.rank as usize] = true);
+        (0..=max_rank as u32).filter(|&r| seen[r as usize]).collect()
+    } else {
+        let mut v: Vec<u32> = ops.iter().map(|o| o.rank).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let table: Vec<u32> = if max_rank <= 4 * rank_ids.len() + 4096 {
+        let mut t = vec![u32::MAX; max_rank + 1];
+        for (i, &r) in rank_ids.iter().enumerate() {
+            t[r as usize] = i as u32;
+        }
+        t
+    } else {
+        Vec::new()
+    };
+    let dense = |r: u32| -> usize {
+        if table.is_empty() {
+            rank_ids.binary_search(&r).expect("a rank seen above")
+        } else {
+            table[r as usize] as usize
+        }
+    };
+    let mut ranks: Vec<Option<RankInfo>> = vec![None; rank_ids.len()];
+    // A window holds a few steps: a sorted list, looked up by bisection.
+    let mut steps: Vec<u64> = Vec::new();
+    let mut last_step = None;
+    for o in ops {
+        if last_step != Some(o.step) {
+            if let Err(at) = steps.binary_search(&o.step) {
+                steps.insert(at, o.step);
+            }
+            last_step = Some(o.step);
+        }
+    }
+    let nr = ranks.len();
+    let mut max_micro = 0u32;
+    let buckets: Vec<u32> = ops
+        .iter()
+        .map(|o| {
+            let d = dense(o.rank);
+            ranks[d].get_or_insert(RankInfo {
+                rank: o.rank,
+                node: o.node,
+                dp: o.dp,
+                stage: o.stage,
+                tp: o.tp,
+            });
+            max_micro = max_micro.max(o.micro.unwrap_or(0));
+            let si = steps.binary_search(&o.step).expect("a step seen above");
+            (si * nr + d) as u32
+        })
+        .collect();
+    let ranks: Vec<RankInfo> = ranks
+        .into_iter()
+        .map(|r| r.expect("every dense rank has an op"))
+        .collect();
+
+    // Ops bucketed by (step, rank) with a counting sort, each bucket by start.
+    let mut bstart = vec![0u32; steps.len() * nr + 1];
+    for &b in &buckets {
+        bstart[b as usize + 1] += 1;
+    }
+    for i in 1..bstart.len() {
+        bstart[i] += bstart[i - 1];
+    }
+    let mut fill = bstart.clone();
+    // What the graph needs of each op, scattered into bucket order once:
+    // everything after reads it in sequence instead of jumping about the
+    // caller's array (half a million ops do not fit a cache).
+    let mut sorted = vec![
+        Slim {
+            start_ns: 0,
+            end_ns: 0,
+            micro: None,
+            kind: OpKind::Other
+        };
+        ops.len()
+    ];
+    for (o, &b) in ops.iter().zip(&buckets) {
+        sorted[fill[b as usize] as usize] = Slim {
+            start_ns: o.start_ns,
+            end_ns: o.end_ns,
+            micro: o.micro,
+            kind: o.kind,
+        };
+        fill[b as usize] += 1;
+    }
+    drop(buckets);
+    let by_start = |o: &Slim| (o.start_ns, o.end_ns);
+    for b in 0..steps.len() * nr {
+        let bucket = &mut sorted[bstart[b] as usize..bstart[b + 1] as usize];
+        // Ranks usually report in order: check before sorting.
+        if !bucket.is_sorted_by_key(by_start) {
+            bucket.sort_by_key(by_start);
+        }
+    }
+
+    let mut g = Graph {
+        info: Vec::with_capacity(ops.len()),
+        actual: Vec::with_capacity(ops.len()),
+        owner_start: Vec::with_capacity(ops.len() + 1),
+        owners: Vec::with_capacity(ops.len()),
+        pred_start: Vec::with_capacity(ops.len() + 1),
+        preds: Vec::with_capacity(ops.len() + ops.len() / 4),
+        step_ranges: Vec::new(),
+        keys: Vec::new(),
+    };
+    g.owner_start.push(0);
+    g.pred_start.push(0);
+    let mut key_ids: FxMap<(u8, u32, u32), u32> = FxMap::default();
+    // The usual keys without hashing: (stage, kind, slot) within these bounds.
+    const KEY_CACHE_SLOTS: usize = 64;
+    const KEY_CACHE_STAGES: usize = 64;
+    let stages_seen = ranks
+        .iter()
+        .map(|r| r.stage as usize + 1)
+        .max()
+        .unwrap_or(0)
+        .min(KEY_CACHE_STAGES);
+    let mut key_cache = vec![u32::MAX; stages_seen * 9 * KEY_CACHE_SLOTS];
+    let mut kept_steps = Vec::new();
+    let mut measured = Vec::new();
+    let mut skipped = Vec::new();
+
+    // Per-step scratch, reused.
+    let mut edges: Vec<(u32, u32)> = Vec::new(); // (node, pred), step-local ids
+    let mut owner_pairs: Vec<(u32, u32)> = Vec::new(); // (node, dense rank)
+    let mut infos: Vec<NodeInfo> = Vec::new();
+    let mut durs: Vec<f64> = Vec::new();
+    let mut spans: Vec<(u64, u64)> = Vec::new(); // an instance's (last arrival, last end)
+    let mut instances: FxMap<(u32, u32, u32, u32), u32> = FxMap::default();
+    let mut sends: FxMap<P2pKey, (u32, u64)> = FxMap::default();
+    let mut recvs: Vec<(u32, P2pKey, u64, u64)> = Vec::new();
+    // Position counters per (micro-batch, kind): a table for the usual few
+    // micro-batches, a list beyond.
+    const TABLE_MICROS: u32 = 1024;
+    let width = (max_micro.min(TABLE_MICROS) as usize + 2) * 9;
+    let mut slot_table = vec![0u32; width];
+    let mut slot_list: Vec<(u32, OpKind, u32)> = Vec::new();
+    let mut p2p_seen: Vec<(u32, u32, OpKind, u32)> = Vec::new();
+    let mut fwd_done: Vec<u32> = Vec::new();
+    let mut bwd_done: Vec<u32> = Vec::new();
+    let mut pos: Vec<u32> = Vec::new();
+
+    for (si, &step) in steps.iter().enumerate() {
+        edges.clear();
+        owner_pairs.clear();
+        infos.clear();
+        durs.clear();
+        spans.clear();
+        instances.clear();
+        sends.clear();
+        recvs.clear();
+        let (mut first, mut last) = (u64::MAX, 0u64);
+        for (r, ri) in ranks.iter().enumerate() {
+            let b = si * nr + r;
+            let seq = &sorted[bstart[b] as usize..bstart[b + 1] as usize];
+            if seq.is_empty() {
+                continue;
+            }
+            slot_table.iter_mut().for_each(|x| *x = 0);
+            slot_list.clear();
+            p2p_seen.clear();
+            fwd_done.clear();
+            bwd_done.clear();
+            let mut coll_seen = [0u32; 9];
+            let mut prev: Option<u32> = None;
+            for o in seq {
+                first = first.min(o.start_ns);
+                last = last.max(o.end_ns);
+                let position = match o.micro {
+                    Some(m) if m >= TABLE_MICROS => {
+                        match slot_list.iter_mut().find(|(mm, k, _)| *mm == m && *k == o.kind) {
+                            Some(e) => {
+                                e.2 += 1;
+                                e.2 - 1
+                            }
+                            None => {
+                                slot_list.push((m, o.kind, 1));
+                                0
+                            }
+                        }
+                    }
+                    micro => {
+                        let row = micro.map_or(0, |m| m as usize + 1);
+                        let c = &mut slot_table[row * 9 + o.kind.index()];
+                        *c += 1;
+                        *c - 1
+                    }
+                };
+                let slot = (position << 1) | o.micro.is_some() as u32;
+                let cached = (slot as usize) < KEY_CACHE_SLOTS && (ri.stage as usize) < KEY_CACHE_STAGES;
+                let at = (ri.stage as usize * 9 + o.kind.index()) * KEY_CACHE_SLOTS + slot as usize;
+                let key = match cached.then(|| key_cache[at]).filter(|&k| k != u32::MAX) {
+                    Some(k) => k,
+                    None => {
+                        let next_key = key_ids.len() as u32;
+                        let key = *key_ids
+                            .entry((o.kind.index() as u8, ri.stage, slot))
+                            .or_insert(next_key);
+                        if key == next_key {
+                            g.keys.push((o.kind, ri.stage, slot));
+                        }
+                        if cached {
+                            key_cache[at] = key;
+                        }
+                        key
+                    }
+                };
+                let info = NodeInfo {
+                    kind: o.kind,
+                    stage: ri.stage,
+                    key,
+                };
+                let node = if o.kind.is_collective() {
+                    let occ = coll_seen[o.kind.index()];
+                    coll_seen[o.kind.index()] += 1;
+                    let group = if o.kind == OpKind::DpCollective {
+                        (ri.stage, ri.tp)
+                    } else {
+                        (ri.dp, ri.stage)
+                    };
+                    let ikey = (o.kind.index() as u32, group.0, group.1, occ);
+                    let id = *instances.entry(ikey).or_insert_with(|| {
+                        infos.push(info);
+                        durs.push(0.0);
+                        spans.push((0, 0));
+                        (infos.len() - 1) as u32
+                    });
+                    let span = &mut spans[id as usize];
+                    span.0 = span.0.max(o.start_ns);
+                    span.1 = span.1.max(o.end_ns);
+                    id
+                } else {
+                    infos.push(info);
+                    durs.push(o.end_ns.saturating_sub(o.start_ns) as f64);
+                    spans.push((0, 0));
+                    let id = (infos.len() - 1) as u32;
+                    if let Some(m) = o.micro {
+                        match o.kind {
+                            OpKind::Forward if !fwd_done.contains(&m) => fwd_done.push(m),
+                            OpKind::Backward if !bwd_done.contains(&m) => bwd_done.push(m),
+                            OpKind::PpSend | OpKind::PpRecv => {
+                                let dir = match o.kind {
+                                    OpKind::PpSend if bwd_done.contains(&m) => BWD,
+                                    OpKind::PpRecv if fwd_done.contains(&m) => BWD,
+                                    _ => FWD,
+                                };
+                                let occ = match p2p_seen.iter_mut().find(|e| e.0 == m && e.1 == dir && e.2 == o.kind) {
+                                    Some(e) => {
+                                        e.3 += 1;
+                                        e.3 - 1
+                                    }
+                                    None => {
+                                        p2p_seen.push((m, dir, o.kind, 1));
+                                        0
+                                    }
+                                };
+                                if o.kind == OpKind::PpSend {
+                                    sends.insert((ri.dp, ri.tp, m, dir, ri.stage, occ), (id, o.end_ns));
+                                } else {
+                                    let from = if dir == FWD {
+                                        ri.stage.checked_sub(1)
+                                    } else {
+                                        Some(ri.stage + 1)
+                                    };
+                                    if let Some(from) = from {
+                                        recvs.push((id, (ri.dp, ri.tp, m, dir, from, occ), o.start_ns, o.end_ns));
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    id
+                };
+                owner_pairs.push((node, r as u32));
+                if let Some(p) = prev
+                    && p != node
+                {
+                    edges.push((node, p));
+                }
+                prev = Some(node);
+            }
+        }
+        if infos.is_empty() {
+            continue;
+        }
+        for (i, &(max_start, max_end)) in spans.iter().enumerate() {
+            if infos[i].kind.is_collective() {
+                durs[i] = max_end.saturating_sub(max_start) as f64;
+            }
+        }
+        for &(id, key, start, end) in &recvs {
+            if let Some(&(send, send_end)) = sends.get(&key) {
+                edges.push((id, send));
+                durs[id as usize] = end.saturating_sub(start.max(send_end)) as f64;
+            }
+        }
+
+        // Step-local CSR of predecessors and successors, then Kahn's order.
+        let m = infos.len();
+        let csr = |pairs: &[(u32, u32)], by_first: bool| -> (Vec<u32>, Vec<u32>) {
+            let mut start = vec![0u32; m + 1];
+            for &(a, b) in pairs {
+                start[if by_first { a } else { b } as usize + 1] += 1;
+            }
+            for i in 1..=m {
+                start[i] += start[i - 1];
+            }
+            let mut fill = start.clone();
+            let mut out = vec![0u32; pairs.len()];
+            for &(a, b) in pairs {
+                let (at, val) = if by_first { (a, b) } else { (b, a) };
+                out[fill[at as usize] as usize] = val;
+                fill[at as usize] += 1;
+            }
+            (start, out)
+        };
+        let (pstart, local_preds) = csr(&edges, true);
+        let (sstart, succ) = csr(&edges, false);
+        let (ostart, local_owners) = csr(&owner_pairs, true);
+        let mut indeg: Vec<u32> = (0..m).map(|i| pstart[i + 1] - pstart[i]).collect();
+        let mut queue: Vec<u32> = (0..m as u32).filter(|&i| indeg[i as usize] == 0).collect();
+        let mut head = 0;
+        while head < queue.len() {
+            let x = queue[head] as usize;
+            head += 1;
+            for &s in &succ[sstart[x] as usize..sstart[x + 1] as usize] {
+                indeg[s as usize] -= 1;
+                if indeg[s as usize] == 0 {
+                    queue.push(s);
+                }
+            }
+        }
+        if queue.len() != m {
+            skipped.push(step);
+            continue;
+        }
+
+        // Append in replay order, renumbering.
+        let base = g.info.len() as u32;
+        pos.clear();
+        pos.resize(m, 0);
+        for (k, &x) in queue.iter().enumerate() {
+            pos[x as usize] = base + k as u32;
+        }
+        for &x in &queue {
+            let x = x as usize;
+            g.info.push(infos[x]);
+            g.actual.push(durs[x]);
+            g.owners
+                .extend_from_slice(&local_owners[ostart[x] as usize..ostart[x + 1] as usize]);
+            g.owner_start.push(g.owners.len() as u32);
+            g.preds.extend(
+                local_preds[pstart[x] as usize..pstart[x + 1] as usize]
+                    .iter()
+                    .map(|&p| pos[p as usize]),
+            );
+            g.pred_start.push(g.preds.len() as u32);
+        }
+        g.step_ranges.push((base as usize, g.info.len()));
+        kept_steps.push(step);
+        measured.push(last.saturating_sub(first) as f64);
+    }
+    (g, ranks, kept_steps, measured, skipped)
+}
