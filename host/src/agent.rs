@@ -203,13 +203,13 @@ impl Builder {
 
     fn agent(self, profiling_enabled: bool, hub: &Arc<IngestHub>, decisions: &DecisionBoard) -> ProfilerAgent {
         let timings = profiling_enabled && matches!(self.origin.rank, 0 | -1);
-        let sysmetrics = profiling_enabled && matches!(self.origin.local_rank, 0 | -1);
+        let system_metrics = profiling_enabled && matches!(self.origin.local_rank, 0 | -1);
         let inner = Arc::new(Inner {
             origin: self.origin,
             buf: Mutex::new(Buf::default()),
             spare: Mutex::new(Buf::default()),
             timings_open: AtomicBool::new(timings),
-            progress_open: AtomicBool::new(timings || sysmetrics),
+            progress_open: AtomicBool::new(timings || system_metrics),
             capacity: self.capacity,
             dropped: AtomicU64::new(0),
             batch_idx: AtomicU64::new(0),
@@ -350,7 +350,8 @@ impl ProfilerAgent {
     pub fn is_enabled(&self) -> bool {
         self.sysmetrics_is_enabled() || self.timings_is_enabled()
     }
-    /// System metrics are collected once per machine: local rank 0.
+    /// System metrics are collected once per machine: local rank 0. (The
+    /// name is the one Determined's ProfilerAgent gives this question.)
     pub fn sysmetrics_is_enabled(&self) -> bool {
         self.inner.profiling_enabled && matches!(self.inner.origin.local_rank, 0 | -1)
     }

@@ -719,7 +719,7 @@ static void flush_once(void) {
             put(&body, "}", 1);
         }
     }
-    put(&body, "],\"mpi_stacks\":[", 16);
+    put(&body, "],\"stacks\":[", 12);
     size_t nst = 0;
     for (int ti = 0; ti < n; ti++) {
         struct thr *t = &threads[ti];
@@ -737,7 +737,7 @@ static void flush_once(void) {
     dl_iterate_phdr(count_modules, &loaded);
     int send_modules = loaded != modules_sent;
     if (send_modules) {
-        put(&body, ",\"mpi_modules\":[", 16);
+        put(&body, ",\"modules\":[", 12);
         modules_now = 0;
         dl_iterate_phdr(put_module, &body);
         put(&body, "]", 1);

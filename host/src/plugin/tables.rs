@@ -39,8 +39,8 @@ pub const RESERVED_TABLES: [&str; 9] = [
     "events",
     "heartbeats",
     "node_events",
-    "mpi_stacks",
-    "mpi_modules",
+    "stacks",
+    "modules",
 ];
 
 /// A row field the ingest takes for itself: a call-stack id (docs/ingest.md).

@@ -12,7 +12,7 @@
 //! `state` is 0 not in MPI, 1 MPI work, 2 MPI stall (or its label:
 //! "not_in_mpi", "work", "stall"); `function` and
 //! `callsite` are empty when the thread was not in MPI. `stack` is not a
-//! column: it names a call stack the probe sent once (`mpi_stacks`), and the
+//! column: it names a call stack the probe sent once (`stacks`), and the
 //! host puts that stack, named, in `callsite` (docs/ingest.md).
 //!
 //! The declaration is exactly the one a 0.1 plugin subscribed to the

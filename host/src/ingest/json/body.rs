@@ -24,8 +24,8 @@ pub struct Body {
     pub heartbeats: Vec<JsonHeartbeat>,
     pub node_events: Vec<JsonNodeEvent>,
     /// A probe's new call stacks and its module map (`stacks.rs`).
-    pub mpi_stacks: Vec<JsonStack>,
-    pub mpi_modules: Vec<JsonModule>,
+    pub stacks: Vec<JsonStack>,
+    pub modules: Vec<JsonModule>,
     /// Every other key: rows of the event table it names, in body order.
     pub tables: Vec<(String, Vec<serde_json::Map<String, serde_json::Value>>)>,
 }
@@ -52,8 +52,8 @@ impl<'de> Deserialize<'de> for Body {
                         "events" => b.events = m.next_value()?,
                         "heartbeats" => b.heartbeats = m.next_value()?,
                         "node_events" => b.node_events = m.next_value()?,
-                        "mpi_stacks" => b.mpi_stacks = m.next_value()?,
-                        "mpi_modules" => b.mpi_modules = m.next_value()?,
+                        "stacks" => b.stacks = m.next_value()?,
+                        "modules" => b.modules = m.next_value()?,
                         _ => {
                             let rows = m.next_value()?;
                             b.tables.push((key, rows));

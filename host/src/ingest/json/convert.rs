@@ -92,15 +92,15 @@ impl Body {
     /// refuses the body (`Err`, naming it); rows of tables are refused one
     /// by one (`Converted::refused`).
     pub fn convert(self, now: u64, limits: &Limits, tables: &TableRules) -> Result<Converted, Invalid> {
-        for (i, s) in self.mpi_stacks.iter().enumerate() {
+        for (i, s) in self.stacks.iter().enumerate() {
             s.check(i)?;
         }
-        for (i, m) in self.mpi_modules.iter().enumerate() {
+        for (i, m) in self.modules.iter().enumerate() {
             m.check(i)?;
         }
         let mut probe = ProbeStacks {
-            modules: self.mpi_modules,
-            stacks: self.mpi_stacks,
+            modules: self.modules,
+            stacks: self.stacks,
             refs: Vec::new(),
         };
         let table_rows = self.tables;

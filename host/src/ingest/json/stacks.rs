@@ -3,15 +3,15 @@
 //!
 //! ```json
 //! "mpi_samples": [{"thread": 0, "state": 2, "function": "MPI_Sendrecv", "callsite": "app+0x42", "stack": 3, ...}],
-//! "mpi_stacks":  [{"thread": 0, "id": 3, "truncated": false, "frames": [94674237092560, ...]}],
-//! "mpi_modules": [{"path": "/opt/app/bin/solver", "build_id": "f8ce75...", "base": 94674237091840,
+//! "stacks":  [{"thread": 0, "id": 3, "truncated": false, "frames": [94674237092560, ...]}],
+//! "modules": [{"path": "/opt/app/bin/solver", "build_id": "f8ce75...", "base": 94674237091840,
 //!                  "start": 94674237095936, "end": 94674237097225}]
 //! ```
 //! The keys are named for the probe that brought them; nothing here depends
 //! on what its rows mean. A sender interns its stacks per thread and sends
-//! each one once (`mpi_stacks`: raw return addresses, the call's first,
+//! each one once (`stacks`: raw return addresses, the call's first,
 //! outermost last; `truncated`: the walk stopped at the sender's depth) with
-//! its module map (`mpi_modules`: one code segment `[start, end)` of a file
+//! its module map (`modules`: one code segment `[start, end)` of a file
 //! loaded at bias `base`). A row of any event table may then carry `stack`,
 //! an id in its thread's table (the row's `thread` field, 0 when it has
 //! none): when the id is known, the named stack (frames outermost first,
@@ -74,7 +74,7 @@ impl JsonStack {
     pub fn check(&self, i: usize) -> Result<(), Invalid> {
         if self.frames.is_empty() || self.frames.len() > MAX_FRAMES {
             return Err(invalid(
-                format!("mpi_stacks[{i}].frames"),
+                format!("stacks[{i}].frames"),
                 format!("must hold 1 to {MAX_FRAMES} addresses"),
             ));
         }
@@ -84,7 +84,7 @@ impl JsonStack {
 
 impl JsonModule {
     pub fn check(&self, i: usize) -> Result<(), Invalid> {
-        let field = |f: &str| format!("mpi_modules[{i}].{f}");
+        let field = |f: &str| format!("modules[{i}].{f}");
         if self.path.is_empty() || self.path.len() > 4096 {
             return Err(invalid(field("path"), "must be 1 to 4096 bytes"));
         }

@@ -294,8 +294,8 @@ fn probe_stacks_name_their_rows_and_bad_ones_are_refused_by_field() {
         r#"{"origin":{"job":"j","rank":0,"attributes":{"process.pid":"9"}},
             "requests":[{"request_id":1,"thread":0,"callsite":"a+0x1","stack":3},
                         {"request_id":2,"stack":-4}],
-            "mpi_stacks":[{"thread":0,"id":3,"frames":[4112,4128]}],
-            "mpi_modules":[{"path":"/nonexistent/app","build_id":"ab","base":4096,"start":4096,"end":8192}]}"#,
+            "stacks":[{"thread":0,"id":3,"frames":[4112,4128]}],
+            "modules":[{"path":"/nonexistent/app","build_id":"ab","base":4096,"start":4096,"end":8192}]}"#,
         &reg,
         false,
     );
@@ -310,14 +310,14 @@ fn probe_stacks_name_their_rows_and_bad_ones_are_refused_by_field() {
     table.apply(&origin, c.stacks, &mut c.report);
     assert_eq!(c.report.tables[0].rows[0][3], Cell::S("app+0x20;app+0x10".into()));
     for (bad, field) in [
-        (r#""mpi_stacks":[{"id":1,"frames":[]}]"#, "mpi_stacks[0].frames"),
+        (r#""stacks":[{"id":1,"frames":[]}]"#, "stacks[0].frames"),
         (
-            r#""mpi_modules":[{"path":"/a","build_id":"xyz","base":0,"start":1,"end":2}]"#,
-            "mpi_modules[0].build_id",
+            r#""modules":[{"path":"/a","build_id":"xyz","base":0,"start":1,"end":2}]"#,
+            "modules[0].build_id",
         ),
         (
-            r#""mpi_modules":[{"path":"/a","base":0,"start":2,"end":2}]"#,
-            "mpi_modules[0].end",
+            r#""modules":[{"path":"/a","base":0,"start":2,"end":2}]"#,
+            "modules[0].end",
         ),
     ] {
         let b: Body = serde_json::from_str(&format!("{{{bad}}}")).unwrap();

@@ -50,7 +50,7 @@ impl SampleAcc {
     /// Takes a new request (the manifest's, or a `request-samples` call).
     /// One that changes only `deliver-every` keeps the ticks gathered so far:
     /// a plugin that slows its deliveries while idle and speeds them up when
-    /// work comes (determined, without a job) loses no tick to the switch, and
+    /// work comes (a profiler without a job) loses no tick to the switch, and
     /// they come with the next call. Anything else starts afresh. Either way
     /// the series are described again, as the contract says.
     pub(super) fn request(&mut self, req: Option<types::SampleRequest>) {
