@@ -299,3 +299,61 @@ fn elastic_workers_take_every_shard_from_the_dlrover_plugin_and_report_over_otlp
 fn steps_total(view: &Value) -> u64 {
     steps(view).values().filter(|(_, p)| p.contains_key("step")).count() as u64
 }
+
+/// Real torch.distributed (gloo, two ranks on CPU) with the client's `sonde.ops`:
+/// forward, backward and optimizer timed by hand, the gradient all-reduce by
+/// `time_collectives`. Rank 1's forward is three times as long, so rank 0
+/// waits in the all-reduce; the bottleneck plugin's What-if replay of those
+/// operations names rank 1 as the job's headline finding.
+#[test]
+#[ignore = "needs PyTorch from PyPI: run by ./dev test-python"]
+fn torch_distributed_operations_name_the_slow_worker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let otlp = free_port();
+    let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{otlp}\"");
+    let sonde = Sonde::start(
+        tmp.path(),
+        &[(plugin_file("bundled/bottleneck.wasm"), "bottleneck")],
+        &[
+            "--set",
+            &listen,
+            "--set",
+            "ingest.otlp_grpc_listen=\"off\"",
+            "--set",
+            "plugin.bottleneck.settings={lag_ms=300}",
+        ],
+    );
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    const STEPS: u64 = 16;
+    launch(
+        &sonde,
+        otlp,
+        "py-ops",
+        2,
+        "client_torch_ops.py",
+        &out,
+        &STEPS.to_string(),
+    );
+    for rank in 0..2 {
+        let rec = record(&out, rank);
+        // forward, backward, optimizer and one all-reduce per parameter (weight, bias)
+        assert_eq!(rec["ops"], 5 * STEPS, "rank {rank}: {rec}");
+        assert_eq!(rec["stats"]["export_failed"], 0, "rank {rank}: {rec}");
+        assert_eq!(rec["stats"]["dropped_queue_full"], 0, "rank {rank}: {rec}");
+    }
+    let mut view = Value::Null;
+    let named = wait_for(Duration::from_secs(30), || {
+        view = sonde.json("/api/jobs/py-ops");
+        view["findings"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f["kind"] == "what-if" && f["finding"]["about"] == "rank" && f["finding"]["id"] == "1")
+        })
+    });
+    assert!(
+        named,
+        "no What-if finding naming rank 1: {:#}\n{}",
+        view["findings"],
+        sonde.output()
+    );
+}
