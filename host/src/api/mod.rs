@@ -172,6 +172,11 @@ pub fn bad_request(key: &str, reason: impl Into<String>) -> Response {
     )
 }
 
+/// How much of a refused request's body is read, and for how long, so the
+/// refusal reaches the client on HTTP/2 too; past either, the stream is reset.
+const REFUSED_BODY_LIMIT: usize = 16 << 20;
+const REFUSED_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let token = st.config.lock().api.token.clone().filter(|t| !t.is_empty());
@@ -182,6 +187,14 @@ async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> 
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         if given != Some(token.as_str()) {
+            // Read what the client is still sending (bounded) before answering:
+            // an HTTP/2 stream answered while its body is arriving is reset, and
+            // the client then sees a stream error instead of this 401.
+            let _ = tokio::time::timeout(
+                REFUSED_BODY_WAIT,
+                axum::body::to_bytes(req.into_body(), REFUSED_BODY_LIMIT),
+            )
+            .await;
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer")],
