@@ -63,7 +63,9 @@ export function diagnosis(job) {
     ? el('p', { class: 'diagnosis-sentence', 'data-about': `${headline.finding.about}:${headline.finding.id}` }, ...sentence(job.job, headline))
     : el('p', { class: 'diagnosis-none muted' }, all.length
       ? 'Nothing holds this job back now.'
-      : 'No diagnosis yet: it comes once a diagnosis plugin has judged enough steps of every rank.'));
+      : (job.kinds || []).includes('training') || (job.steps || []).length
+        ? 'No diagnosis yet: it comes once a diagnosis plugin has judged enough steps of every rank.'
+        : 'No findings about this job.'));
   if (headline) { const e = evidence(headline); if (e) box.append(e); }
   if (others.length) box.append(el('ul', { class: 'finding-list' }, ...others.slice(0, 12).map((f) => item(job.job, f))));
   if (ended.length) {

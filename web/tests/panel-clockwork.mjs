@@ -39,4 +39,24 @@ await suite({ name: 'panel-clockwork', plugins: [['bundled/clockwork.wasm', 'clo
     if (!logs.includes('not written: off')) throw new Error(`logs line: ${logs}`);
     await page.screenshot({ path: 'target/screenshots/panel-clockwork.png', fullPage: true }).catch(() => {});
   }],
+  ['a serving job\'s page shows its models, and no steps', async ({ page, url }) => {
+    const t0 = (BigInt(Date.now()) - 3000n) * 1_000_000n;
+    const requests = [...Array(6).keys()].map((i) => {
+      const a = t0 + BigInt(i * 20 * MS);
+      return { request_id: 100 + i, model_id: 9, arrival_ns: a, departure_ns: a + BigInt(8 * MS), deadline_ns: a + BigInt(50 * MS), arrival_copies: 1, departure_copies: 1 };
+    });
+    const body = JSON.stringify({ origin: { job: 'serve-9', role: 'controller', node: 'gw-1' }, requests }, (_, v) => (typeof v === 'bigint' ? `@${v}@` : v)).replace(/"@(\d+)@"/g, '$1');
+    const r = await fetch(`${url}/api/ingest`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    if (r.status !== 202) throw new Error(`ingest ${r.status}: ${await r.text()}`);
+    await page.goto(`${url}/#/jobs/serve-9`);
+    const row = page.locator('[data-job-panel=clockwork] [data-item=models] tr[data-key="9"]');
+    await until('the serving panel on the job page', async () => (await row.count()) === 1);
+    if ((await row.locator('td').nth(1).textContent()) !== '6') throw new Error(`requests ${await row.locator('td').nth(1).textContent()}`);
+    if (await page.locator('.job-steps').isVisible()) throw new Error('a step chart on a serving job');
+    const models = await page.locator('[data-job-panel=clockwork] [data-item=models] tbody tr').count();
+    if (models !== 1) throw new Error(`${models} models on the page of a job that served one`);
+    if ((await page.locator('#diagnosis').innerText()).includes('steps of every rank')) throw new Error('a training job\'s note on a serving job');
+    if (!(await page.locator('.job-summary').innerText()).includes('requests')) throw new Error('the job\'s kind is not shown');
+    await page.screenshot({ path: 'target/screenshots/job-serving.png', fullPage: true });
+  }],
 ]);

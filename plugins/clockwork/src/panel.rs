@@ -22,11 +22,13 @@ const PARTS: [&str; 4] = ["queueing", "network", "execution", "controller"];
 
 /// The panel; on a job's page only for a job whose requests this plugin saw.
 pub fn panel(p: &Clockwork, job: Option<&str>) -> HttpResponse {
-    if let Some(job) = job
-        && !p.jobs.contains(job)
-    {
-        return Panel::none(&format!("no serving requests from job {job}"));
-    }
+    let models = match job {
+        None => None,
+        Some(job) => match p.jobs.get(job) {
+            Some(models) => Some(models),
+            None => return Panel::none(&format!("no serving requests from job {job}")),
+        },
+    };
     let s = summary(p);
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     let mut panel = Panel::new("Serving (Clockwork)");
@@ -62,7 +64,9 @@ pub fn panel(p: &Clockwork, job: Option<&str>) -> HttpResponse {
         ],
     )
     .empty("No requests yet: post `requests` rows (docs/ingest.md).");
-    for m in s["models"].as_array().into_iter().flatten() {
+    // On a job's page, that job's models only.
+    let of_job = |m: &Value| models.is_none_or(|ms| m["model_id"].as_u64().is_some_and(|id| ms.contains(&id)));
+    for m in s["models"].as_array().into_iter().flatten().filter(|m| of_job(m)) {
         let misses: Vec<(&str, &str, u64)> = CAUSES
             .iter()
             .map(|(c, color)| (*c, *color, m["misses"][c].as_u64().unwrap_or(0)))

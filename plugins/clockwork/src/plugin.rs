@@ -42,8 +42,9 @@ pub struct Clockwork {
     /// Rows skipped for failing `Request::check` / `Action::check`, and why the last one was.
     pub invalid_rows: u64,
     pub last_invalid: Option<String>,
-    /// Jobs (serving deployments) whose requests were seen: their pages get the panel.
-    pub jobs: std::collections::BTreeSet<String>,
+    /// Jobs (serving deployments) whose requests were seen, with their
+    /// models: a job's page shows those models.
+    pub jobs: BTreeMap<String, std::collections::BTreeSet<u64>>,
 }
 
 /// Where Clockwork writes its logs: `$CLOCKWORK_LOG_DIR`, else `/local`
@@ -189,14 +190,18 @@ impl Clockwork {
         }
         let mut requests = Vec::new();
         for t in batch.table(REQUESTS) {
-            requests.extend(rows::requests(&t)?);
-            for &o in t.origin() {
-                if let Some(job) = batch.origins.get(o as usize).map(|o| &o.job).filter(|j| !j.is_empty())
-                    && !self.jobs.contains(job)
-                {
-                    self.jobs.insert(job.clone());
+            let rows = rows::requests(&t)?;
+            for (&o, r) in t.origin().iter().zip(&rows) {
+                if let Some(job) = batch.origins.get(o as usize).map(|o| &o.job).filter(|j| !j.is_empty()) {
+                    if !self.jobs.contains_key(job) {
+                        self.jobs.insert(job.clone(), Default::default());
+                    }
+                    if let Some(models) = self.jobs.get_mut(job) {
+                        models.insert(r.model_id);
+                    }
                 }
             }
+            requests.extend(rows);
         }
         self.actions_seen += actions.len() as u64;
         self.requests_seen += requests.len() as u64;
