@@ -275,11 +275,16 @@ impl Sonde {
     /// A sonde with no plugins whose only OTLP receiver is HTTP, on a free
     /// port (returned), plus `args`.
     pub fn start_otlp_http(dir: &Path, args: &[&str]) -> (Sonde, u16) {
+        Sonde::start_otlp_http_with(dir, &[], args)
+    }
+
+    /// The same with `plugins`.
+    pub fn start_otlp_http_with(dir: &Path, plugins: &[(PathBuf, &str)], args: &[&str]) -> (Sonde, u16) {
         let port = free_port();
         let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{port}\"");
         let mut all = vec!["--set", listen.as_str(), "--set", "ingest.otlp_grpc_listen=\"off\""];
         all.extend_from_slice(args);
-        (Sonde::start(dir, &[], &all), port)
+        (Sonde::start(dir, plugins, &all), port)
     }
 
     pub fn get(&self, path: &str) -> (u16, String) {

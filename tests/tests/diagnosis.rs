@@ -41,19 +41,10 @@ fn judged(sonde: &Sonde, job: &str, rows: usize) -> Value {
 #[test]
 fn a_stepclock_loop_waiting_on_its_dataloader_is_input_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let otlp = free_port();
-    let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{otlp}\"");
-    let sonde = Sonde::start(
+    let (sonde, otlp) = Sonde::start_otlp_http_with(
         dir.path(),
         &[(plugin_file("bundled/bottleneck.wasm"), "bottleneck")],
-        &[
-            "--set",
-            &listen,
-            "--set",
-            "ingest.otlp_grpc_listen=\"off\"",
-            "--set",
-            "plugin.bottleneck.settings={lag_ms=500}",
-        ],
+        &["--set", "plugin.bottleneck.settings={lag_ms=500}"],
     );
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).unwrap();

@@ -309,19 +309,10 @@ fn steps_total(view: &Value) -> u64 {
 #[ignore = "needs PyTorch from PyPI: run by ./dev test-python"]
 fn torch_distributed_operations_name_the_slow_worker() {
     let tmp = tempfile::tempdir().unwrap();
-    let otlp = free_port();
-    let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{otlp}\"");
-    let sonde = Sonde::start(
+    let (sonde, otlp) = Sonde::start_otlp_http_with(
         tmp.path(),
         &[(plugin_file("bundled/bottleneck.wasm"), "bottleneck")],
-        &[
-            "--set",
-            &listen,
-            "--set",
-            "ingest.otlp_grpc_listen=\"off\"",
-            "--set",
-            "plugin.bottleneck.settings={lag_ms=300}",
-        ],
+        &["--set", "plugin.bottleneck.settings={lag_ms=300}"],
     );
     let out = tmp.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
