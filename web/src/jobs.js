@@ -16,9 +16,15 @@ import { decisionList } from './decisions.js';
 import { fetchPanel, drawPanel } from './panel.js';
 
 const FIRST_BATCHES = 500;
-// The first load asks for at most this many rank-steps (a 1 024-rank job's
-// first paint reads its last 20 batches, not 500).
-const FIRST_RANK_STEPS = 20000;
+// Loads grow in stages so the page paints early: first at most 8 batches
+// (a page opened from the job list, whose rank count is known: up to
+// FIRST_RANK_STEPS rank-steps), then at most FIRST_RANK_STEPS rank-steps
+// (500 batches of 8 ranks; skipped where that is no more), then all.
+const FIRST_RANK_STEPS = 10000;
+const PEEK_BATCHES = 8;
+// The full load stops at about as many rank-steps as an hour of 8 ranks
+// (the JSON is ~320 bytes a rank-step): the last 292 batches of 1 024 ranks.
+const ALL_RANK_STEPS = 300000;
 const NODES_SIDE_BY_SIDE = 8;
 const ALL_BATCHES = 36000; // an hour of 100 ms steps, the host's default per rank; ?batches=N in the URL asks for another number
 
@@ -65,9 +71,11 @@ export class JobPage {
     this.charts = [];
   }
 
+  // ?batches=N, or as many batches as make ALL_RANK_STEPS rank-steps (up to ALL_BATCHES).
   allBatches() {
     const n = Math.floor(+this.params.batches);
-    return n > 0 ? n : ALL_BATCHES;
+    if (n > 0) return n;
+    return Math.max(this.first || 1, Math.min(ALL_BATCHES, Math.floor(ALL_RANK_STEPS / Math.max(1, this.rankCount || 1))));
   }
 
   async load(batches) {
@@ -77,19 +85,29 @@ export class JobPage {
 
   async start() {
     performance.mark('job-page-start');
-    // The job's rank count (from the list, fetched if not at hand) sizes the first load.
-    let known = (this.app.jobs || []).find((j) => j.job === this.name);
-    if (!known) known = ((((await get('/api/jobs')).json || {}).jobs) || []).find((j) => j.job === this.name);
-    const ranks = (known && known.rank_count) || 0;
-    this.first = ranks > 0 ? Math.max(20, Math.min(FIRST_BATCHES, Math.floor(FIRST_RANK_STEPS / ranks))) : FIRST_BATCHES;
+    // The job list's rank count, where it is at hand (the page was opened
+    // from the list), sizes the first load; otherwise a peek of 8 batches.
+    const known = (this.app.jobs || []).find((j) => j.job === this.name);
+    const peek = (n) => Math.max(PEEK_BATCHES, Math.min(FIRST_BATCHES, Math.floor(FIRST_RANK_STEPS / Math.max(1, n))));
+    this.first = known && known.rank_count ? peek(known.rank_count) : PEEK_BATCHES;
     const r = await this.load(this.first);
     if (this.dead) return;
     if (!r.ok) { this.notFound(r); return; }
     this.render(r.json, true);
     performance.mark('job-page-first-paint');
+    this.rankCount = this.m.nR;
     if (r.json.steps.length >= this.first) {
-      const all = await this.load(this.allBatches());
-      if (!this.dead && all.ok) this.render(all.json, false);
+      const mid = peek(this.rankCount);
+      const all = this.allBatches();
+      if (mid >= this.first * 2 && mid < all) {
+        const more = await this.load(mid);
+        if (this.dead) return;
+        if (more.ok) this.render(more.json, false);
+        this.first = mid;
+        if (!more.ok || more.json.steps.length < mid) { this.box.dataset.loaded = 'true'; return; }
+      }
+      const full = await this.load(all);
+      if (!this.dead && full.ok) this.render(full.json, false);
       performance.mark('job-page-all');
     }
     this.box.dataset.loaded = 'true';
@@ -160,7 +178,12 @@ export class JobPage {
       return;
     }
     const rankPos = this.params.rank != null && this.params.rank !== '' ? m.rankIds.indexOf(+this.params.rank) : -1;
-    this.view = new BatchView(m.nB, (lo, hi) => setParams({ from: m.batch[lo], to: m.batch[hi - 1] }));
+    // The window goes into the URL once the reader pauses (history.replaceState
+    // on every wheel step costs more than drawing the frame).
+    this.view = new BatchView(m.nB, (lo, hi) => {
+      clearTimeout(this.urlTimer);
+      this.urlTimer = setTimeout(() => { if (!this.dead) setParams({ from: m.batch[lo], to: m.batch[hi - 1] }); }, 150);
+    });
     const rank = rankPos >= 0 ? rankPos : null;
     this.steps = new StepChart(this.stepBox, this.view, m, { rank });
     // What the reader opened in the heatmap outlives reloads of the data.
@@ -227,8 +250,8 @@ export class JobPage {
         this.stripBox),
       el('h3', {}, 'Nodes'), el('div', { class: 'toolbar' }, el('label', {}, 'node ', this.nodeSel)), this.nodeBox,
       el('h3', {}, 'Plugin views for this job'), this.pluginBox);
-    this.nodeCharts();
-    this.panels();
+    // The node charts and plugin panels after the steps' first frame.
+    requestAnimationFrame(() => setTimeout(() => { if (!this.dead) { this.nodeCharts(); this.panels(); } }, 0));
   }
 
   summary(job, m) {

@@ -187,6 +187,8 @@ export class BatchView {
     this.frame = requestAnimationFrame(() => {
       this.frame = 0;
       const t0 = performance.now();
+      // Every width read before any drawing: one layout per frame at most.
+      for (const c of this.charts) c.avail = c.box.parentElement.clientWidth;
       for (const c of this.charts) c.draw();
       const t1 = performance.now();
       if (!this.frames) { this.frames = []; performance.mark('steps-first-draw'); }
@@ -258,7 +260,7 @@ class CanvasChart {
 
   prepare() {
     const dpr = window.devicePixelRatio || 1;
-    this.width = Math.max(400, this.box.parentElement.clientWidth - 16);
+    this.width = Math.max(400, (this.avail ?? this.box.parentElement.clientWidth) - 16);
     if (this.canvas.width !== Math.round(this.width * dpr) || this.canvas.height !== Math.round(this.height * dpr)) {
       this.canvas.width = Math.round(this.width * dpr);
       this.canvas.height = Math.round(this.height * dpr);
@@ -275,7 +277,8 @@ class CanvasChart {
   // The plot area in canvas pixels (the browser tests count ink inside it).
   bbox(top, bottom) {
     const dpr = window.devicePixelRatio || 1;
-    this.box.dataset.bbox = JSON.stringify({ left: this.left * dpr, top: top * dpr, width: this.plotW() * dpr, height: (bottom - top) * dpr });
+    const bbox = JSON.stringify({ left: this.left * dpr, top: top * dpr, width: this.plotW() * dpr, height: (bottom - top) * dpr });
+    if (this.box.dataset.bbox !== bbox) this.box.dataset.bbox = bbox;
   }
 
   xAxis(g, y) {
@@ -542,7 +545,6 @@ export class Heatmap extends CanvasChart {
     this.rowsFor();
     this.canvas.addEventListener('focus', () => { if (!this.sel()) this.selectDefault(); });
     this.canvas.addEventListener('click', (e) => this.click(e));
-    this.vals = new Float32Array(0);
     this.rowVals = new Float32Array(0);
     this.pxCol = new Int32Array(0);
     this.colB = new Int32Array(0);
@@ -562,17 +564,41 @@ export class Heatmap extends CanvasChart {
     }
   }
 
-  // The rows shown, in order: {lo, hi, depth, key, group, open}.
+  // Per batch and top-level group: its worst rank's slowdown.
+  groupMax() {
+    const { m } = this;
+    const tops = childRows(0, m.nR);
+    const nT = tops.length;
+    const gmax = new Float32Array(m.nB * nT).fill(NaN);
+    for (let b = 0; b < m.nB; b++) {
+      const o0 = b * m.nR;
+      const o1 = o0 + m.nR;
+      for (let t = 0; t < nT; t++) {
+        let x = NaN;
+        for (let p = tops[t].lo; p < tops[t].hi; p++) {
+          if (m.cumN[o1 + p] === m.cumN[o0 + p]) continue;
+          const y = m.cumS[o1 + p] - m.cumS[o0 + p];
+          if (!(y <= x)) x = y;
+        }
+        gmax[b * nT + t] = x;
+      }
+    }
+    this.gmax = gmax;
+    this.nTop = nT;
+  }
+
+  // The rows shown, in order: {lo, hi, depth, key, group, open, top (the
+  // index of a top-level group, else -1)}.
   rowsFor() {
     const out = [];
     const walk = (lo, hi, depth) => {
-      for (const k of childRows(lo, hi)) {
+      childRows(lo, hi).forEach((k, idx) => {
         const key = `${k.lo}-${k.hi}`;
         const group = k.hi - k.lo > 1;
         const open = group && this.state.expanded.has(key);
-        out.push({ lo: k.lo, hi: k.hi, depth, key, group, open });
+        out.push({ lo: k.lo, hi: k.hi, depth, key, group, open, top: depth === 0 && group ? idx : -1 });
         if (open) walk(k.lo, k.hi, depth + 1);
-      }
+      });
     };
     walk(0, this.m.nR, 0);
     this.rows = out;
@@ -728,34 +754,36 @@ export class Heatmap extends CanvasChart {
     const span = v.hi - v.lo;
     const cols = Math.min(W, span);
     const per = span / cols;
-    // Per column and rank: the mean slowdown over the column's batches.
-    if (this.vals.length < cols * nR) this.vals = new Float32Array(cols * nR);
+    // Per shown row and column: the rank's mean slowdown over the column's
+    // batches, or its group's worst rank's. A top-level group in a column of
+    // one batch is read from per-batch maxima computed once per data load.
+    const nRows = rows.length;
+    if (this.rowVals.length < nRows * cols) this.rowVals = new Float32Array(nRows * cols);
     if (this.colB.length < cols + 1) this.colB = new Int32Array(cols + 1);
-    const { vals, colB } = this;
+    const { rowVals: rv, colB } = this;
+    const single = cols === span;
+    if (single && !this.gmax) this.groupMax();
+    const { cumN, cumS } = m;
+    let lo = Infinity;
+    let hi = -Infinity;
     for (let c = 0; c < cols; c++) {
       const b0 = v.lo + Math.floor(c * per);
       const b1 = Math.max(b0 + 1, v.lo + Math.floor((c + 1) * per));
       colB[c] = b0;
       const o0 = b0 * nR;
       const o1 = b1 * nR;
-      const oc = c * nR;
-      for (let r = 0; r < nR; r++) {
-        const n = m.cumN[o1 + r] - m.cumN[o0 + r];
-        vals[oc + r] = n ? (m.cumS[o1 + r] - m.cumS[o0 + r]) / n : NaN;
-      }
-    }
-    // Per shown row and column: a rank's value, or its group's worst.
-    const nRows = rows.length;
-    if (this.rowVals.length < nRows * cols) this.rowVals = new Float32Array(nRows * cols);
-    const rv = this.rowVals;
-    let lo = Infinity;
-    let hi = -Infinity;
-    for (let i = 0; i < nRows; i++) {
-      const { lo: a, hi: z } = rows[i];
-      for (let c = 0; c < cols; c++) {
+      for (let i = 0; i < nRows; i++) {
+        const r = rows[i];
         let x = NaN;
-        const oc = c * nR;
-        for (let p = a; p < z; p++) { const y = vals[oc + p]; if (y > x || (x !== x && y === y)) x = y; }
+        if (single && r.top >= 0) x = this.gmax[b0 * this.nTop + r.top];
+        else {
+          for (let p = r.lo; p < r.hi; p++) {
+            const n = cumN[o1 + p] - cumN[o0 + p];
+            if (!n) continue;
+            const y = (cumS[o1 + p] - cumS[o0 + p]) / n;
+            if (!(y <= x)) x = y;
+          }
+        }
         rv[i * cols + c] = x;
         if (x < lo) lo = x;
         if (x > hi) hi = x;
@@ -829,19 +857,27 @@ export class Heatmap extends CanvasChart {
     }
     this.xAxis(g, this.height - 18);
     this.bbox(top, top + row * nRows);
+    // What tests and screen readers read, written only when it changes (an
+    // unchanged page needs no layout before the next frame).
     const d = this.box.dataset;
-    d.min = String(lo);
-    d.max = String(hi);
-    d.rows = String(nRows);
-    d.groups = String(rows.filter((r) => r.group).length);
-    d.rowHeight = String(row);
-    d.top = String(top);
-    d.labels = JSON.stringify(rows.map((r) => this.label(r)));
-    d.lo = String(m.batch[v.lo]);
-    d.hi = String(m.batch[v.hi - 1]);
-    d.cols = String(cols);
-    this.canvas.setAttribute('aria-label', `Slowdown heatmap: ${nRows} rows (${this.grouped ? `groups of ranks showing their slowest rank, ${nR} ranks in all` : 'one per rank'}) by ${span} batches, light at the batch's median step, darker slower. Arrows move the selection, Enter shows or hides a group's ranks, + and - zoom, 0 shows all batches.`);
-    if (this.legend) this.legend.textContent = hi >= lo ? `light ≤ 1.00× → dark ≥ ${x2(full)} the batch's median step (now ${x2(Math.max(0, lo))}–${x2(hi)})` : '';
+    const put = (k, val) => { if (d[k] !== val) d[k] = val; };
+    put('min', String(lo));
+    put('max', String(hi));
+    put('lo', String(m.batch[v.lo]));
+    put('hi', String(m.batch[v.hi - 1]));
+    put('cols', String(cols));
+    if (this.shownRows !== rows) {
+      this.shownRows = rows;
+      put('rows', String(nRows));
+      put('groups', String(rows.filter((r) => r.group).length));
+      put('rowHeight', String(row));
+      put('top', String(top));
+      put('labels', JSON.stringify(rows.map((r) => this.label(r))));
+    }
+    const label = `Slowdown heatmap: ${nRows} rows (${this.grouped ? `groups of ranks showing their slowest rank, ${nR} ranks in all` : 'one per rank'}) by ${span} batches, light at the batch's median step, darker slower. Arrows move the selection, Enter shows or hides a group's ranks, + and - zoom, 0 shows all batches.`;
+    if (this.canvas.getAttribute('aria-label') !== label) this.canvas.setAttribute('aria-label', label);
+    const legend = hi >= lo ? `light ≤ 1.00× → dark ≥ ${x2(full)} the batch's median step (now ${x2(Math.max(0, lo))}–${x2(hi)})` : '';
+    if (this.legend && this.legend.textContent !== legend) this.legend.textContent = legend;
     if (s && this.readout.textContent === '') this.announce();
   }
 
