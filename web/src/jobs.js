@@ -8,7 +8,7 @@
 import { get, el } from './api.js';
 import { TimeChart } from './live.js';
 import { href, setParams } from './router.js';
-import { model, markCulprit, BatchView, StepChart, StragglerStrip, PHASE_COLORS, ramp } from './steps.js';
+import { model, markCulprit, BatchView, StepChart, Heatmap, PHASE_COLORS, ramp, posOf, MANY_RANKS, ROWS_FIT } from './steps.js';
 import { diagnosis, culpritRank } from './findings.js';
 import { chromeTrace, download } from './trace.js';
 import { nodeMatch, NODE_CHARTS, LOCAL } from './nodes.js';
@@ -16,6 +16,16 @@ import { decisionList } from './decisions.js';
 import { fetchPanel, drawPanel } from './panel.js';
 
 const FIRST_BATCHES = 500;
+// Loads grow in stages so the page paints early: first at most 8 batches
+// (a page opened from the job list, whose rank count is known: up to
+// FIRST_RANK_STEPS rank-steps), then at most FIRST_RANK_STEPS rank-steps
+// (500 batches of 8 ranks; skipped where that is no more), then all.
+const FIRST_RANK_STEPS = 10000;
+const PEEK_BATCHES = 8;
+// The full load stops at about as many rank-steps as an hour of 8 ranks
+// (the JSON is ~320 bytes a rank-step): the last 292 batches of 1 024 ranks.
+const ALL_RANK_STEPS = 300000;
+const NODES_SIDE_BY_SIDE = 8;
 const ALL_BATCHES = 36000; // an hour of 100 ms steps, the host's default per rank; ?batches=N in the URL asks for another number
 
 const when = (ns) => (ns ? new Date(ns / 1e6).toLocaleString('en-GB') : '–');
@@ -45,14 +55,6 @@ export async function showJobs(app, box) {
   "timings": [{"name": "forward", "start_ns": ${Date.now()}000000, "end_ns": ${Date.now() + 20}000000, "batch_idx": 0}]}'`)));
 }
 
-// Position of batch number `b` in the model (the first at or after it).
-function posOf(m, b) {
-  let lo = 0;
-  let hi = m.nB;
-  while (lo < hi) { const mid = (lo + hi) >> 1; if (m.batch[mid] < b) lo = mid + 1; else hi = mid; }
-  return lo;
-}
-
 export class JobPage {
   constructor(app, box, name, params) {
     this.app = app;
@@ -69,9 +71,11 @@ export class JobPage {
     this.charts = [];
   }
 
+  // ?batches=N, or as many batches as make ALL_RANK_STEPS rank-steps (up to ALL_BATCHES).
   allBatches() {
     const n = Math.floor(+this.params.batches);
-    return n > 0 ? n : ALL_BATCHES;
+    if (n > 0) return n;
+    return Math.max(this.first || 1, Math.min(ALL_BATCHES, Math.floor(ALL_RANK_STEPS / Math.max(1, this.rankCount || 1))));
   }
 
   async load(batches) {
@@ -81,14 +85,29 @@ export class JobPage {
 
   async start() {
     performance.mark('job-page-start');
-    const r = await this.load(FIRST_BATCHES);
+    // The job list's rank count, where it is at hand (the page was opened
+    // from the list), sizes the first load; otherwise a peek of 8 batches.
+    const known = (this.app.jobs || []).find((j) => j.job === this.name);
+    const peek = (n) => Math.max(PEEK_BATCHES, Math.min(FIRST_BATCHES, Math.floor(FIRST_RANK_STEPS / Math.max(1, n))));
+    this.first = known && known.rank_count ? peek(known.rank_count) : PEEK_BATCHES;
+    const r = await this.load(this.first);
     if (this.dead) return;
     if (!r.ok) { this.notFound(r); return; }
     this.render(r.json, true);
     performance.mark('job-page-first-paint');
-    if (r.json.steps.length >= FIRST_BATCHES) {
-      const all = await this.load(this.allBatches());
-      if (!this.dead && all.ok) this.render(all.json, false);
+    this.rankCount = this.m.nR;
+    if (r.json.steps.length >= this.first) {
+      const mid = peek(this.rankCount);
+      const all = this.allBatches();
+      if (mid >= this.first * 2 && mid < all) {
+        const more = await this.load(mid);
+        if (this.dead) return;
+        if (more.ok) this.render(more.json, false);
+        this.first = mid;
+        if (!more.ok || more.json.steps.length < mid) { this.box.dataset.loaded = 'true'; return; }
+      }
+      const full = await this.load(all);
+      if (!this.dead && full.ok) this.render(full.json, false);
       performance.mark('job-page-all');
     }
     this.box.dataset.loaded = 'true';
@@ -103,7 +122,7 @@ export class JobPage {
       const l = await get('/api/jobs');
       const s = ((l.json && l.json.jobs) || []).find((j) => j.job === this.name);
       if (s && s.last_ns !== this.job.last_ns) {
-        const r = await this.load(this.job.steps.length >= FIRST_BATCHES ? this.allBatches() : FIRST_BATCHES);
+        const r = await this.load(this.job.steps.length >= this.first ? this.allBatches() : this.first);
         if (!this.dead && r.ok) this.render(r.json, false);
       } else {
         // Findings come after the steps they judge: redraw when they change.
@@ -128,7 +147,9 @@ export class JobPage {
 
   // Builds the page once; later calls replace only what depends on the data.
   render(job, first) {
-    const keepView = this.view && this.m ? [this.m.batch[this.view.lo], this.m.batch[this.view.hi - 1]] : null;
+    // The reader's window survives a reload of the data; an untouched one
+    // follows the latest batches.
+    const keepView = this.view && this.m && this.view.touched ? [this.m.batch[this.view.lo], this.m.batch[this.view.hi - 1]] : null;
     this.job = job;
     const m = model(job);
     this.m = m;
@@ -157,12 +178,30 @@ export class JobPage {
       return;
     }
     const rankPos = this.params.rank != null && this.params.rank !== '' ? m.rankIds.indexOf(+this.params.rank) : -1;
-    this.view = new BatchView(m.nB, (lo, hi) => setParams({ from: m.batch[lo], to: m.batch[hi - 1] }));
-    this.steps = new StepChart(this.stepBox, this.view, m, { rank: rankPos >= 0 ? rankPos : null });
-    this.strip = new StragglerStrip(this.stripBox, this.view, m, { rank: rankPos >= 0 ? rankPos : null });
+    // The window goes into the URL once the reader pauses (history.replaceState
+    // on every wheel step costs more than drawing the frame).
+    this.view = new BatchView(m.nB, (lo, hi) => {
+      clearTimeout(this.urlTimer);
+      this.urlTimer = setTimeout(() => { if (!this.dead) setParams({ from: m.batch[lo], to: m.batch[hi - 1] }); }, 150);
+    });
+    const rank = rankPos >= 0 ? rankPos : null;
+    this.steps = new StepChart(this.stepBox, this.view, m, { rank });
+    // What the reader opened in the heatmap outlives reloads of the data.
+    if (!this.heat || this.heat.nR !== m.nR) this.heat = { nR: m.nR, expanded: new Set(), sel: null };
+    this.strip = new Heatmap(this.stripBox, this.view, m, { rank, culprit: this.culprit, state: this.heat });
     this.strip.legend = this.stripLegend;
+    const many = rank == null && m.nR > MANY_RANKS;
+    this.stepsTitle.textContent = many ? `Step time per batch over ${m.nR} ranks: the ranks' mean phases${this.culprit != null ? `, rank ${this.culprit} beside them` : ''}` : 'Step time per batch, every rank, stacked by phase';
+    this.stepsNote.textContent = many
+      ? `Over ${MANY_RANKS} ranks a batch shows the ranks' mean phases${this.culprit != null ? ' and the bar of the rank the diagnosis names' : ''}; the black line is the slowest rank's step. Pick a rank to see its bars alone. Wheel or +/− to zoom, drag or arrow keys to pan, 0 for all batches; hover for the numbers.`
+      : 'Each batch shows one bar per rank. Wheel or +/− to zoom, drag or arrow keys to pan, 0 for all batches; hover for the numbers.';
+    this.heatNote.textContent = m.nR > ROWS_FIT
+      ? `A cell is a rank's step over its batch's median step across ranks (a column of several batches: their mean). ${m.nR} ranks are grouped; a group's row shows its slowest rank. Click a group, or select it and press Enter, to show its ranks. ▶ marks the rank the diagnosis names; arrows move the selection, read out below. `
+      : 'A cell is a rank\'s step over its batch\'s median step across ranks (a column of several batches: their mean): light at or under the median, darker slower. ▶ marks the rank the diagnosis names; arrows move the selection, read out below. ';
     this.legend.replaceChildren(...m.phases.map((p, i) => el('span', { class: 'key' }, el('i', { style: `background:${PHASE_COLORS[i % PHASE_COLORS.length]}` }), p)),
-      this.culprit != null ? el('span', { class: 'key' }, el('i', { class: 'outline' }), `▼ rank ${this.culprit}, which the diagnosis names (zoomed out: black line, the slowest rank's time)`) : '');
+      this.culprit != null ? el('span', { class: 'key' }, el('i', { class: 'outline' }), `▼ rank ${this.culprit}, which the diagnosis names${many ? '' : ' (zoomed out: black line, the slowest rank\'s time)'}`) : '',
+      many ? el('span', { class: 'key' }, el('i', { class: 'line' }), 'slowest rank\'s step') : '',
+      many && this.culprit != null ? el('span', { class: 'key' }, el('i', { class: 'dashed' }), `rank ${this.culprit}'s step, zoomed out`) : '');
     const from = keepView ? keepView[0] : this.params.from != null ? +this.params.from : null;
     const to = keepView ? keepView[1] : this.params.to != null ? +this.params.to : null;
     if (from != null && to != null && !Number.isNaN(from)) {
@@ -204,15 +243,15 @@ export class JobPage {
       this.ranksTitle = el('h3', {}, 'Ranks'), this.ranksBox,
       // Steps per batch: a training job's; a job of another kind never shows them.
       this.stepsBox = el('div', { class: 'job-steps' },
-        el('h3', {}, 'Step time per batch, every rank, stacked by phase'),
-        el('p', { class: 'muted' }, 'Each batch shows one bar per rank. Wheel or +/− to zoom, drag or arrow keys to pan, 0 for all batches; hover for the numbers.'),
+        this.stepsTitle = el('h3', {}, 'Step time per batch, every rank, stacked by phase'),
+        this.stepsNote = el('p', { class: 'muted' }),
         this.legend, this.stepBox,
-        el('h3', {}, 'Straggler strip'), el('p', { class: 'muted' }, 'One row per rank, one column per batch: darker is slower. ', grad, ' ', this.stripLegend),
+        el('h3', {}, 'Slowdown per rank and batch'), el('p', { class: 'muted' }, this.heatNote = el('span'), grad, ' ', this.stripLegend),
         this.stripBox),
       el('h3', {}, 'Nodes'), el('div', { class: 'toolbar' }, el('label', {}, 'node ', this.nodeSel)), this.nodeBox,
       el('h3', {}, 'Plugin views for this job'), this.pluginBox);
-    this.nodeCharts();
-    this.panels();
+    // The node charts and plugin panels after the steps' first frame.
+    requestAnimationFrame(() => setTimeout(() => { if (!this.dead) { this.nodeCharts(); this.panels(); } }, 0));
   }
 
   summary(job, m) {
@@ -228,13 +267,17 @@ export class JobPage {
     this.rankSel.value = this.params.rank || '';
   }
 
-  // The ranks; the one the diagnosis names is marked (the page ranks nobody itself).
+  // The ranks; the one the diagnosis names is marked (the page ranks nobody
+  // itself). Over ROWS_FIT ranks the table shows the named and the picked
+  // rank, and every rank behind "all N ranks", built when first opened.
   ranksTable(job, m) {
     const ranks = Array.isArray(job.ranks) ? job.ranks : [];
-    this.ranksBox.replaceChildren(el('table', { class: 'ranks-table' },
+    const byRank = new Map(ranks.map((r) => [r.rank, r]));
+    const table = (pos) => el('table', { class: 'ranks-table' },
       el('thead', {}, el('tr', {}, ...['rank', 'node', 'local rank', 'role', 'last batch', 'mean step'].map((h) => el('th', {}, h)))),
-      el('tbody', {}, ...m.rankIds.map((rank, i) => {
-        const info = ranks.find((r) => r.rank === rank) || {};
+      el('tbody', {}, ...pos.map((i) => {
+        const rank = m.rankIds[i];
+        const info = byRank.get(rank) || {};
         const s = m.stats[i];
         const named = rank === this.culprit;
         const sel = String(rank) === String(this.params.rank ?? '');
@@ -245,7 +288,17 @@ export class JobPage {
           el('td', {}, info.role || '–'),
           el('td', {}, info.last_batch == null ? '–' : String(info.last_batch)),
           el('td', {}, s.n ? dur(s.sum / s.n) : '–'));
-      }))));
+      })));
+    const every = m.rankIds.map((_, i) => i);
+    if (m.nR <= ROWS_FIT) { this.ranksBox.replaceChildren(table(every)); return; }
+    const few = [...new Set([this.culprit, this.params.rank != null && this.params.rank !== '' ? +this.params.rank : null])]
+      .map((r) => m.rankIds.indexOf(r)).filter((i) => i >= 0);
+    const all = el('details', { class: 'all-ranks' }, el('summary', {}, `all ${m.nR} ranks`));
+    const fill = () => { if (all.open && all.children.length < 2) all.append(table(every)); this.allRanksOpen = all.open; };
+    all.addEventListener('toggle', fill);
+    all.open = !!this.allRanksOpen;
+    fill();
+    this.ranksBox.replaceChildren(...(few.length ? [table(few)] : []), all);
   }
 
   // A job without steps (a parameter-server or serving job): its processes,
@@ -265,9 +318,15 @@ export class JobPage {
   nodeCharts() {
     const app = this.app;
     const nodes = this.job.nodes.length ? this.job.nodes : [app.localName];
-    const opts = [['', `all ${nodes.length} node(s), side by side`], ...nodes.map((n) => [n, n])];
+    // Side by side up to NODES_SIDE_BY_SIDE nodes; a larger job's page shows
+    // one node, at first the one of the rank the diagnosis names.
+    const many = nodes.length > NODES_SIDE_BY_SIDE;
+    const namedNode = ((Array.isArray(this.job.ranks) ? this.job.ranks : []).find((r) => r.rank === this.culprit) || {}).node;
+    const first = many ? (nodes.includes(namedNode) ? namedNode : nodes[0]) : '';
+    const opts = many ? nodes.map((n) => [n, n === namedNode ? `${n} (rank ${this.culprit}'s)` : n])
+      : [['', `all ${nodes.length} node(s), side by side`], ...nodes.map((n) => [n, n])];
     if (this.nodeSel.options.length !== opts.length) this.nodeSel.replaceChildren(...opts.map(([v, t]) => el('option', { value: v }, t)));
-    this.nodeSel.value = nodes.includes(this.params.node) ? this.params.node : '';
+    this.nodeSel.value = nodes.includes(this.params.node) ? this.params.node : first;
     for (const c of this.charts) c.destroy();
     this.charts = [];
     const shown = this.nodeSel.value ? [this.nodeSel.value] : nodes;
