@@ -167,8 +167,13 @@ test('the step chart zooms and pans from the keyboard, and the window is in the 
   await page.keyboard.press('+');
   await until('zoomed in', async () => +(await chart.getAttribute('data-hi')) - +(await chart.getAttribute('data-lo')) < 20);
   await page.keyboard.press('ArrowRight');
-  await until('the URL to carry the window', async () => /from=\d+&to=\d+/.test(page.url()));
-  const [lo, hi] = [await chart.getAttribute('data-lo'), await chart.getAttribute('data-hi')];
+  // The URL follows the window a moment after it settles: wait for the one
+  // now shown (data-lo and data-hi are its first and last batch, as from and to are).
+  let [lo, hi] = [null, null];
+  await until('the URL to carry the window', async () => {
+    [lo, hi] = [await chart.getAttribute('data-lo'), await chart.getAttribute('data-hi')];
+    return new RegExp(`from=${lo}&to=${hi}(&|$)`).test(page.url());
+  });
   const again = await fresh(page, page.url());
   await until('the same window after reload', async () => (await again.locator('.step-chart').getAttribute('data-lo')) === lo
     && (await again.locator('.step-chart').getAttribute('data-hi')) === hi);
