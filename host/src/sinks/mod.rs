@@ -175,7 +175,7 @@ pub enum SinkError {
     BadDefault(String),
     #[error("sink name {0:?} is invalid: use 1-128 of [A-Za-z0-9._-], not starting with '.'")]
     BadName(String),
-    #[error("sink directory {0} does not exist (sonde does not create it)")]
+    #[error("sink directory {0} does not exist; sonde does not create it")]
     NoDir(PathBuf),
     #[error("cannot write {path}: {reason}")]
     Io { path: PathBuf, reason: String },

@@ -207,7 +207,7 @@ fn an_infer_action_without_requests_in_time_gets_goodput_from_its_requests() {
 fn an_unwritable_sink_directory_writes_no_file_and_loses_no_analysis() {
     let mut host = FakeHost {
         now: T0,
-        fail_open_sink: Some("sink directory /local does not exist (sonde does not create it)".into()),
+        fail_open_sink: Some("sink directory /local does not exist; sonde does not create it".into()),
         ..Default::default()
     };
     let mut p = Clockwork::start(&mut host, Settings::default());
