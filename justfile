@@ -66,8 +66,10 @@ test:
 
 # rustfmt and clippy -D warnings on the native workspace and the plugins (for
 # wasm32-wasip2 and natively with their tests), eslint on web/, the host's
-# import layers. CI runs it before the tests.
-[doc('the fast checks before a commit: rustfmt, clippy, eslint, import layers')]
+# import layers, and that every cargo command of the recipes builds sonde with
+# the same dependency features (scripts/check_features.py: else each compiles
+# the host again). CI runs it before the tests.
+[doc('the fast checks before a commit: rustfmt, clippy, eslint, import layers, features')]
 [group('test')]
 check: web-deps
     cargo fmt --all --check
@@ -79,6 +81,7 @@ check: web-deps
     cargo clippy --manifest-path plugins/Cargo.toml --workspace --all-targets -- -D warnings
     cd web && npx --no-install eslint .
     [ ! -f scripts/check_layers.py ] || python3 scripts/check_layers.py
+    python3 scripts/check_features.py
 
 # the same as `check`
 alias lint := check
