@@ -1,15 +1,8 @@
-//! Config files and `--set key=value` overrides.
+//! Config files and `--set key=value` overrides. The body is
+//! `sonde::fuzzing::config`, which `./dev test` also feeds every seed in
+//! `corpus/config/`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sonde::config::{Config, parse_override};
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Ok(cfg) = Config::from_toml_str(text) {
-        let _ = cfg.validate();
-    }
-    for line in text.lines() {
-        let _ = parse_override(line);
-    }
-});
+fuzz_target!(|data: &[u8]| sonde::fuzzing::config(data));

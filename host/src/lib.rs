@@ -16,6 +16,7 @@
 //!   tls                       (TLS settings, PEM loading, the TLS listener: depends on nothing)
 //!   symbolize                 (DWARF/ELF symbols of a process's modules: depends on nothing)
 //!   footprint                 (the host's own resident memory: depends on nothing)
+//!   fuzzing                   (the fuzz targets' bodies: ingest, config, plugin; nothing depends on it)
 //! ```
 //! `model` is shared by all. Each component's settings live beside it
 //! (`sample/config.rs`, `plugin/config.rs`, `export/config.rs`,
@@ -33,6 +34,7 @@ pub mod cluster;
 pub mod config;
 pub mod export;
 pub mod footprint;
+pub mod fuzzing;
 pub mod history;
 pub mod ingest;
 pub mod model;

@@ -603,31 +603,45 @@ pub fn record_while(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) 
     recorder.join().unwrap()
 }
 
+/// Whether a missing toolchain fails the test that needs it instead of
+/// skipping it: under CI (`CI=true`, as CI services set it) and in `./dev
+/// test` (`REQUIRE_TOOLCHAINS=1`), so a missing toolchain never passes there.
+pub fn toolchains_required() -> bool {
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
+    set("CI") || set("REQUIRE_TOOLCHAINS")
+}
+
+/// Says that `what` is missing, with `hint`: a failure when
+/// [`toolchains_required`], otherwise a line saying the calling test is skipped.
+fn missing_toolchain(what: &str, hint: &str) {
+    if toolchains_required() {
+        panic!("{what} is missing; {hint} (CI or REQUIRE_TOOLCHAINS is set: a missing toolchain fails)");
+    }
+    eprintln!("SKIPPED: {what} is missing; {hint}");
+}
+
 /// Whether componentize-py (the Python guests' toolchain) is installed;
-/// when not, says the calling test is skipped.
+/// when not, says the calling test is skipped, or fails it under CI.
 pub fn have_componentize_py() -> bool {
     let ok = Command::new("componentize-py")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("SKIPPED: componentize-py is not installed; `./dev guest-toolchains` installs it");
+        missing_toolchain("componentize-py", "`./dev guest-toolchains` installs it");
     }
     ok
 }
 
 /// The JavaScript guests' toolchain as `./dev guest-toolchains` installs it
 /// (`tests/guest-js/node_modules`, componentize-js pinned there); when it is
-/// missing, says the calling test is skipped.
+/// missing, says the calling test is skipped, or fails it under CI.
 pub fn guest_js_toolchain() -> Option<PathBuf> {
     let dir = repo().join("tests/guest-js/node_modules");
     if dir.join(".bin/componentize-js").exists() {
         return Some(dir);
     }
-    eprintln!(
-        "SKIPPED: {} is missing; `./dev guest-toolchains` installs it",
-        dir.display()
-    );
+    missing_toolchain(&dir.display().to_string(), "`./dev guest-toolchains` installs it");
     None
 }
 

@@ -7,7 +7,8 @@
 //! The toolchains come from `./dev setup` (`./dev guest-toolchains`):
 //! componentize-py from PyPI, componentize-js from npm (pinned in
 //! `tests/guest-js/`), the `wasm32-wasip2` Rust target. A test whose
-//! toolchain is missing says so and stops; `./dev test` never lacks one.
+//! toolchain is missing says so and stops, or fails under CI and in `./dev test`
+//! (`sonde_e2e::toolchains_required`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
