@@ -659,6 +659,14 @@ pub fn record_while(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) 
     recorder.join().unwrap()
 }
 
+/// Held by the scenarios that want the machine's CPUs as quiet as the test
+/// run allows: the bottleneck plugin's CPU verdicts and the MPI jobs of several
+/// ranks. One of them at a time in the test binary, whichever file it is in.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Whether a missing toolchain fails the test that needs it instead of
 /// skipping it: under CI (`CI=true`, as CI services set it) and in `./dev
 /// test` (`REQUIRE_TOOLCHAINS=1`), so a missing toolchain never passes there.

@@ -17,14 +17,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
 use sonde_e2e::*;
-
-/// CPU-sensitive scenarios: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 const JOB: &str = "inject";
 
@@ -190,7 +186,7 @@ fn decisions(sonde: &Sonde) -> Vec<Value> {
 
 #[test]
 fn a_slow_dataloader_is_input_bound() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
     let truth = inject(
@@ -227,7 +223,7 @@ fn a_slow_dataloader_is_input_bound() {
 
 #[test]
 fn a_cpu_burner_beside_the_job_is_host_bound() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
     let truth = inject(
@@ -251,7 +247,7 @@ fn a_cpu_burner_beside_the_job_is_host_bound() {
 
 #[test]
 fn growing_loopback_transfers_are_communication_bound() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
     let truth = inject(
@@ -284,7 +280,7 @@ fn growing_loopback_transfers_are_communication_bound() {
 
 #[test]
 fn a_rank_sleeping_every_tenth_step_is_idle_then() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path());
     // Only rank 1 sleeps: rank 0's every 10th step is healthy.
@@ -310,7 +306,7 @@ fn have(cmd: &str) -> bool {
 
 #[test]
 fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = one_at_a_time();
     assert!(
         have("mpicc") && have("mpirun"),
         "Open MPI is not installed (mpicc/mpirun missing): run `just setup`"

@@ -18,14 +18,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
 use sonde_e2e::*;
-
-/// Four ranks on a small machine: one MPI job at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn have(cmd: &str) -> bool {
     Command::new("sh")
@@ -148,7 +144,7 @@ fn folded_file(sonde: &Sonde, job: &str) -> String {
 
 #[test]
 fn an_imbalanced_job_stalls_most_on_the_rank_with_least_work() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -257,7 +253,7 @@ fn an_imbalanced_job_stalls_most_on_the_rank_with_least_work() {
 
 #[test]
 fn rank_selective_sampling_includes_only_the_chosen_ranks() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -298,7 +294,7 @@ fn ranks_of(job: &str) -> Vec<u32> {
 
 #[test]
 fn a_job_killed_midway_leaves_sonde_healthy_and_the_partial_profile_usable() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -364,7 +360,7 @@ fn a_job_killed_midway_leaves_sonde_healthy_and_the_partial_profile_usable() {
 
 #[test]
 fn time_selective_sampling_covers_only_its_window_or_until_mpi_pcontrol_pauses_it() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -534,7 +530,7 @@ fn pprof_totals(sonde: &Sonde, job: &str, dir: &Path) -> (Vec<String>, u64, u64,
 
 #[test]
 fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -601,7 +597,7 @@ fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
 
 #[test]
 fn stripped_and_deep_programs_still_profile_with_fewer_names() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
