@@ -12,7 +12,7 @@ import { model, markCulprit, BatchView, StepChart, StragglerStrip, PHASE_COLORS,
 import { diagnosis, culpritRank } from './findings.js';
 import { chromeTrace, download } from './trace.js';
 import { nodeMatch, NODE_CHARTS, LOCAL } from './nodes.js';
-import { decisionList } from './decisions.js';
+import { decisionList, replaceDecisions } from './decisions.js';
 import { custom } from './panels/index.js';
 
 // Which plugins' views apply to the host's own kinds of job; a kind that is
@@ -296,7 +296,7 @@ export class JobPage {
       }
       // This job's decisions only: another job's findings never show here.
       const d = await get(`/api/decisions?plugin=${encodeURIComponent(name)}&job=${encodeURIComponent(this.name)}`);
-      p.querySelector('.decisions').replaceChildren(decisionList((d.json && d.json.decisions) || [], 10));
+      replaceDecisions(p.querySelector('.decisions'), decisionList((d.json && d.json.decisions) || [], 10));
     }
   }
 }
