@@ -425,6 +425,23 @@ fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&s
     )
 }
 
+/// Rank 0's own account of its time in MPI_Sendrecv (tests/mpi/stacks.c):
+/// (from solve, from refine), microseconds.
+fn waited(stderr: &str) -> (f64, f64) {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.split_once("stacks: rank 0 waited in MPI_Sendrecv: "))
+        .unwrap_or_else(|| panic!("no account of the waits in:\n{stderr}"))
+        .1;
+    let us = |name: &str| -> f64 {
+        line.split(", ")
+            .find_map(|p| p.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches(" us").parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {line:?}"))
+    };
+    (us("solve "), us("refine "))
+}
+
 /// Rank 0's stack report at MPI_Finalize (MPI_SONDE_VERBOSE=1): (walks, the
 /// unwinder, ticks that took the stack of their call's earlier walk).
 fn walk_report(stderr: &str) -> (u64, String, u64) {
@@ -560,8 +577,23 @@ fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
         };
         let (solve, refine) = (via("solve"), via("refine"));
         assert!(solve > 0 && refine > 0, "{job}: both paths, by name: {stacks:?}");
-        // solve waits twice as long as refine per step (2 units of imbalance against 1).
-        assert!(solve > refine, "{job}: solve {solve} us, refine {refine} us");
+        // solve waits twice as long as refine per step (2 units of imbalance
+        // against 1) on a quiet machine; beside other work the scheduler adds
+        // its own delays to either. The program's own account of its waits is
+        // the truth: the probe puts the clearly longer one on its path.
+        let (t_solve, t_refine) = waited(&stderr);
+        println!("{job}: rank 0 waited solve {t_solve} us, refine {t_refine} us (its own clock)");
+        if t_solve > 1.3 * t_refine {
+            assert!(
+                solve > refine,
+                "{job}: solve {solve} us, refine {refine} us; {t_solve} / {t_refine} waited"
+            );
+        } else if t_refine > 1.3 * t_solve {
+            assert!(
+                refine > solve,
+                "{job}: solve {solve} us, refine {refine} us; {t_solve} / {t_refine} waited"
+            );
+        }
         assert!(
             stacks.iter().any(|(f, _)| f.iter().any(|x| x.contains("stacks.c:"))),
             "{job}: file:line from DWARF: {stacks:?}"
