@@ -110,7 +110,7 @@ test-browser: plugins web
 test-python WHICH="--include-ignored" BUILD="yes": setup python-frameworks python-client
     python3 clients/python/tests/run.py
     [ "{{BUILD}}" = no ] || cargo build -p sonde --bins
-    cargo test -p sonde-e2e --test python_client -- {{WHICH}}
+    cargo test -p sonde-e2e --test e2e python_client:: -- {{WHICH}}
 
 # Rendered by `kubectl kustomize`, every object checked by kubernetes-validate
 # --strict, checkov's policies (what is skipped says why beside it).

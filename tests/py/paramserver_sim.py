@@ -5,6 +5,7 @@ reporting to sonde the way such a system would with no custom logging.
         [--job J] [--staleness S | --asp] [--ckpt-at CLOCK] [--ckpt-s 1.5] [--all-s 0.3] [--hb-s 0.1]
     python3 paramserver_sim.py worker --port P --sonde 127.0.0.1:API --index I
         [--job J] [--step-s 0.1] [--hb-s 0.1] [--start-clock C] [--restarted --recover-s 2] [--no-data]
+        [--die-after-clock C]
 
 The server speaks OTLP through the Python client (`sonde.ps`, the official
 OpenTelemetry SDK underneath, HTTP/protobuf):
@@ -24,7 +25,9 @@ workers wait meanwhile. A killed worker's clock stays where it was, so the
 others block on it, as the seed's Clock() did. A restarted worker rolls back
 to --start-clock, reports restarted, loads for --recover-s, reports
 recovered and tells the server, which reports all-recovered --all-s later.
-A worker started with --no-data reports no-data, leaves, and exits 0.
+A worker started with --no-data reports no-data, leaves, and exits 0. One
+started with --die-after-clock C SIGKILLs itself once the server took clock C
+(logging `worker I: killed at T`).
 """
 
 import time
@@ -35,6 +38,8 @@ STARTED_NS = time.time_ns()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
 import socket  # noqa: E402
 import socketserver  # noqa: E402
 import sys  # noqa: E402
@@ -251,6 +256,13 @@ def work(a):
         send(f"clock {clock}")
         if not f.readline():
             return
+        if clock == a.die_after_clock:
+            # SIGKILL, at a point where the server and sonde both have this
+            # clock: killed from outside between the report and the send,
+            # sonde would hold a clock the server never got, and see the
+            # others' wait for this worker start one clock late (or not at all).
+            print(f"worker {a.index}: killed at {now_ns()}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main():
@@ -273,6 +285,7 @@ def main():
     ap.add_argument("--restarted", action="store_true")
     ap.add_argument("--recover-s", type=float, default=2.0)
     ap.add_argument("--no-data", action="store_true")
+    ap.add_argument("--die-after-clock", type=int, help="SIGKILL itself once the server took this clock")
     a = ap.parse_args()
     if a.mode == "server":
         serve(a)

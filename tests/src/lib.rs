@@ -313,6 +313,92 @@ pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Every decision a plugin makes from the moment [`DecisionLog::start`]
+/// returns, as `GET /api/stream?plugin=…` sends them (it looks every 100 ms),
+/// gathered by a thread until the log is dropped. `/api/decisions` keeps only
+/// the latest decision per subject: one that a later decision about the same
+/// subject replaced is still here.
+pub struct DecisionLog {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DecisionLog {
+    /// Opens the stream of `plugin`'s decisions on the API at `api` and
+    /// returns once its first event (the decisions made so far) is in.
+    pub fn start(api: &str, plugin: &str) -> DecisionLog {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let mut s = TcpStream::connect(api).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        // HTTP/1.0: the body comes as it is, no chunked framing, until closed.
+        write!(
+            s,
+            "GET /api/stream?plugin={plugin}&interval_ms=100&window_s=1&max_points=1 HTTP/1.0\r\n\
+             Host: {api}\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        let thread = {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut raw, mut buf, mut at) = (Vec::<u8>::new(), [0u8; 65536], None::<usize>);
+                let mut ready_tx = Some(ready_tx);
+                while !stop.load(Ordering::Relaxed) {
+                    match s.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(k) => raw.extend_from_slice(&buf[..k]),
+                        Err(_) => continue, // the read timeout: look at `stop` again
+                    }
+                    let Some(body) = at.or_else(|| raw.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)) else {
+                        continue;
+                    };
+                    // Each complete event (ends with a blank line), once.
+                    let mut from = body;
+                    while let Some(n) = raw[from..].windows(2).position(|w| w == b"\n\n") {
+                        let block = String::from_utf8_lossy(&raw[from..from + n]).into_owned();
+                        from += n + 2;
+                        let data = block.lines().find_map(|l| l.strip_prefix("data: "));
+                        if let Some(frame) = data.and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok()) {
+                            let new = frame["decisions"].as_array().cloned().unwrap_or_default();
+                            seen.lock().unwrap().extend(new);
+                            if let Some(tx) = ready_tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                    }
+                    at = Some(from);
+                }
+            })
+        };
+        ready
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the decision stream sent no first event");
+        DecisionLog {
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The decisions seen so far, in the order they were made.
+    pub fn all(&self) -> Vec<serde_json::Value> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for DecisionLog {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// One metric as rotel's detailed debug log prints it.
 #[derive(Debug, Default, Clone)]
 pub struct SeenMetric {
@@ -601,6 +687,14 @@ pub fn record_while(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) 
     assert!(on, "no recording started:\n{}", s.output());
     during();
     recorder.join().unwrap()
+}
+
+/// Held by the scenarios that want the machine's CPUs as quiet as the test
+/// run allows: the bottleneck plugin's CPU verdicts and the MPI jobs of several
+/// ranks. One of them at a time in the test binary, whichever file it is in.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether a missing toolchain fails the test that needs it instead of

@@ -396,18 +396,28 @@ fn collection_stops_at_the_cap_and_does_not_restart_otlp_http() {
         "ended at activation + cap: {st}"
     );
 
-    // Everything inside the cap is flushed and has reached the collector.
+    // Everything inside the cap is resolved (the plugin says up to when),
+    // flushed, and has reached the collector. Without the first condition a
+    // loaded machine could find timings flushed while the window's samples
+    // still waited for the lag: `resolved == flushed` held with no system row.
     let counters = |s: &Sonde| s.json("/api/plugins/determined/state")["counters"].clone();
+    let resolved_until = |s: &Sonde| {
+        s.json("/api/plugins/determined/state")["resolved_until_ns"]
+            .as_u64()
+            .unwrap()
+    };
     assert!(
         wait_for(Duration::from_secs(10), || {
             let c = counters(&sonde);
-            c["resolved"] == c["flushed"]
+            resolved_until(&sonde) >= ended_at
+                && c["resolved"] == c["flushed"]
                 && rows_of(&parse_profiler_batches(&rotel.received()), job).len() as u64
                     == c["flushed"].as_u64().unwrap()
         }),
-        "rows did not all arrive: {} vs {}",
+        "rows did not all arrive: {} vs {} (resolved until {}, the cap ended at {ended_at})",
         counters(&sonde),
-        rows_of(&parse_profiler_batches(&rotel.received()), job).len()
+        rows_of(&parse_profiler_batches(&rotel.received()), job).len(),
+        resolved_until(&sonde)
     );
     let before = counters(&sonde);
     let rows = rows_of(&parse_profiler_batches(&rotel.received()), job);

@@ -18,14 +18,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
 use sonde_e2e::*;
-
-/// Four ranks on a small machine: one MPI job at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn have(cmd: &str) -> bool {
     Command::new("sh")
@@ -148,7 +144,7 @@ fn folded_file(sonde: &Sonde, job: &str) -> String {
 
 #[test]
 fn an_imbalanced_job_stalls_most_on_the_rank_with_least_work() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -257,7 +253,7 @@ fn an_imbalanced_job_stalls_most_on_the_rank_with_least_work() {
 
 #[test]
 fn rank_selective_sampling_includes_only_the_chosen_ranks() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -298,7 +294,7 @@ fn ranks_of(job: &str) -> Vec<u32> {
 
 #[test]
 fn a_job_killed_midway_leaves_sonde_healthy_and_the_partial_profile_usable() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -364,7 +360,7 @@ fn a_job_killed_midway_leaves_sonde_healthy_and_the_partial_profile_usable() {
 
 #[test]
 fn time_selective_sampling_covers_only_its_window_or_until_mpi_pcontrol_pauses_it() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -427,6 +423,23 @@ fn run_stacks(sonde: &Sonde, job: &str, program: &str, args: &[&str], env: &[(&s
         settled_profile(sonde, job, 2),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Rank 0's own account of its time in MPI_Sendrecv (tests/mpi/stacks.c):
+/// (from solve, from refine), microseconds.
+fn waited(stderr: &str) -> (f64, f64) {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.split_once("stacks: rank 0 waited in MPI_Sendrecv: "))
+        .unwrap_or_else(|| panic!("no account of the waits in:\n{stderr}"))
+        .1;
+    let us = |name: &str| -> f64 {
+        line.split(", ")
+            .find_map(|p| p.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches(" us").parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {line:?}"))
+    };
+    (us("solve "), us("refine "))
 }
 
 /// Rank 0's stack report at MPI_Finalize (MPI_SONDE_VERBOSE=1): (walks, the
@@ -534,7 +547,7 @@ fn pprof_totals(sonde: &Sonde, job: &str, dir: &Path) -> (Vec<String>, u64, u64,
 
 #[test]
 fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);
@@ -564,8 +577,23 @@ fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
         };
         let (solve, refine) = (via("solve"), via("refine"));
         assert!(solve > 0 && refine > 0, "{job}: both paths, by name: {stacks:?}");
-        // solve waits twice as long as refine per step (2 units of imbalance against 1).
-        assert!(solve > refine, "{job}: solve {solve} us, refine {refine} us");
+        // solve waits twice as long as refine per step (2 units of imbalance
+        // against 1) on a quiet machine; beside other work the scheduler adds
+        // its own delays to either. The program's own account of its waits is
+        // the truth: the probe puts the clearly longer one on its path.
+        let (t_solve, t_refine) = waited(&stderr);
+        println!("{job}: rank 0 waited solve {t_solve} us, refine {t_refine} us (its own clock)");
+        if t_solve > 1.3 * t_refine {
+            assert!(
+                solve > refine,
+                "{job}: solve {solve} us, refine {refine} us; {t_solve} / {t_refine} waited"
+            );
+        } else if t_refine > 1.3 * t_solve {
+            assert!(
+                refine > solve,
+                "{job}: solve {solve} us, refine {refine} us; {t_solve} / {t_refine} waited"
+            );
+        }
         assert!(
             stacks.iter().any(|(f, _)| f.iter().any(|x| x.contains("stacks.c:"))),
             "{job}: file:line from DWARF: {stacks:?}"
@@ -601,7 +629,7 @@ fn call_stacks_show_both_paths_to_one_mpi_call_by_name_and_pprof_adds_up() {
 
 #[test]
 fn stripped_and_deep_programs_still_profile_with_fewer_names() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let rotel = Rotel::start(tmp.path());
     let sonde = start(tmp.path(), &rotel);

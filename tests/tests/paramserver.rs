@@ -149,8 +149,21 @@ fn a_killed_worker_is_detected_and_its_recovery_matches_the_injected_timings() {
         ]
         .concat()
     };
+    // Worker 1 SIGKILLs itself after clock 8 (past the checkpoint at 3), once
+    // the server has that clock: killed from here, it could die between
+    // reporting a clock to sonde and sending it to the server, and the
+    // others' long wait would start one clock later in sonde's view than in
+    // the server's, or not show at all.
+    const DIES_AFTER: u64 = 8;
     let mut workers: Vec<Proc> = (0..3)
-        .map(|i| sim(&worker_args(i, &[]), "worker", &dir.join(format!("worker-{i}.log"))))
+        .map(|i| {
+            let extra = if i == 1 {
+                vec![s(&"--die-after-clock"), s(&DIES_AFTER)]
+            } else {
+                vec![]
+            };
+            sim(&worker_args(i, &extra), "worker", &dir.join(format!("worker-{i}.log")))
+        })
         .collect();
     let _empty = sim(&worker_args(3, &[s(&"--no-data")]), "worker", &dir.join("worker-3.log"));
 
@@ -172,10 +185,13 @@ fn a_killed_worker_is_detected_and_its_recovery_matches_the_injected_timings() {
     );
     assert_eq!(ck["jobs"][0]["checkpoints"][0]["process"], "server-0");
 
-    // Kill worker 1 (SIGKILL) and say so, as the launcher.
-    let killed_at = now_ns();
-    workers[1].child.kill().unwrap();
+    // Worker 1 dies (SIGKILL); the launcher says so.
     let _ = workers[1].child.wait();
+    let killed_at: u64 = std::fs::read_to_string(dir.join("worker-1.log"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("worker 1: killed at ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("worker 1 did not log its death:\n{}", logs(dir)));
     let (code, body) = post_json(
         &api,
         "/api/ingest",
@@ -328,8 +344,9 @@ fn a_killed_worker_is_detected_and_its_recovery_matches_the_injected_timings() {
             worker(&c, "worker-0")["blocked_closed_ms"].as_f64().unwrap() / 1e3 >= long_block_s
                 && c["servers"].as_array().is_some_and(|s| !s.is_empty())
         }),
-        "{}",
-        clocks(&sonde, JOB)
+        "{}\n{}",
+        clocks(&sonde, JOB),
+        logs(dir)
     );
     let c = clocks(&sonde, JOB);
     assert_eq!(c["model"], "ssp");

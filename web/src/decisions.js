@@ -78,7 +78,7 @@ export function fields(body, prefix = '', depth = 0, out = []) {
 export function decisionItem(d) {
   // The reason is already in the sentence.
   const f = fields(d.body).filter(([, v]) => v !== d.reason).slice(0, 16);
-  return el('li', { class: 'decision', 'data-kind': d.kind, 'data-plugin': d.plugin },
+  return el('li', { class: 'decision', 'data-kind': d.kind, 'data-plugin': d.plugin, 'data-key': `${d.plugin}/${d.kind}/${d.subject}` },
     el('p', { class: 'decision-sentence' },
       el('span', { class: 'decision-kind' }, words(d.kind)), ' ', sentence(d),
       el('span', { class: 'muted' }, ` · ${d.plugin} · ${ago(d.time_ns)}`)),
@@ -86,6 +86,19 @@ export function decisionItem(d) {
     d.body !== undefined && d.body !== null
       ? el('details', { class: 'decision-raw' }, el('summary', {}, 'details'), el('pre', {}, JSON.stringify(d.body, null, 2)))
       : null);
+}
+
+// Replaces `box`'s children with `children` (a list of decisions among
+// them), keeping open the "details" the reader had opened: the views refresh
+// every 2 s, and a rebuilt list would close them again.
+export function replaceDecisions(box, ...children) {
+  const open = new Set([...box.querySelectorAll('.decision')]
+    .filter((li) => li.querySelector('details.decision-raw')?.open)
+    .map((li) => li.dataset.key));
+  box.replaceChildren(...children);
+  for (const li of box.querySelectorAll('.decision')) {
+    if (open.has(li.dataset.key)) li.querySelector('details.decision-raw').open = true;
+  }
 }
 
 // The newest first, at most `limit`.

@@ -12,7 +12,7 @@ import { model, markCulprit, BatchView, StepChart, Heatmap, PHASE_COLORS, ramp, 
 import { diagnosis, culpritRank } from './findings.js';
 import { chromeTrace, download } from './trace.js';
 import { nodeMatch, NODE_CHARTS, LOCAL } from './nodes.js';
-import { decisionList } from './decisions.js';
+import { decisionList, replaceDecisions } from './decisions.js';
 import { fetchPanel, drawPanel } from './panel.js';
 
 const FIRST_BATCHES = 500;
@@ -374,7 +374,7 @@ export class JobPage {
       drawPanel(p.querySelector('.custom-panel'), spec, { name, hide: ['job'], onControl: (k, v) => { (this.panelParams[name] ||= {})[k] = v; this.panels(); } });
       // This job's decisions only: another job's findings never show here.
       const d = await get(`/api/decisions?plugin=${encodeURIComponent(name)}&job=${encodeURIComponent(this.name)}`);
-      p.querySelector('.decisions').replaceChildren(decisionList((d.json && d.json.decisions) || [], 10));
+      replaceDecisions(p.querySelector('.decisions'), decisionList((d.json && d.json.decisions) || [], 10));
     }
     this.pluginBox.querySelector(':scope > p.muted')?.remove();
     if (!shown) this.pluginBox.append(el('p', { class: 'muted' }, 'No loaded plugin has a view of this job.'));

@@ -4,7 +4,7 @@
 import { call, get, el, fmtBytes } from './api.js';
 import { TimeChart } from './live.js';
 import { fetchPanel, drawPanel } from './panel.js';
-import { decisionList } from './decisions.js';
+import { decisionList, replaceDecisions } from './decisions.js';
 import { href } from './router.js';
 
 const panels = new Map(); // plugin name -> {box, charts: Map(metric -> TimeChart)}
@@ -124,7 +124,7 @@ async function updatePanels(names) {
     }
     const d = await get(`/api/decisions?plugin=${encodeURIComponent(name)}`);
     const list = (d.json && d.json.decisions) || [];
-    p.decisions.replaceChildren(el('h4', {}, 'Decisions'), decisionList(list, 20));
+    replaceDecisions(p.decisions, el('h4', {}, 'Decisions'), decisionList(list, 20));
   }
 }
 

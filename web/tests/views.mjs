@@ -236,7 +236,15 @@ test('decisions read as one sentence with their fields; raw JSON only behind "de
   const raw = page.locator('#panels .decision[data-plugin=dlrover] details.decision-raw');
   if (await raw.getAttribute('open') !== null) throw new Error('details open by default');
   await raw.locator('summary').click();
-  if (!(await raw.locator('pre').innerText()).includes('"memory_mib": 16384')) throw new Error('details do not show the body');
+  // Opened, it stays open while the view refreshes (every 2 s) and shows the body.
+  await until('details open with the body', async () => (await raw.getAttribute('open')) !== null
+    && (await raw.locator('pre').innerText()).includes('"memory_mib": 16384'));
+  // The view asks for the panel's decisions again on each refresh; by the
+  // second request the first refresh has rebuilt the list.
+  const refresh = () => page.waitForRequest((r) => r.url().includes('/api/decisions?plugin=dlrover'));
+  await refresh();
+  await refresh();
+  if (await raw.getAttribute('open') === null) throw new Error('details closed again by a refresh');
   await shot(page, 'decisions');
   await page.unroute('**/api/decisions*');
 });

@@ -101,6 +101,7 @@ pub fn state_json(p: &Profiler, now: u64) -> Value {
         "counters": p.counters(),
         "pending": p.pending(),
         "unflushed": p.unflushed(),
+        "resolved_until_ns": p.resolved_until,
         "jobs": p.jobs.values().map(|j| job_json(j, now)).collect::<Vec<_>>(),
     })
 }

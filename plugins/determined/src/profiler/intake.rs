@@ -42,6 +42,9 @@ struct OriginView {
 impl Profiler {
     pub fn on_samples(&mut self, host: &mut dyn Host, batch: SampleBatch) -> Result<(), String> {
         let measurements = self.reader.read(batch)?;
+        if let Some(t) = measurements.iter().map(|m| m.time).max() {
+            self.sampled_until = self.sampled_until.max(t);
+        }
         // This host's samples are delivered in time order, soon after they were taken.
         self.pending_sys
             .extend(measurements.into_iter().map(|m| PendingSys::new(LOCAL, m.time, m)));

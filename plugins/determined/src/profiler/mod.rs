@@ -137,6 +137,13 @@ pub struct Profiler {
     flushed_counters: Counters,
     persisted_counters: Option<Counters>,
     pub restarts: u32,
+    /// Every measurement of this host's samples taken before this time (ns)
+    /// has been resolved: counted, or not, in its job's window. The host
+    /// delivers samples in time order, so it is the lesser of the lag's
+    /// horizon and the newest sample received. `GET /state` says it.
+    pub resolved_until: u64,
+    /// The newest of this host's measurements received (ns).
+    sampled_until: u64,
 }
 
 impl Counters {
@@ -170,6 +177,8 @@ impl Profiler {
             flushed_counters: Counters::default(),
             persisted_counters: None,
             restarts,
+            resolved_until: 0,
+            sampled_until: 0,
         };
         p.restore(host);
         p.set_flush_timer(host);

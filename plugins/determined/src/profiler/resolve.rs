@@ -50,6 +50,7 @@ impl Profiler {
         } else {
             now.saturating_sub(self.settings.lag_ns())
         };
+        self.resolved_until = self.resolved_until.max(horizon.min(self.sampled_until));
         while self.pending_sys.front().is_some_and(|p| p.ready <= horizon) {
             let p = self.pending_sys.pop_front().expect("checked");
             self.resolve_sys(host, &p);
