@@ -328,6 +328,7 @@ impl DecisionLog {
     /// Opens the stream of `plugin`'s decisions on the API at `api` and
     /// returns once its first event (the decisions made so far) is in.
     pub fn start(api: &str, plugin: &str) -> DecisionLog {
+        use std::io::{Read, Write};
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::{Arc, Mutex};
         let seen = Arc::new(Mutex::new(Vec::new()));
