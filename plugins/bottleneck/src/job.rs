@@ -64,13 +64,27 @@ pub struct Persistent {
 
 /// Batches waiting for every rank are cut off beyond this many.
 const MAX_OPEN_BATCHES: usize = 256;
+/// How long a batch waits for the ranks that have not been judged in it
+/// (host time since its first rank was). On a master each rank's steps come
+/// through its own agent, some later than others; a rank not heard from yet
+/// is not known yet, so a batch waits for two ranks at least, or this long.
+const BATCH_WAIT_NS: u64 = 10_000_000_000;
+
+/// A batch's judged ranks, waiting for the others.
+#[derive(Debug)]
+struct OpenBatch {
+    /// When its first rank was judged (host time).
+    opened: u64,
+    /// (rank, own seconds, verdict).
+    ranks: Vec<(i32, f64, Verdict)>,
+}
 
 #[derive(Debug, Default)]
 pub struct Job {
     pub ranks: BTreeMap<i32, Rank>,
     pub rows: VecDeque<Row>,
-    /// Per open batch: (rank, own seconds, verdict).
-    open: BTreeMap<i64, Vec<(i32, f64, Verdict)>>,
+    /// Batches not yet compared across ranks.
+    open: BTreeMap<i64, OpenBatch>,
     pub stragglers: VecDeque<BatchStraggler>,
     pub persistent: Option<Persistent>,
     /// Steps judged per verdict since the last emission.
@@ -89,12 +103,15 @@ pub struct Job {
     pub whatif_said: Option<(String, f64)>,
     /// The onset of the fail-slow last published (its first slow step).
     pub onset_said: Option<u64>,
+    /// The last What-if replay of its operations, for the panel.
+    pub whatif: Option<(crate::whatif::Analysis, crate::whatif::Diagnosis)>,
 }
 
 impl Job {
-    /// Records a judged row; returns the persistent straggler when it
-    /// changed (another rank, or another verdict of its steps).
-    pub fn add(&mut self, row: Row, s: &Settings) -> Option<Option<Persistent>> {
+    /// Records a judged row (at host time `now`); returns the persistent
+    /// straggler when it changed (another rank, or another verdict of its
+    /// steps).
+    pub fn add(&mut self, row: Row, s: &Settings, now: u64) -> Option<Option<Persistent>> {
         self.counts[row.verdict.index()] += 1;
         self.totals[row.verdict.index()] += 1;
         let own = row.evidence.wall_s
@@ -103,18 +120,28 @@ impl Job {
                 _ => (1.0 - row.evidence.comm_share - row.evidence.mpi.map_or(0.0, |m| m[2])).max(0.0),
             };
         let batch = row.batch;
-        let entry = self.open.entry(batch).or_default();
-        entry.push((row.rank, own, row.verdict));
+        let entry = self.open.entry(batch).or_insert(OpenBatch {
+            opened: now,
+            ranks: Vec::new(),
+        });
+        entry.ranks.push((row.rank, own, row.verdict));
         self.rows.push_back(row);
         while self.rows.len() > s.max_rows_per_job {
             self.rows.pop_front();
         }
-        let ranks = self.ranks.len();
+        self.close_due(s, now)
+    }
+
+    /// Compares the batches every known rank (two at least) was judged in,
+    /// and those that waited `BATCH_WAIT_NS` for the rest; returns the
+    /// persistent straggler when it changed.
+    pub fn close_due(&mut self, s: &Settings, now: u64) -> Option<Option<Persistent>> {
+        let ranks = self.ranks.len().max(2);
         let mut changed = None;
         let complete: Vec<i64> = self
             .open
             .iter()
-            .filter(|(_, v)| v.len() >= ranks)
+            .filter(|(_, v)| v.ranks.len() >= ranks || now.saturating_sub(v.opened) >= BATCH_WAIT_NS)
             .map(|(b, _)| *b)
             .collect();
         for b in complete {
@@ -134,7 +161,7 @@ impl Job {
     /// Names the batch's straggler (with two ranks or more) and updates the
     /// persistent one; returns it when it changed.
     fn close(&mut self, batch: i64, s: &Settings) -> Option<Option<Persistent>> {
-        let mut ranks = self.open.remove(&batch)?;
+        let mut ranks = self.open.remove(&batch)?.ranks;
         if ranks.len() < 2 {
             return None;
         }
@@ -257,7 +284,7 @@ mod tests {
             // All steps last 100 ms; ranks 0 and 1 wait 40 ms in the
             // collective, rank 2 only 5 ms: rank 2 is the one waited for.
             for (rank, comm) in [(0, 0.4), (1, 0.4), (2, 0.05)] {
-                if let Some(c) = job.add(row(b, rank, 0.1, comm, Verdict::ComputeBound), &s) {
+                if let Some(c) = job.add(row(b, rank, 0.1, comm, Verdict::ComputeBound), &s, 0) {
                     changes.push((b, c));
                 }
             }
@@ -285,11 +312,43 @@ mod tests {
         for b in 0..30 {
             // A synchronous job: every rank's own time within a hair of the others'.
             for rank in 0..4 {
-                let c = job.add(row(b, rank, 0.1, 0.2 + 0.001 * rank as f64, Verdict::ComputeBound), &s);
+                let c = job.add(
+                    row(b, rank, 0.1, 0.2 + 0.001 * rank as f64, Verdict::ComputeBound),
+                    &s,
+                    0,
+                );
                 assert!(c.as_ref().is_none_or(|p| p.is_none()), "batch {b}: {c:?}");
             }
         }
         assert!(job.persistent.is_none(), "{:?}", job.persistent);
         assert!(job.rows.iter().all(|r| !r.last), "a tie marked someone last");
+    }
+
+    #[test]
+    fn a_rank_heard_from_late_is_still_compared() {
+        // On a master: rank 0's agent delivers all 30 batches before rank 1
+        // is known at all; rank 1, 15 ms slower each batch, comes 4 s later.
+        let s = Settings::default();
+        let mut job = Job::default();
+        job.ranks.insert(0, Rank::default());
+        for b in 0..30 {
+            assert!(job.add(row(b, 0, 0.1, 0.2, Verdict::ComputeBound), &s, 0).is_none());
+        }
+        job.ranks.insert(1, Rank::default());
+        let mut named = None;
+        for b in 0..30 {
+            if let Some(c) = job.add(row(b, 1, 0.115, 0.0, Verdict::ComputeBound), &s, 4_000_000_000) {
+                named = c;
+            }
+        }
+        let p = named.expect("rank 1 named once its batches met rank 0's");
+        assert_eq!((p.rank, p.of), (1, 20));
+        // A batch that one rank never reports is compared without it once it waited long enough.
+        job.ranks.insert(2, Rank::default());
+        job.add(row(30, 0, 0.1, 0.0, Verdict::ComputeBound), &s, 5_000_000_000);
+        job.add(row(30, 1, 0.1, 0.0, Verdict::ComputeBound), &s, 5_000_000_000);
+        assert!(job.open.contains_key(&30), "waits for rank 2");
+        job.close_due(&s, 5_000_000_000 + BATCH_WAIT_NS);
+        assert!(job.open.is_empty());
     }
 }

@@ -479,9 +479,12 @@ impl Bottleneck {
             }
             rows.sort_by_key(|r| (r.batch, r.rank));
             for row in rows {
-                if let Some(change) = job.add(row, s) {
+                if let Some(change) = job.add(row, s, now) {
                     decisions.push(straggler_decision(job_name, change.as_ref(), job));
                 }
+            }
+            if let Some(change) = job.close_due(s, now) {
+                decisions.push(straggler_decision(job_name, change.as_ref(), job));
             }
         }
         for d in decisions {
