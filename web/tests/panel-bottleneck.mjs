@@ -1,11 +1,14 @@
 // Browser tests of the bottleneck plugin's strip on a job's page (see
 // harness.mjs for how they run). Two ranks report steps through the JSON
 // ingest: phases and the process's CPU time; rank 1's batches 10-19 wait on
-// their dataloader. tests/tests/bottleneck.rs runs real injected loops.
+// their dataloader. A pipeline job's operations (tests/diagnosis/simulate.py,
+// one stage too long) get the stage view, its figures checked against the
+// trace fed. tests/tests/bottleneck.rs runs real injected loops.
 //
 //   node web/tests/panel-bottleneck.mjs     (after `cargo build -p sonde` and the plugins; WEB_DIST=web/dist to test an unembedded dashboard)
 import { join } from 'node:path';
-import { suite, until, shots } from './harness.mjs';
+import { execFileSync } from 'node:child_process';
+import { suite, until, shots, repo } from './harness.mjs';
 import { post } from './checks.mjs';
 
 const MS = 1000000;
@@ -31,6 +34,35 @@ function report(job, rank, t0) {
   }
   points.push({ metric: 'process.cpu.time', unit: 's', time_ns: t0 + 30 * 100 * MS, value: cpu });
   return { origin: { job, rank, local_rank: rank, node: 'node-a', role: 'worker' }, timings, points };
+}
+
+// A dp 2 x pp 2 job's operations, one stage's compute 1.25-1.6 times the
+// other's, from the simulator the diagnosis benchmark uses: the ingest
+// bodies (one per rank, a minute ago), the stage named, and each stage's
+// mean compute (forward and backward) per rank and step, in ms.
+function pipelineJob(job) {
+  const out = execFileSync('python3', [join(repo, 'tests/diagnosis/simulate.py'), '--seed', '5', '--cause', 'overlong_stage',
+    '--dp', '2', '--pp', '2', '--tp', '1', '--steps', '8'], { maxBuffer: 64 << 20 });
+  const trace = JSON.parse(out);
+  const base = Date.now() * MS - 60000 * MS;
+  const perRank = new Map();
+  const compute = new Map(); // stage -> {sum, pairs: Set(rank:step)}
+  for (const [rank, node, dp, stage, tp, step, micro, kind, start, end] of trace.ops) {
+    if (!perRank.has(rank)) perRank.set(rank, { node: trace.nodes[node], ops: [] });
+    const row = { step, dp, stage, tp, kind, start_ns: base + start, end_ns: base + end };
+    if (micro != null) row.micro = micro;
+    perRank.get(rank).ops.push(row);
+    const name = typeof kind === 'number' ? trace.kinds[kind] : kind;
+    if (name === 'forward' || name === 'backward') {
+      const c = compute.get(stage) || { sum: 0, pairs: new Set() };
+      c.sum += (end - start) / MS;
+      c.pairs.add(`${rank}:${step}`);
+      compute.set(stage, c);
+    }
+  }
+  const bodies = [...perRank].map(([rank, { node, ops }]) => ({ origin: { job, rank, node, role: 'worker' }, ops }));
+  const perStage = new Map([...compute].map(([s, c]) => [s, c.sum / c.pairs.size]));
+  return { bodies, stage: trace.truth.stage, perStage };
 }
 
 // Pixels of each verdict colour drawn on the strip.
@@ -85,5 +117,29 @@ await suite({
     await until('batch 14 of rank 1 selected', async () => (await strip.getAttribute('data-selected')) === 'rank 1:14');
     const sentence = await detail.innerText();
     if (!/^rank 1, batch 14: input-bound — the dataloader takes 60 % of the step/.test(sentence)) throw new Error(`detail: ${sentence}`);
+  }],
+  ['a pipeline job\'s page shows its stages, the long one named with the figures fed', async ({ page, url }) => {
+    const { bodies, stage, perStage } = pipelineJob('pipe');
+    for (const b of bodies) await post(url, b);
+    await page.goto(`${url}/#/jobs/pipe`);
+    const table = page.locator('[data-job-panel=bottleneck] [data-item=stages] table');
+    await until('the stage view', async () => (await table.count()) === 1, 30000);
+    const other = 1 - stage;
+    const value = async (s, col) => +(await table.locator(`tr[data-key="${s}"] td`).nth(col).getAttribute('data-value'));
+    for (const s of [0, 1]) {
+      // Typical (median) against the mean fed: the simulator's jitter is 2 %.
+      const shown = await value(s, 2);
+      if (Math.abs(shown / perStage.get(s) - 1) > 0.05) throw new Error(`stage ${s}: ${shown} ms shown, ${perStage.get(s).toFixed(3)} ms fed`);
+    }
+    const excess = await value(stage, 3);
+    const fed = (perStage.get(stage) / perStage.get(other) - 1) * 100;
+    if (Math.abs(excess - fed) > 3) throw new Error(`stage ${stage} shown ${excess} % longer, fed ${fed.toFixed(1)} %`);
+    if (!(await table.locator(`tr[data-key="${stage}"]`).getAttribute('class')).includes('error')) throw new Error('the long stage is not marked');
+    const sentence = await page.locator('[data-job-panel=bottleneck] [data-item=whatif-sentence]').innerText();
+    if (!sentence.includes(`stage ${stage}`)) throw new Error(`sentence: ${sentence}`);
+    const diag = await page.locator('#diagnosis').innerText();
+    if (!diag.includes(`stage ${stage}`)) throw new Error(`the page's diagnosis: ${diag}`);
+    await table.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: join(shots, 'job-pipeline.png'), fullPage: true });
   }],
 ]);

@@ -347,6 +347,7 @@ impl Bottleneck {
                     (ops[0].start_ns, job.ops.newest_ns),
                 ));
             }
+            job.whatif = Some((a, d));
             let series: Vec<f64> = job.slowdowns.iter().map(|&(_, s)| s).collect();
             if let Some(e) = episodes(&series, &OnsetSettings::default()).last() {
                 let onset_step = job.slowdowns[e.onset].0;
@@ -497,18 +498,14 @@ impl Bottleneck {
 /// stands out), about its culprit.
 fn whatif_finding(job: &str, a: &Analysis, d: &Diagnosis, nodes: &[String], span: (u64, u64)) -> Decision {
     let node = |i: u32| nodes.get(i as usize).map_or("?", String::as_str);
-    let (about, id, sentence) = match &d.culprit {
-        Culprit::Worker { rank, .. } => ("rank", rank.to_string(), d.sentence.clone()),
-        Culprit::Stage { stage, .. } => ("stage", stage.to_string(), d.sentence.clone()),
-        Culprit::Link { node: n } => (
-            "link",
-            node(*n).to_string(),
-            d.sentence
-                .replace(&format!("node {n}'s"), &format!("node {}'s", node(*n))),
-        ),
-        Culprit::OpKind { kind } => ("op", kind.name().to_string(), d.sentence.clone()),
-        Culprit::InputImbalance | Culprit::None => ("job", String::new(), d.sentence.clone()),
+    let (about, id) = match &d.culprit {
+        Culprit::Worker { rank, .. } => ("rank", rank.to_string()),
+        Culprit::Stage { stage, .. } => ("stage", stage.to_string()),
+        Culprit::Link { node: n } => ("link", node(*n).to_string()),
+        Culprit::OpKind { kind } => ("op", kind.name().to_string()),
+        Culprit::InputImbalance | Culprit::None => ("job", String::new()),
     };
+    let sentence = named_sentence(d, nodes);
     let mut f = Finding::new(job, "what-if", sentence)
         .about(about, id)
         .subject(format!("{job}/what-if"))
@@ -528,6 +525,17 @@ fn whatif_finding(job: &str, a: &Analysis, d: &Diagnosis, nodes: &[String], span
         f = f.ended();
     }
     f.decision()
+}
+
+/// The diagnosis' sentence with a link's node named, not numbered.
+pub fn named_sentence(d: &Diagnosis, nodes: &[String]) -> String {
+    match &d.culprit {
+        Culprit::Link { node: n } => d.sentence.replace(
+            &format!("node {n}'s"),
+            &format!("node {}'s", nodes.get(*n as usize).map_or("?", String::as_str)),
+        ),
+        _ => d.sentence.clone(),
+    }
 }
 
 /// The samples a rank is judged against: its node's agent's where that node

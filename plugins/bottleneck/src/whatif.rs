@@ -277,6 +277,8 @@ pub struct StageCost {
     /// Its typical compute per rank and step over the other stages' mean,
     /// minus one: "22 % longer than the others".
     pub excess: f64,
+    /// Its typical compute (forward and backward) per rank and step, ns.
+    pub compute_ns: f64,
 }
 
 /// One step's replays.

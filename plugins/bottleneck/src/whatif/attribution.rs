@@ -182,7 +182,7 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
 
     // Stage imbalance: each stage alone made like the others, the others at
     // their own typical durations.
-    let excess_of = stage_excess(&graph, &typical, stages, ranks.len());
+    let (compute_of, excess_of) = stage_excess(&graph, &typical, stages, ranks.len());
     let mut mixed = typical.clone();
     let mut bal = ideal;
     let mut bal_steps = ideal_steps.clone();
@@ -207,6 +207,7 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
             stage: s,
             cost: ratio(ideal, t) - 1.0,
             excess: excess_of[s as usize],
+            compute_ns: compute_of[s as usize],
         });
     }
     out.stage_costs.sort_by(|a, b| b.cost.total_cmp(&a.cost));
@@ -266,7 +267,9 @@ fn sort_by_gain<T>(v: &mut [T], g: impl Fn(&T) -> f64) {
 
 /// Per stage: typical compute per step (each (rank, step) pair's compute at
 /// typical durations, averaged) over the mean of the other stages', minus one.
-fn stage_excess(graph: &Graph, typical: &[f64], stages: usize, n_ranks: usize) -> Vec<f64> {
+/// Per stage: its typical compute per rank and step (ns), and how much
+/// longer that is than the other stages' mean (a share; 0 alone).
+fn stage_excess(graph: &Graph, typical: &[f64], stages: usize, n_ranks: usize) -> (Vec<f64>, Vec<f64>) {
     let mut sum = vec![0.0f64; stages];
     let mut count = vec![0.0f64; stages];
     // Per stage, typical compute summed over its nodes and divided by its
@@ -289,7 +292,7 @@ fn stage_excess(graph: &Graph, typical: &[f64], stages: usize, n_ranks: usize) -
     let per: Vec<f64> = (0..stages)
         .map(|s| if count[s] > 0.0 { sum[s] / count[s] } else { 0.0 })
         .collect();
-    (0..stages)
+    let excess = (0..stages)
         .map(|s| {
             let others: Vec<f64> = (0..stages)
                 .filter(|&o| o != s && count[o] > 0.0)
@@ -302,7 +305,8 @@ fn stage_excess(graph: &Graph, typical: &[f64], stages: usize, n_ranks: usize) -
                 if mean > 0.0 { per[s] / mean - 1.0 } else { 0.0 }
             }
         })
-        .collect()
+        .collect();
+    (per, excess)
 }
 
 /// The median, the mean of the two middle values for an even count.

@@ -325,6 +325,9 @@ fn a_long_stage_is_the_split_not_a_straggler() {
     assert!(a.stage_slowdown > 1.1, "{}", a.stage_slowdown);
     assert_eq!(a.stage_costs[0].stage, 3);
     assert!((a.stage_costs[0].excess - 0.6).abs() < 1e-9, "{:?}", a.stage_costs);
+    // Four micro-batches of forward and backward (twice the forward) a step.
+    assert_eq!(a.stage_costs[0].compute_ns, 4.0 * 48.0);
+    assert!(a.stage_costs[1..].iter().all(|c| c.compute_ns == 4.0 * 30.0));
     assert!(
         a.stage_costs[1..].iter().all(|c| c.cost < 0.0),
         "the others are shorter: {:?}",
