@@ -136,11 +136,24 @@ export class TimeChart {
     parent.append(this.box);
     this.onFeed = (kind, changed) => this.update(kind, changed);
     feed.listeners.add(this.onFeed);
+    // A narrower or wider window resizes the chart (a fixed width stays).
+    this.onResize = () => {
+      if (!this.box.isConnected) { window.removeEventListener('resize', this.onResize); return; }
+      if (this.plot && !this.width) this.plot.setSize({ width: this.fitWidth(), height: this.height });
+    };
+    window.addEventListener('resize', this.onResize);
     this.rebuild();
+  }
+
+  // Two charts side by side in the parent's width.
+  fitWidth() {
+    const pw = this.box.parentElement.clientWidth || 1200;
+    return Math.max(320, Math.floor(pw / 2) - 24);
   }
 
   destroy() {
     this.feed.listeners.delete(this.onFeed);
+    window.removeEventListener('resize', this.onResize);
     if (this.plot) this.plot.destroy();
     this.box.remove();
   }
@@ -183,8 +196,7 @@ export class TimeChart {
     // Where each series' data ends: updates start from there.
     this.lastSeen = new Map(this.ids.map((id, i) => [id, cols[i].t.length ? cols[i].t[cols[i].t.length - 1] : -Infinity]));
     const fmt = formatter(this.unit);
-    const pw = this.box.parentElement.clientWidth || 1200;
-    const width = this.width || Math.max(320, Math.floor(pw / 2) - 24);
+    const width = this.width || this.fitWidth();
     this.plot = new uPlot({
       title: this.title,
       width,

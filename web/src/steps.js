@@ -153,6 +153,13 @@ export class BatchView {
     this.touched = false; // set by the reader's first zoom or pan
     this.charts = [];
     this.frame = 0;
+    // A resized window redraws the charts at their new width; the listener
+    // goes once none of them is on the page any more.
+    this.onResize = () => {
+      if (this.charts.some((c) => c.box.isConnected)) this.schedule();
+      else window.removeEventListener('resize', this.onResize);
+    };
+    window.addEventListener('resize', this.onResize);
   }
 
   set(lo, hi) {
@@ -187,9 +194,12 @@ export class BatchView {
     this.frame = requestAnimationFrame(() => {
       this.frame = 0;
       const t0 = performance.now();
+      // A chart whose page was rebuilt since this frame was asked for is
+      // no longer in the document: nothing to draw.
+      const live = this.charts.filter((c) => c.box.isConnected);
       // Every width read before any drawing: one layout per frame at most.
-      for (const c of this.charts) c.avail = c.box.parentElement.clientWidth;
-      for (const c of this.charts) c.draw();
+      for (const c of live) c.avail = c.box.parentElement.clientWidth;
+      for (const c of live) c.draw();
       const t1 = performance.now();
       if (!this.frames) { this.frames = []; performance.mark('steps-first-draw'); }
       if (this.frames.length < 1000) this.frames.push({ draw: t1 - t0, latency: t1 - asked });
