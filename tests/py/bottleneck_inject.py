@@ -3,7 +3,7 @@ official OpenTelemetry Python SDK (OTLP over HTTP), for the bottleneck plugin's
 end-to-end tests and `./dev bench-verdicts`.
 
     python3 bottleneck_inject.py ENDPOINT SCENARIO RECORD_JSON
-        [--job NAME] [--rank R] [--steps N] [--from A] [--to B]
+        [--job NAME] [--rank R] [--steps N] [--from A] [--to B] [--wait-s S]
 
 Every step is a span `train_batch` (attribute `sonde.batch_idx`) with child
 spans `dataloader_next`, `forward` and `backward`; the process reports its own
@@ -12,11 +12,11 @@ CPU time as the semantic-convention counter `process.cpu.time` (per
 taken away by a neighbour makes it last longer, as it would in a real job.
 
 SCENARIO, applied to steps A <= step < B (the others are the healthy loop):
-  dataloader  the dataloader sleeps 1 s (waiting on storage) instead of 8 ms of work
+  dataloader  the dataloader sleeps --wait-s (1 s) (waiting on storage) instead of 8 ms of work
   burner      busy processes (2 per core) run beside the job
   network     after compute, a loopback TCP transfer whose size doubles each step
               from 64 KiB up to 512 MiB (the other steps transfer nothing)
-  sleeper     rank --sleepy-rank (1) sleeps 1 s outside its phases on every
+  sleeper     rank --sleepy-rank (1) sleeps --wait-s (1 s) outside its phases on every
               10th step (step % 10 == 9), A and B ignored
   none        the healthy loop throughout
 
@@ -132,6 +132,7 @@ def main():
     ap.add_argument("--from", dest="first", type=int, default=40)
     ap.add_argument("--to", dest="last", type=int, default=80)
     ap.add_argument("--sleepy-rank", type=int, default=1)
+    ap.add_argument("--wait-s", type=float, default=1.0, help="the dataloader's or the sleeper's wait")
     a = ap.parse_args()
 
     resource = Resource.create(
@@ -198,7 +199,7 @@ def main():
         ctx = trace.set_span_in_context(step)
         with tracer.start_as_current_span("dataloader_next", context=ctx, attributes=attrs):
             if a.scenario == "dataloader" and injected:
-                time.sleep(1.0)
+                time.sleep(a.wait_s)
             else:
                 spin(int(8 * per_ms))
         with tracer.start_as_current_span("forward", context=ctx, attributes=attrs):
@@ -212,7 +213,7 @@ def main():
             transfer_s = time.perf_counter() - t
             size = min(size * 2, 512 << 20)
         if a.scenario == "sleeper" and injected:
-            time.sleep(1.0)
+            time.sleep(a.wait_s)
         end = time.time_ns()
         step.end(end_time=end)
         rows.append(

@@ -255,7 +255,9 @@ fn a_slow_dataloader_is_input_bound() {
         otlp,
         "dataloader",
         1,
-        &["--steps", "90", "--from", "30", "--to", "60"],
+        // 0.3 s of waiting against 88 ms of work: as input-bound as 1 s, in
+        // a third of the test's time.
+        &["--steps", "90", "--from", "30", "--to", "60", "--wait-s", "0.3"],
     );
     let job = judged(&sonde, truth.len());
     let contention = Contention::of(&truth);
@@ -352,7 +354,13 @@ fn a_rank_sleeping_every_tenth_step_is_idle_then() {
     let tmp = tempfile::tempdir().unwrap();
     let (sonde, otlp) = start_sonde(tmp.path(), false);
     // Only rank 1 sleeps: rank 0's every 10th step is healthy.
-    let truth = inject(tmp.path(), otlp, "sleeper", 2, &["--steps", "60", "--sleepy-rank", "1"]);
+    let truth = inject(
+        tmp.path(),
+        otlp,
+        "sleeper",
+        2,
+        &["--steps", "60", "--sleepy-rank", "1", "--wait-s", "0.3"],
+    );
     let job = judged(&sonde, truth.len());
     // Steps before the rank has a usual CPU rate are judged on absolute CPU: skipped.
     let contention = Contention::of(&truth);
