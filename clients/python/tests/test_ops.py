@@ -92,5 +92,70 @@ class Collectives(unittest.TestCase):
         self.assertEqual(kinds, ["dp_collective"] * 4)
 
 
+def fake_p2p(log):
+    def send(tensor, dst, group=None, tag=0):
+        log.append(("send", dst))
+
+    def recv(tensor, src=None, group=None, tag=0):
+        log.append(("recv", src))
+        return src
+
+    def isend(tensor, dst, group=None, tag=0):
+        log.append(("isend", dst))
+        return Work(log)
+
+    def irecv(tensor, src=None, group=None, tag=0):
+        log.append(("irecv", src))
+        return Work(log)
+
+    return types.SimpleNamespace(send=send, recv=recv, isend=isend, irecv=irecv, get_rank=lambda group=None: group["rank"])
+
+
+class PointToPoint(unittest.TestCase):
+    def test_sends_and_receives_are_pipeline_ops_of_their_micro_batch(self):
+        a = mem_agent()
+        mem = a._pipeline._span_override
+        o = ops.Ops(a, dp=0, stage=1)
+        a.update_batch_idx(2)
+        log = []
+        dist = fake_p2p(log)
+        restore = ops.time_p2p(o, dist)
+        with o.micro_batch(3):
+            dist.recv("x", 0)
+            work = dist.isend("g", 0)
+        self.assertEqual(o.recorded, 1, "an isend lasts until its wait")
+        work.wait()  # waited outside the micro-batch: still micro-batch 3's
+        dist.send("y", 2)
+        restore()
+        self.assertEqual(dist.send.__name__, "send")
+        self.assertFalse(getattr(dist.send, "_sonde_timed", False))
+        a.end()
+        rows = [s.attributes for s in mem.get_finished_spans() if s.name == "sonde.op"]
+        self.assertEqual([(r["kind"], r["micro"], r["step"], r["stage"]) for r in rows],
+                         [("pp_recv", 3, 2, 1), ("pp_send", 3, 2, 1), ("pp_send", -1, 2, 1)])
+        with self.assertRaisesRegex(ValueError, "micro-batch is an integer >= 0"):
+            with o.micro_batch(-2):
+                pass
+
+
+class Coordinates(unittest.TestCase):
+    def test_from_the_environment_with_the_agents_rank_as_the_default_dp_rank(self):
+        a = mem_agent()  # rank 3
+        o = ops.Ops.from_env(a, env={"SONDE_CLIENT_PP_STAGE": "2"})
+        self.assertEqual(o.coords, {"dp": 3, "stage": 2, "tp": 0})
+        o = ops.Ops.from_env(a, env={"SONDE_CLIENT_DP_RANK": "1", "SONDE_CLIENT_TP_RANK": "4"})
+        self.assertEqual(o.coords, {"dp": 1, "stage": 0, "tp": 4})
+        with self.assertRaisesRegex(ValueError, "SONDE_CLIENT_PP_STAGE='x' is not an integer"):
+            ops.Ops.from_env(a, env={"SONDE_CLIENT_PP_STAGE": "x"})
+        a.end()
+
+    def test_from_process_groups(self):
+        a = mem_agent()
+        dist = fake_p2p([])
+        o = ops.Ops.from_groups(a, dp_group={"rank": 5}, pp_group={"rank": 1}, dist=dist)
+        self.assertEqual(o.coords, {"dp": 5, "stage": 1, "tp": 0})
+        a.end()
+
+
 if __name__ == "__main__":
     unittest.main()
