@@ -123,7 +123,9 @@ await suite({
     for (const b of bodies) await post(url, b);
     await page.goto(`${url}/#/jobs/pipe`);
     const table = page.locator('[data-job-panel=bottleneck] [data-item=stages] table');
-    await until('the stage view', async () => (await table.count()) === 1, 30000);
+    // Each rank's body is posted apart: the replay takes in the ranks that came late.
+    const ranks = page.locator('[data-job-panel=bottleneck] [data-item=whatif-shares] [data-stat=ranks] dd');
+    await until('the stage view of all four ranks', async () => (await table.count()) === 1 && (await ranks.innerText()) === '4', 30000);
     const other = 1 - stage;
     const value = async (s, col) => +(await table.locator(`tr[data-key="${s}"] td`).nth(col).getAttribute('data-value'));
     for (const s of [0, 1]) {

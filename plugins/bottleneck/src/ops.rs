@@ -86,6 +86,10 @@ pub struct OpsWindow {
     /// Steps analysed last time (the window's last step), so a timer with
     /// nothing new does not replay again.
     pub analysed_through: Option<u64>,
+    /// Operations arrived for steps already analysed: a rank heard from
+    /// late (on a master, through a slower agent). The next call replays
+    /// again, with them.
+    late: bool,
     /// Rows refused as meaningless (an end before its start, a kind out of range).
     pub skipped: u64,
 }
@@ -119,6 +123,9 @@ impl OpsWindow {
             self.skipped += 1;
             return;
         }
+        if self.analysed_through.is_some_and(|a| row.step <= a) {
+            self.late = true;
+        }
         let node = self.node(node);
         self.steps.entry(row.step).or_default().push(Op {
             rank,
@@ -141,8 +148,8 @@ impl OpsWindow {
     }
 
     /// The steps whose last operation ended `lag_ns` before `now`: the
-    /// window to replay (oldest first), or none when nothing completed since
-    /// the last call.
+    /// window to replay (oldest first), or none when nothing completed, and
+    /// nothing arrived late for the steps replayed, since the last call.
     pub fn complete(&mut self, now: u64, lag_ns: u64) -> Option<Vec<Op>> {
         let done: Vec<u64> = self
             .steps
@@ -151,10 +158,11 @@ impl OpsWindow {
             .map(|(&s, _)| s)
             .collect();
         let last = *done.last()?;
-        if self.analysed_through.is_some_and(|a| a >= last) {
+        if !self.late && self.analysed_through.is_some_and(|a| a >= last) {
             return None;
         }
-        self.analysed_through = Some(last);
+        self.late = false;
+        self.analysed_through = Some(self.analysed_through.map_or(last, |a| a.max(last)));
         Some(done.iter().flat_map(|s| self.steps[s].iter().cloned()).collect())
     }
 }
@@ -215,4 +223,41 @@ pub fn read(batch: &EventBatch) -> (Vec<(&Origin, OpRow)>, u64) {
         }
     }
     (out, bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(step: u64, start_ms: u64) -> OpRow {
+        OpRow {
+            step,
+            micro: -1,
+            dp: 0,
+            stage: 0,
+            tp: 0,
+            kind: 0,
+            start_ns: start_ms * 1_000_000,
+            end_ns: (start_ms + 10) * 1_000_000,
+        }
+    }
+
+    #[test]
+    fn a_rank_heard_from_late_is_replayed_with_the_others() {
+        let mut w = OpsWindow::default();
+        for step in 0..4 {
+            w.add("a", 0, &row(step, step * 100), 16);
+        }
+        let now = 10_000_000_000;
+        assert_eq!(w.complete(now, 0).map(|o| o.len()), Some(4));
+        assert!(w.complete(now, 0).is_none(), "nothing new");
+        // Rank 1's steps, through a slower agent: the same steps again, with it.
+        for step in 0..4 {
+            w.add("b", 1, &row(step, step * 100), 16);
+        }
+        let again = w.complete(now, 0).expect("replayed with the late rank");
+        assert_eq!(again.len(), 8);
+        assert!(again.iter().any(|o| o.rank == 1));
+        assert!(w.complete(now, 0).is_none());
+    }
 }
