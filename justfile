@@ -331,6 +331,16 @@ bench-diagnosis *ARGS:
     cargo build --release --example whatif --manifest-path plugins/Cargo.toml -p sonde-bottleneck
     python3 scripts/bench_diagnosis.py {{ARGS}}
 
+# The same diagnosis on real PyTorch jobs (tests/py/torch_faults.py, gloo on
+# CPU): a master and two agents in network namespaces, four ranks, one fault
+# per run (a slow dataloader, a CPU quota, a throttled link, an unbalanced
+# pipeline); the master's finding against the truth. Needs root; --runs, --steps.
+[doc('the diagnosis on real PyTorch jobs with injected faults, on a cluster in namespaces')]
+[group('bench')]
+bench-diagnosis-real *ARGS: setup python-frameworks plugins
+    cargo build -p sonde
+    SONDE_BIN="${SONDE_BIN:-target/debug/sonde}" python3 scripts/bench_diagnosis_real.py {{ARGS}}
+
 # The `sonde plugin new` templates (size, load cold and cached, memory,
 # on-samples cost, ratio to Rust) and the plugins/examples/ guests next to
 # their Rust twins doing the same work (also cost per event row, same
