@@ -16,10 +16,17 @@ its operations to its namespace's agent over OTLP/HTTP; the agents forward
 to the master, whose bottleneck plugin judges the job. The runs:
 
     healthy   DDP, 4 ranks, nothing injected                      -> no culprit
-    loader    DDP, rank 2's dataloader waits 200 ms per batch      -> rank 2, input
-    cpu       DDP, rank 1 in a cgroup (v1 cpu.cfs_quota_us) of 25 % of a core -> rank 1, compute
-    link      DDP, node-b's link throttled (tc tbf, 50 Mbit/s)     -> node-b's link
+    loader    DDP, rank 2's dataloader waits 600 ms per batch      -> rank 2, input
+    cpu       DDP, rank 1 in a cgroup (v1 cpu.cfs_quota_us) of 10 % of a core -> rank 1, compute
+    link      DDP, node-b's link throttled (tc tbf, 50 Mbit/s) from a third
+              of the steps on                                     -> a fail-slow from then
     pipeline  2 stages x 2 replicas, GPipe, stage 1 three times stage 0's blocks -> stage 1
+
+Four ranks share two cores here, so every step's compute varies with the
+scheduler; the faults are sized to stand out of that (a healthy run reads
+about 1.2x its ideal). A link slow for the whole window is every
+collective's typical duration, so the What-if replay alone cannot see it:
+the link run throttles mid-run, and what counts is the fail-slow onset.
 
 After each run the master's What-if finding (`GET /api/jobs/<job>`) is read
 and compared with the truth; the table at the end says what each run got.
@@ -47,9 +54,9 @@ GRPC_PORT, API_PORT, AGENT_API = 14317, 17878, 7878
 # run -> (mode, torch_faults.py arguments, expected (about, id, cause word) or None)
 RUNS = {
     "healthy": ("ddp", [], None),
-    "loader": ("ddp", ["--slow-loader-rank", "2", "--loader-ms", "200"], ("rank", "2", "input")),
+    "loader": ("ddp", ["--slow-loader-rank", "2", "--loader-ms", "600"], ("rank", "2", "input")),
     "cpu": ("ddp", [], ("rank", "1", "compute")),
-    "link": ("ddp", [], ("link", "node-b", "")),
+    "link": ("ddp", [], ("fail-slow", "", "")),
     "pipeline": ("pipeline", ["--blocks", "1,3", "--micro", "4"], ("stage", "1", "")),
 }
 
@@ -161,12 +168,33 @@ def ranks(run, job, mode, args, steps, port, log):
     return procs
 
 
-def what_if(job):
+def view(job):
     try:
-        view = get(f"http://127.0.0.1:{API_PORT}/api/jobs/{job}")
+        return get(f"http://127.0.0.1:{API_PORT}/api/jobs/{job}")
     except Exception:  # noqa: BLE001 - not there yet
-        return None
-    return next((f for f in view.get("findings", []) if f.get("kind") == "what-if"), None)
+        return {}
+
+
+def what_if(job):
+    return next((f for f in view(job).get("findings", []) if f.get("kind") == "what-if"), None)
+
+
+def onset(job):
+    """The fail-slow finding's onset step and sentence, if any."""
+    f = next((f for f in view(job).get("findings", []) if f.get("kind") == "fail-slow"), None)
+    return (f["body"].get("onset step"), f["reason"]) if f else (None, "no fail-slow finding")
+
+
+def throttle_from(job, step, seconds=300):
+    """Throttles node-b's link once the master has seen `step` of the job."""
+    end = time.time() + seconds
+    while time.time() < end:
+        if any((r.get("last_batch") or 0) >= step for r in view(job).get("ranks", [])):
+            sh("ip", "netns", "exec", "sdb", "tc", "qdisc", "add", "dev", "sdb-n", "root",
+               "tbf", "rate", "50mbit", "burst", "64kb", "latency", "100ms")
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def verdict(f):
@@ -205,20 +233,18 @@ def main():
         with open(f"{CGROUP}/cpu.cfs_period_us", "w") as f:
             f.write("100000")
         with open(f"{CGROUP}/cpu.cfs_quota_us", "w") as f:
-            f.write("25000")
+            f.write("10000")
         procs = start_sondes(work, log)
         for i, run in enumerate(runs):
             mode, args, expected = RUNS[run]
             job = f"real-{run}"
-            if run == "link":
-                sh("ip", "netns", "exec", "sdb", "tc", "qdisc", "add", "dev", "sdb-n", "root",
-                   "tbf", "rate", "50mbit", "burst", "64kb", "latency", "100ms")
             t0 = time.time()
             rs = ranks(run, job, mode, args, a.steps, 29500 + i, log)
+            throttled_at = a.steps // 3 if run == "link" and throttle_from(job, a.steps // 3) else None
             outs = [p.communicate(timeout=600)[0] for p in rs]
             took = time.time() - t0
             if run == "link":
-                sh("ip", "netns", "exec", "sdb", "tc", "qdisc", "del", "dev", "sdb-n", "root")
+                sh("ip", "netns", "exec", "sdb", "tc", "qdisc", "del", "dev", "sdb-n", "root", check=False)
             failed = [p.returncode for p in rs if p.returncode]
             if failed:
                 results.append((run, expected, (None, None, f"ranks failed: {failed} (see {work}/log)"), took, False))
@@ -233,7 +259,12 @@ def main():
                 elif got is not None and time.time() - stable_since > 3:
                     break
                 time.sleep(0.5)
-            ok = right(expected, got)
+            if run == "link":
+                step, sentence = onset(job)
+                ok = throttled_at is not None and step is not None and 0 <= step - throttled_at <= 5
+                got = ("fail-slow", str(step), f"{sentence} (throttled from step {throttled_at})")
+            else:
+                ok = right(expected, got)
             results.append((run, expected, got, took, ok))
             print(f"{run}: {took:.0f} s, {recorded} operations; {'RIGHT' if ok else 'WRONG'}: {got[2]}", flush=True)
     finally:
@@ -250,7 +281,7 @@ def main():
     print("| run | injected | expected | the master's diagnosis | right |")
     print("|---|---|---|---|---|")
     for run, expected, got, took, ok in results:
-        exp = "no culprit" if expected is None else f"{expected[0]} {expected[1]}" + (f" ({expected[2]})" if expected[2] else "")
+        exp = "no culprit" if expected is None else f"{expected[0]} {expected[1]}".strip() + (f" ({expected[2]})" if expected[2] else "")
         print(f"| {run} | {' '.join(RUNS[run][1]) or '-'} | {exp} | {got[2]} | {'yes' if ok else '**no**'} |")
     n = sum(ok for *_, ok in results)
     print(f"\n{n} of {len(results)} runs right (log: {work}/log)")

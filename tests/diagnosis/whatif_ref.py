@@ -8,7 +8,9 @@ deliberately simple rather than fast:
 - every operation gets its own duration: a pipeline receive counts from when
   it was posted and its send had finished; a collective (all members of one
   group's k-th collective of that kind in the step) counts from its last
-  member's arrival to its last member's end;
+  member's arrival to its last member's end; an operation inside which
+  collectives of its rank start counts until the last of those starts (the
+  rest of it waited for them: DDP's backward and its gradient all-reduce);
 - the typical duration of an operation is the median of the same operation
   (kind, stage, position among its kind in its micro-batch, or in the step for
   step-wide operations) over the window;
@@ -99,7 +101,8 @@ def build(rows):
                 else:
                     u = Unit(kind, stage, slot, step)
                     u.ranks.append(rank)
-                    u.own = float(o["end"] - o["start"])
+                    inner = [c["start"] for c in seq if c["kind"] in ("dp_collective", "tp_collective") and o["start"] < c["start"] < o["end"]]
+                    u.own = float((max(inner) if inner else o["end"]) - o["start"])
                     u.order_key = (o["end"], o["start"])
                     units.append(u)
                     if micro is not None and kind in ("forward", "backward"):

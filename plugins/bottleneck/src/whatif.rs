@@ -8,7 +8,10 @@
 //!
 //! 1. Each operation's *own* duration is measured, without the time it spent
 //!    waiting for others (see [`analyze`] for how waiting is taken out of
-//!    receives and collectives).
+//!    receives and collectives). An operation inside which a collective of
+//!    its rank starts (DDP calls its gradient all-reduce from within
+//!    backward, and backward returns once the reduction is done) owns only
+//!    the time up to the last such start: the rest was that wait.
 //! 2. The *typical* duration of an operation is the median, over the window,
 //!    of the same operation (kind, pipeline stage and position in its
 //!    micro-batch) on every rank and step. Stages keep their own typical

@@ -311,7 +311,7 @@ pub(super) fn build(ops: &[Op]) -> Built {
             bwd_done.clear();
             let mut coll_seen = [0u32; 9];
             let mut prev: Option<u32> = None;
-            for o in seq {
+            for (k, o) in seq.iter().enumerate() {
                 first = first.min(o.start_ns);
                 last = last.max(o.end_ns);
                 let position = match o.micro {
@@ -379,7 +379,17 @@ pub(super) fn build(ops: &[Op]) -> Built {
                     id
                 } else {
                     infos.push(info);
-                    durs.push(o.end_ns.saturating_sub(o.start_ns) as f64);
+                    // A collective of this rank that starts inside the operation
+                    // (DDP's gradient all-reduce, called from within backward):
+                    // what came after the last such start was the wait for it.
+                    let own_end = seq[k + 1..]
+                        .iter()
+                        .take_while(|c| c.start_ns < o.end_ns)
+                        .filter(|c| c.kind.is_collective() && c.start_ns > o.start_ns)
+                        .map(|c| c.start_ns)
+                        .max()
+                        .unwrap_or(o.end_ns);
+                    durs.push(own_end.saturating_sub(o.start_ns) as f64);
                     spans.push((0, 0));
                     let id = (infos.len() - 1) as u32;
                     if let Some(m) = o.micro {

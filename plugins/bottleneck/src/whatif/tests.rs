@@ -418,3 +418,52 @@ fn diagnosis_serializes_with_a_tag() {
     assert_eq!(v["culprit"]["culprit"], "worker");
     assert_eq!(v["culprit"]["cause"], "input");
 }
+
+/// DDP's shape: the gradient all-reduce is called from within backward
+/// (its bucket ready), and backward returns only once the reduction is done.
+/// Rank 2's input takes 60 ms: the others' backward lasts until rank 2's
+/// all-reduce call, which the replay must not count as their own compute.
+#[test]
+fn a_collective_called_inside_backward_is_its_wait_not_compute() {
+    const MS: u64 = 1_000_000;
+    let mut ops = Vec::new();
+    for step in 0..8u64 {
+        let t0 = step * 200 * MS;
+        let input = |r: u32| if r == 2 { 60 * MS } else { MS };
+        // Everyone's all-reduce ends 2 ms after rank 2's call (its input,
+        // then 10 ms forward and 10 ms of backward until its call).
+        let last_call = t0 + input(2) + 20 * MS;
+        let reduced = last_call + 2 * MS;
+        for r in 0..4u32 {
+            let fwd = t0 + input(r);
+            let call = fwd + 20 * MS;
+            let op = |kind, start_ns, end_ns| Op {
+                rank: r,
+                node: r,
+                dp: r,
+                stage: 0,
+                tp: 0,
+                step,
+                micro: None,
+                kind,
+                start_ns,
+                end_ns,
+            };
+            ops.push(op(OpKind::Input, t0, fwd));
+            ops.push(op(OpKind::Forward, fwd, fwd + 10 * MS));
+            ops.push(op(OpKind::Backward, fwd + 10 * MS, reduced));
+            ops.push(op(OpKind::DpCollective, call, reduced));
+            ops.push(op(OpKind::Optimizer, reduced, reduced + MS));
+        }
+    }
+    let (a, d) = diagnosis(&ops);
+    assert!(a.slowdown > 1.5, "the input's 59 ms over a 33 ms ideal: {}", a.slowdown);
+    match d.culprit {
+        Culprit::Worker { rank, cause, .. } => {
+            assert_eq!(rank, 2);
+            assert_eq!(cause, OpKind::Input);
+        }
+        other => panic!("{other:?}: {}", d.sentence),
+    }
+    assert!(d.gain > 0.9, "{}", d.gain);
+}
