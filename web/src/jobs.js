@@ -63,10 +63,13 @@ export class JobPage {
     this.params = params;
     this.charts = [];
     this.sig = '';
+    // Settles once the first view is drawn (or said to be missing).
+    this.painted = new Promise((done) => { this.donePainting = done; });
   }
 
   destroy() {
     this.dead = true;
+    this.donePainting();
     for (const c of this.charts) c.destroy();
     this.charts = [];
   }
@@ -91,10 +94,12 @@ export class JobPage {
     const peek = (n) => Math.max(PEEK_BATCHES, Math.min(FIRST_BATCHES, Math.floor(FIRST_RANK_STEPS / Math.max(1, n))));
     this.first = known && known.rank_count ? peek(known.rank_count) : PEEK_BATCHES;
     const r = await this.load(this.first);
-    if (this.dead) return;
-    if (!r.ok) { this.notFound(r); return; }
+    if (this.dead) { this.donePainting(); return; }
+    if (!r.ok) { this.notFound(r); this.donePainting(); return; }
     this.render(r.json, true);
     performance.mark('job-page-first-paint');
+    // After the frame that draws it.
+    requestAnimationFrame(() => setTimeout(this.donePainting, 0));
     this.rankCount = this.m.nR;
     if (r.json.steps.length >= this.first) {
       const mid = peek(this.rankCount);

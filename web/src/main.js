@@ -143,10 +143,14 @@ async function init() {
   win.addEventListener('change', () => { setParams({ window: win.value }); feed.start(+win.value); });
   // Old links (#plugins) keep working.
   if (/^#[a-z]+$/.test(location.hash)) history.replaceState(null, '', `#/${location.hash.slice(1)}`);
-  initSystem();
   initConfig();
   initUpload();
-  feed.start(+win.value);
+  // A job's page opened by its link paints first: the live feed's first
+  // snapshot (every series of the window) and the System view's charts
+  // would take the same main thread. They start once its steps are drawn.
+  const jobFirst = route.view === 'jobs' && route.arg;
+  const live = () => { initSystem(); feed.start(+win.value); };
+  if (!jobFirst) live();
   // The view first; the status and this sonde's name follow (the views read
   // them through `app` when they draw, so nothing waits on them).
   const cfg = get('/api/config').then((r) => {
@@ -154,9 +158,12 @@ async function init() {
   });
   const status = refreshSummary();
   window.addEventListener('hashchange', show);
-  if (route.view === 'jobs' && route.arg) show();
+  if (jobFirst) {
+    show();
+    jobPage.painted.then(live);
+  }
   await Promise.all([cfg, status]);
-  if (!(route.view === 'jobs' && route.arg)) show();
+  if (!jobFirst) show();
   setInterval(refreshSummary, 1000);
   setInterval(() => { if (['timings', 'plugins', 'jobs', 'nodes'].includes(route.view)) refreshView(false); }, 2000);
 }
