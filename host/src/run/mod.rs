@@ -222,9 +222,13 @@ impl Host {
         let _ = tokio::time::timeout(deadline / 4, self.hub_task).await;
         let per_plugin = Duration::from_millis(cfg.plugins.call_timeout_ms as u64 + 200).min(deadline / 2);
         let p = self.plugins.clone();
+        let commits = self.hub.commits.clone();
         let _ = tokio::time::timeout(
             deadline / 2,
             tokio::task::spawn_blocking(move || {
+                // The receivers are stopped: every request taken is in the
+                // windows, every report in the jobs.
+                commits.flush();
                 p.shutdown(per_plugin);
                 // The findings the plugins published, on disk before the store closes.
                 p.decisions().close();
@@ -352,6 +356,16 @@ fn start_hub(
         hub.clone()
             .run(Duration::from_millis(cfg.ingest.flush_ms), stop_rx.clone()),
     );
+    // The requests taken so far, by sender and number: a repeat after a restart is still one.
+    let restored = hub
+        .dedup
+        .restore_from(&plugins.state().namespace(ingest::dedup::NAMESPACE));
+    if restored > 0 {
+        tracing::info!(producers = restored, "request windows of earlier runs restored");
+    }
+    hub.commits.attach(plugins.state().clone());
+    hub.commits.add(hub.dedup.clone());
+    tokio::spawn(hub.commits.clone().run(stop_rx.clone()));
     (hub, hub_task)
 }
 
@@ -477,6 +491,7 @@ fn start_cluster(
         decisions: plugins.decisions().clone(),
         master_client,
         resource,
+        state: Some(plugins.state().clone()),
         plugin_names: Arc::new(move || {
             let mut loaded = Vec::new();
             let mut unhealthy = Vec::new();

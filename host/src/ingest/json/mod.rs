@@ -207,6 +207,14 @@ async fn ingest(
             }
         }
     };
+    // An agent that could not forward it refuses it now: the job keeps it.
+    if let Err(why) = st.hub.room() {
+        counters.refused_rows.fetch_add(report.rows() as u64, Relaxed);
+        let mut r = error(StatusCode::SERVICE_UNAVAILABLE, why, None);
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return r;
+    }
     let n = match st.hub.submit(&report) {
         Ok(n) => {
             counters.rows.fetch_add(n as u64, Relaxed);
