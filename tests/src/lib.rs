@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 // a port and an HTTP client), from a crate that does not depend on sonde.
 pub use sonde_test_support::{engines, free_port, http, http_with, pki};
 
+pub mod proxy;
+
 /// `mpirun -np NP` of an Open MPI job with the MPI probe
 /// (`target/probes/libsonde_mpi.so`) preloaded, reporting job `job` to the
 /// sonde whose API is `api`, flushing every 200 ms; the caller adds more `-x`
