@@ -88,8 +88,11 @@ pub trait Durable: Send + Sync {
 pub struct DurableStats {
     /// A state store is attached (off: nothing is kept, nothing waits).
     pub enabled: bool,
-    /// The last flush succeeded (false: requests with an identity are refused).
+    /// The last flush succeeded and no other store is failing (false:
+    /// requests with an identity are refused).
     pub healthy: bool,
+    /// Why another store holds requests back (the history cannot write).
+    pub held: Option<String>,
     pub flushes: u64,
     pub flush_errors: u64,
     pub last_error: Option<String>,
@@ -112,6 +115,9 @@ pub struct Commits {
     last_error: Mutex<Option<String>>,
     /// Serialises flushes (the task's and the one at shutdown).
     flushing: Mutex<()>,
+    /// Another store the answers depend on cannot write (the history on a
+    /// full disk): why. Set and cleared by its watcher.
+    held: Mutex<Option<String>>,
 }
 
 impl Default for Commits {
@@ -128,6 +134,7 @@ impl Default for Commits {
             refused: AtomicU64::new(0),
             last_error: Mutex::default(),
             flushing: Mutex::default(),
+            held: Mutex::default(),
         }
     }
 }
@@ -149,12 +156,27 @@ impl Commits {
     /// The last flush succeeded. While false, a receiver refuses requests
     /// with an identity (counted here) instead of taking what it cannot keep.
     pub fn healthy(&self) -> bool {
-        self.healthy.load(Relaxed)
+        self.healthy.load(Relaxed) && self.held.lock().is_none()
+    }
+
+    /// Another store that what is taken goes to cannot write (Some: why),
+    /// or can again (None): requests with an identity are refused meanwhile.
+    pub fn hold(&self, why: Option<String>) {
+        let mut h = self.held.lock();
+        match (&*h, &why) {
+            (None, Some(w)) => tracing::warn!("{w}: refusing requests from sondes until it writes again"),
+            (Some(_), None) => tracing::info!("taking requests from sondes again"),
+            _ => {}
+        }
+        *h = why;
     }
 
     /// Counts a request refused because the store cannot write.
     pub fn refuse(&self) -> String {
         self.refused.fetch_add(1, Relaxed);
+        if let Some(w) = self.held.lock().clone() {
+            return format!("{w}: retry later");
+        }
         let why = self.last_error.lock().clone().unwrap_or_default();
         format!("the state store cannot write ({why}): retry later")
     }
@@ -163,6 +185,7 @@ impl Commits {
         DurableStats {
             enabled: self.enabled(),
             healthy: self.healthy(),
+            held: self.held.lock().clone(),
             flushes: self.flushes.load(Relaxed),
             flush_errors: self.errors.load(Relaxed),
             last_error: self.last_error.lock().clone(),
