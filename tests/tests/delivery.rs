@@ -286,3 +286,36 @@ fn a_full_gateway_spool_refuses_and_its_sender_delivers_later() {
     assert_eq!(rows(&master), reports * per * 3, "every timing once");
     assert_each_phase_once(&job_steps(&master, "train-spool", 50_000).unwrap());
 }
+
+#[test]
+fn a_job_posting_the_same_numbered_body_twice_is_taken_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Sonde::start(&tmp.path().join("sonde"), &[], &[]);
+    let body = steps("train-once", 0, 0, 3).to_string();
+    let post = |seq: &str| {
+        http_with(
+            &s.api,
+            "POST",
+            "/api/ingest",
+            &[
+                ("Content-Type", "application/json"),
+                ("sonde-producer", "job-0-4242"),
+                ("sonde-seq", seq),
+            ],
+            body.as_bytes(),
+        )
+    };
+    let (code, first) = post("1");
+    assert_eq!(code, 202, "{first}");
+    // Its answer was lost, say: the job posts the same body with the same number.
+    let (code, again) = post("1");
+    assert_eq!(code, 202, "{again}");
+    assert!(again.contains("\"repeat\":true"), "{again}");
+    let (code, bad) = post("0");
+    assert_eq!(code, 400, "a number from 1: {bad}");
+    let ingest = s.json("/api/ingest");
+    assert_eq!(ingest["dedup"]["repeats"], 1, "{ingest}");
+    let got = job_steps(&s, "train-once", 100).unwrap();
+    assert_eq!(got.len(), 3);
+    assert_each_phase_once(&got);
+}
