@@ -757,6 +757,24 @@ pub fn wait_quiet(path: &Path, quiet: Duration, limit: Duration) {
     }
 }
 
+/// The flags of a `sonde --role master` named `the-master` whose only OTLP
+/// receiver is gRPC on 127.0.0.1:`grpc`, plus `extra`.
+pub fn master_args(grpc: u16, extra: &[&str]) -> Vec<String> {
+    let listen = format!("ingest.otlp_grpc_listen=\"127.0.0.1:{grpc}\"");
+    let mut args = vec![
+        "--role",
+        "master",
+        "--set",
+        listen.as_str(),
+        "--set",
+        "ingest.otlp_http_listen=\"off\"",
+        "--set",
+        "host.name=\"the-master\"",
+    ];
+    args.extend_from_slice(extra);
+    args.iter().map(|s| s.to_string()).collect()
+}
+
 /// A `sonde --role agent` named `name` (its `host.name`) under `dir/name`,
 /// sampling every 100 ms with sysmetrics and exporting to the master's OTLP/gRPC
 /// port every 300 ms.

@@ -9,24 +9,8 @@ use serde_json::{Value, json};
 use sonde_e2e::proxy::HoldProxy;
 use sonde_e2e::*;
 
-fn master_args(grpc: u16) -> Vec<String> {
-    [
-        "--role",
-        "master",
-        "--set",
-        &format!("ingest.otlp_grpc_listen=\"127.0.0.1:{grpc}\""),
-        "--set",
-        "ingest.otlp_http_listen=\"off\"",
-        "--set",
-        "host.name=\"the-master\"",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
 fn start_master(dir: &std::path::Path, grpc: u16, port: Option<u16>) -> Sonde {
-    let args = master_args(grpc);
+    let args = master_args(grpc, &[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match port {
         Some(p) => Sonde::start_on(dir, &[], &args, p),
