@@ -31,6 +31,9 @@ use crate::profile::{BinKey, JobProfile};
 pub const KEPT_TIMELINE: usize = 2_000;
 const PREFIX: &str = "profile/";
 
+/// One rank's and thread's timeline: (rank, thread, [(interval end, ns per state)]).
+type SavedLine = (i32, u32, Vec<(u64, [u64; 3])>);
+
 #[derive(Serialize, Deserialize)]
 struct Saved {
     /// (rank, thread, state, function, callsite, ns)
@@ -41,8 +44,7 @@ struct Saved {
     last_ns: u64,
     dropped_samples: u64,
     rows: u64,
-    /// (rank, thread, [(interval end, ns per state)])
-    timeline: Vec<(i32, u32, Vec<(u64, [u64; 3])>)>,
+    timeline: Vec<SavedLine>,
 }
 
 fn encode(p: &JobProfile) -> Vec<u8> {
