@@ -589,7 +589,10 @@ def main():
         time.sleep(3)  # the master's hub hands the last requests to the job registry
         table = account(c, t_start, t_end)
         ingest = get("master", "/api/ingest")
-        history = (get("master", "/api/status").get("storage") or {}).get("history")
+        storage = get("master", "/api/status").get("storage") or {}
+        history = storage.get("history")
+        if history is not None:
+            history = dict(history, batches_lagged=storage.get("batches_lagged"))
         report(table, timeline, ingest, args, history)
         if args.rounds > 1:
             print()
@@ -622,7 +625,8 @@ def report(table, timeline, ingest, args, history=None):
     if history:
         print(f"master history: points appended {history.get('points_appended')}, out of order (dropped) "
               f"{history.get('out_of_order')}, lost to I/O {history.get('points_lost_to_io')}, I/O errors "
-              f"{history.get('io_errors')}")
+              f"{history.get('io_errors')}; batches the history's tap lost for lagging "
+              f"{history.get('batches_lagged')}")
     d, du = ingest.get("dedup", {}), ingest.get("durable", {})
     print(f"master: repeats dropped {d.get('repeats')}, busy {d.get('busy')}, beyond window "
           f"{d.get('beyond_window')}, taken {d.get('taken')}; state-store flushes {du.get('flushes')}, "
