@@ -406,3 +406,15 @@ many-nodes *ARGS: build
 [group('bench')]
 soak *ARGS: build
     python3 scripts/soak.py {{ARGS}}
+
+# A master and three agents in network namespaces on a bridge this creates and
+# removes, a job on every node, faults one at a time (link cut, tbf throttle,
+# packet loss, kill -9 of master and agents, master disk full, clock jumps, the
+# collector in between killed); every acknowledged timing, row and point
+# checked at the end. Needs root; --fault-s N, --keep, --json FILE.
+[doc('fault injection: every acknowledged write checked after partitions, kills, full disks')]
+[group('bench')]
+chaos *ARGS: plugins
+    command -v iptables >/dev/null && command -v tc >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends iptables iproute2 faketime; }
+    cargo build -p sonde
+    sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo python3 scripts/chaos.py {{ARGS}}

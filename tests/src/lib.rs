@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 // a port and an HTTP client), from a crate that does not depend on sonde.
 pub use sonde_test_support::{engines, free_port, http, http_with, pki};
 
+pub mod proxy;
+
 /// `mpirun -np NP` of an Open MPI job with the MPI probe
 /// (`target/probes/libsonde_mpi.so`) preloaded, reporting job `job` to the
 /// sonde whose API is `api`, flushing every 200 ms; the caller adds more `-x`
@@ -753,6 +755,24 @@ pub fn wait_quiet(path: &Path, quiet: Duration, limit: Duration) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The flags of a `sonde --role master` named `the-master` whose only OTLP
+/// receiver is gRPC on 127.0.0.1:`grpc`, plus `extra`.
+pub fn master_args(grpc: u16, extra: &[&str]) -> Vec<String> {
+    let listen = format!("ingest.otlp_grpc_listen=\"127.0.0.1:{grpc}\"");
+    let mut args = vec![
+        "--role",
+        "master",
+        "--set",
+        listen.as_str(),
+        "--set",
+        "ingest.otlp_http_listen=\"off\"",
+        "--set",
+        "host.name=\"the-master\"",
+    ];
+    args.extend_from_slice(extra);
+    args.iter().map(|s| s.to_string()).collect()
 }
 
 /// A `sonde --role agent` named `name` (its `host.name`) under `dir/name`,

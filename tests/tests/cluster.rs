@@ -16,21 +16,7 @@ struct Cluster {
 }
 
 fn master_args(grpc: u16) -> Vec<String> {
-    [
-        "--role",
-        "master",
-        "--set",
-        &format!("ingest.otlp_grpc_listen=\"127.0.0.1:{grpc}\""),
-        "--set",
-        "ingest.otlp_http_listen=\"off\"",
-        "--set",
-        "cluster.node_timeout_ms=2500",
-        "--set",
-        "host.name=\"the-master\"",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    sonde_e2e::master_args(grpc, &["--set", "cluster.node_timeout_ms=2500"])
 }
 
 fn agent(dir: &std::path::Path, name: &str, master_grpc: u16) -> Sonde {

@@ -212,7 +212,7 @@ async fn ready(State(st): State<AppState>) -> Response {
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ready": false, "error": "not ready", "reason": "still loading plugins"})),
+            Json(json!({"ready": false, "error": "not ready", "reason": "still starting (plugins, receivers)"})),
         )
             .into_response()
     }

@@ -110,7 +110,7 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/ingest",
-            "ingest counters per source (otlp, json, agent; `unauthorized`: refused for a missing or wrong bearer token), TLS handshakes the listeners refused (`tls_refused`) and the hub's queue",
+            "ingest counters per source (otlp, json, agent; `unauthorized`: refused for a missing or wrong bearer token), TLS handshakes the listeners refused (`tls_refused`), the hub's queue, re-sent OTLP requests dropped (`dedup`) and the state store's group commit (`durable`)",
         ),
         op(
             "get",

@@ -27,8 +27,11 @@
 //! The master types them by its own plugins' declarations.
 //!
 //! Limits: whatever the export queue holds (`export.queue_capacity`
-//! requests, or the spool's bytes); past it the oldest request is dropped and
-//! counted in `/api/status` (`export.stats`). Sampling never waits on it.
+//! requests, or the spool's bytes). A source that can refuse (the JSON
+//! ingest, the OTLP receivers) asks first (`room`) and answers 503 /
+//! UNAVAILABLE while it is full, so the job keeps its report; what still
+//! finds it full (the in-process API, a race) is counted in
+//! `rows_not_queued`. Sampling never waits on it.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -355,6 +358,12 @@ impl Forwarder {
 }
 
 impl ReportTap for Forwarder {
+    fn room(&self) -> Result<(), String> {
+        self.pipeline
+            .room_to_forward()
+            .map_err(|r| format!("this agent cannot forward now: {r}"))
+    }
+
     fn observe(&self, reports: &[Report]) {
         let rows: usize = reports.iter().map(Report::rows).sum();
         if rows == 0 {
@@ -365,13 +374,20 @@ impl ReportTap for Forwarder {
         if let Some((m, n)) = e.metrics {
             ok &= self
                 .pipeline
-                .forward(Signal::Metrics, Bytes::from(m.encode_to_vec()), n);
+                .forward(Signal::Metrics, Bytes::from(m.encode_to_vec()), n, None)
+                .is_ok();
         }
         if let Some((t, n)) = e.traces {
-            ok &= self.pipeline.forward(Signal::Traces, Bytes::from(t.encode_to_vec()), n);
+            ok &= self
+                .pipeline
+                .forward(Signal::Traces, Bytes::from(t.encode_to_vec()), n, None)
+                .is_ok();
         }
         if let Some((l, n)) = e.logs {
-            ok &= self.pipeline.forward(Signal::Logs, Bytes::from(l.encode_to_vec()), n);
+            ok &= self
+                .pipeline
+                .forward(Signal::Logs, Bytes::from(l.encode_to_vec()), n, None)
+                .is_ok();
         }
         let counter = if ok {
             &self.rows_forwarded

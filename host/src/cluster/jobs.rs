@@ -19,7 +19,10 @@
 //! counted), 4 096 ranks and 64 phase names per job (more are counted and
 //! left out). A report with no job name belongs to no job (a sonde agent's
 //! own telemetry) and is not kept here. Works in every role: standalone sees
-//! its own machine's jobs, a master every node's.
+//! its own machine's jobs, a master every node's. A master and a standalone
+//! sonde keep their jobs in the state store too, written with the request
+//! that changed them and read back at start (`jobs/store.rs`); an agent's
+//! are its master's to keep.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -27,6 +30,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::ingest::{Report, ReportTap};
+
+pub mod store;
 
 const MAX_RANKS_PER_JOB: usize = 4_096;
 const MAX_PHASES_PER_STEP: usize = 64;
@@ -186,7 +191,14 @@ pub struct JobStats {
     pub jobs: usize,
     /// Jobs dropped to stay within `cluster.max_jobs`.
     pub jobs_evicted: u64,
+    /// Whether jobs are kept in the state store (`jobs/store.rs`).
+    pub persisted: bool,
+    /// Jobs and steps changed since they were last written (0: all on disk).
+    pub unsaved: usize,
 }
+
+/// A rank's key in a job: (global rank, role, index).
+type RankKey = (i32, String, i32);
 
 pub struct JobRegistry {
     inner: Mutex<Jobs>,
@@ -198,6 +210,27 @@ pub struct JobRegistry {
 struct Jobs {
     map: HashMap<String, Job>,
     evicted: u64,
+    /// What changed since the last write, when a store is attached.
+    dirty: Option<Dirty>,
+}
+
+/// Changes not yet written to the state store.
+#[derive(Default)]
+struct Dirty {
+    /// Jobs whose summary or ranks changed.
+    jobs: BTreeSet<String>,
+    /// Steps added or changed: (job, rank, batch).
+    steps: BTreeSet<(String, RankKey, u64)>,
+    /// Steps dropped for room.
+    gone_steps: BTreeSet<(String, RankKey, u64)>,
+    /// Jobs dropped for room: every key of theirs goes.
+    gone_jobs: BTreeSet<String>,
+}
+
+impl Dirty {
+    fn len(&self) -> usize {
+        self.jobs.len() + self.steps.len() + self.gone_steps.len() + self.gone_jobs.len()
+    }
 }
 
 impl JobRegistry {
@@ -214,6 +247,8 @@ impl JobRegistry {
         JobStats {
             jobs: j.map.len(),
             jobs_evicted: j.evicted,
+            persisted: j.dirty.is_some(),
+            unsaved: j.dirty.as_ref().map_or(0, Dirty::len),
         }
     }
 
@@ -302,12 +337,26 @@ impl JobRegistry {
             return;
         }
         let (earliest, latest) = report_span(r);
-        let mut jobs = self.inner.lock();
+        let mut guard = self.inner.lock();
+        let jobs = &mut *guard;
         if !jobs.map.contains_key(&r.origin.job) && jobs.map.len() >= self.max_jobs {
             // Make room: the job heard from longest ago goes.
             if let Some(oldest) = jobs.map.iter().min_by_key(|(_, j)| j.last_ns).map(|(k, _)| k.clone()) {
                 jobs.map.remove(&oldest);
                 jobs.evicted += 1;
+                if let Some(d) = &mut jobs.dirty {
+                    d.jobs.remove(&oldest);
+                    d.steps.retain(|(j, ..)| *j != oldest);
+                    d.gone_steps.retain(|(j, ..)| *j != oldest);
+                    d.gone_jobs.insert(oldest);
+                }
+            }
+        }
+        let mut dirty = jobs.dirty.as_mut();
+        if let Some(d) = dirty.as_deref_mut() {
+            d.gone_jobs.remove(&r.origin.job);
+            if !d.jobs.contains(&r.origin.job) {
+                d.jobs.insert(r.origin.job.clone());
             }
         }
         let job = jobs.map.entry(r.origin.job.clone()).or_insert_with(|| Job {
@@ -336,7 +385,7 @@ impl JobRegistry {
             job.ranks_refused += 1;
             return;
         }
-        let rank = job.ranks.entry(key).or_default();
+        let rank = job.ranks.entry(key.clone()).or_default();
         if !r.origin.node.is_empty() {
             rank.node.clone_from(&r.origin.node);
         }
@@ -364,6 +413,9 @@ impl JobRegistry {
                     .or(rank.last_batch)
             };
             let Some(batch) = batch else { continue };
+            if let Some(d) = dirty.as_deref_mut() {
+                d.steps.insert((r.origin.job.clone(), key.clone(), batch));
+            }
             let step = rank.steps.entry(batch).or_insert_with(|| Step {
                 start: t.start,
                 end: t.end,
@@ -391,8 +443,15 @@ impl JobRegistry {
             rank.last_batch = Some(rank.last_batch.map_or(t.step as u64, |b| b.max(t.step as u64)));
         }
         while rank.steps.len() > self.max_steps {
-            rank.steps.pop_first();
+            let Some((batch, _)) = rank.steps.pop_first() else {
+                break;
+            };
             rank.steps_dropped += 1;
+            if let Some(d) = dirty.as_deref_mut() {
+                let k = (r.origin.job.clone(), key.clone(), batch);
+                d.steps.remove(&k);
+                d.gone_steps.insert(k);
+            }
         }
     }
 }

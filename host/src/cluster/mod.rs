@@ -18,7 +18,8 @@
 //! - `forward.rs`: an agent's reports as OTLP, the exact inverse of the receiver's mapping.
 //! - `heartbeat.rs`: an agent's liveness signal, sent outside the export queue.
 //! - `nodes.rs`: the master's nodes: last seen, lost/back, clock skew, duplicate names.
-//! - `jobs.rs`: jobs in every role: nodes, ranks, time span, steps per rank.
+//! - `jobs.rs`: jobs in every role: nodes, ranks, time span, steps per rank;
+//!   `jobs/store.rs` keeps a master's and a standalone sonde's in the state store.
 //! - `remote_points.rs`: a master shows its agents' series as its own, labelled by node.
 //!
 //! A standalone sonde runs only the job registry (its own jobs). Depends on
@@ -71,6 +72,9 @@ pub struct Parts<'a> {
     pub master_client: Option<crate::export::client::Client>,
     pub resource: Vec<(String, AttrValue)>,
     pub plugin_names: heartbeat::PluginNames,
+    /// The host's state store: a master and a standalone sonde keep their
+    /// jobs in it (`jobs/store.rs`).
+    pub state: Option<crate::state::StateStore>,
     pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -79,6 +83,14 @@ impl Cluster {
     /// inside the runtime.
     pub fn start(p: Parts<'_>) -> Cluster {
         let jobs = Arc::new(jobs::JobRegistry::new(p.cfg.max_jobs, p.cfg.max_steps_per_rank));
+        if let Some(state) = p.state.as_ref().filter(|_| p.cfg.role != Role::Agent) {
+            let restored = jobs.restore_from(&state.namespace(jobs::store::NAMESPACE));
+            if restored > 0 {
+                tracing::info!(jobs = restored, "jobs of earlier runs restored");
+            }
+            // Written with the dedup windows, before a sonde's request is answered.
+            p.hub.commits.add(jobs.clone());
+        }
         p.hub.add_tap(jobs.clone());
         let mut c = Cluster {
             role: p.cfg.role,

@@ -41,6 +41,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::export::config::{ExportConfig, Protocol};
+use crate::export::sequence::{PRODUCER_HEADER, RequestId, SEQ_HEADER};
 
 /// Which OTLP service a request is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,9 +161,16 @@ impl Client {
 
     /// Sends one encoded `Export{Metrics,Logs}ServiceRequest`, bounded by the timeout.
     pub async fn send(&self, signal: Signal, body: Bytes) -> Result<Accepted, SendError> {
+        self.send_with(signal, body, None).await
+    }
+
+    /// The same, carrying the request's identity (`sonde-producer`,
+    /// `sonde-seq`; see `sequence.rs`) so that a receiver takes it once
+    /// however often it is sent.
+    pub async fn send_with(&self, signal: Signal, body: Bytes, id: Option<&RequestId>) -> Result<Accepted, SendError> {
         match self {
-            Client::Grpc(g) => g.send(signal, body).await,
-            Client::Http(h) => h.send(signal, body).await,
+            Client::Grpc(g) => g.send(signal, body, id).await,
+            Client::Http(h) => h.send(signal, body, id).await,
         }
     }
 }
@@ -223,9 +231,16 @@ impl GrpcClient {
         })
     }
 
-    async fn send(&self, signal: Signal, body: Bytes) -> Result<Accepted, SendError> {
+    async fn send(&self, signal: Signal, body: Bytes, id: Option<&RequestId>) -> Result<Accepted, SendError> {
         let mut req = tonic::Request::new(body);
         *req.metadata_mut() = self.metadata.clone();
+        if let Some(id) = id {
+            // A producer that is not a valid header value was refused when it was read.
+            if let Ok(p) = MetadataValue::try_from(&*id.producer) {
+                req.metadata_mut().insert(PRODUCER_HEADER, p);
+                req.metadata_mut().insert(SEQ_HEADER, MetadataValue::from(id.seq));
+            }
+        }
         req.set_timeout(self.timeout);
         let mut grpc = self.grpc.clone();
         let call = async move {
@@ -454,7 +469,7 @@ impl HttpClient {
         })
     }
 
-    async fn send(&self, signal: Signal, body: Bytes) -> Result<Accepted, SendError> {
+    async fn send(&self, signal: Signal, body: Bytes, id: Option<&RequestId>) -> Result<Accepted, SendError> {
         let uri = match signal {
             Signal::Metrics => self.metrics_url.clone(),
             Signal::Logs => self.logs_url.clone(),
@@ -469,6 +484,12 @@ impl HttpClient {
             .body(Full::new(body))
             .map_err(|e| SendError::fatal(format!("building request for {uri}: {e}")))?;
         req.headers_mut().extend(self.headers.clone());
+        if let Some(id) = id
+            && let Ok(p) = http::HeaderValue::from_str(&id.producer)
+        {
+            req.headers_mut().insert(PRODUCER_HEADER, p);
+            req.headers_mut().insert(SEQ_HEADER, http::HeaderValue::from(id.seq));
+        }
         if self.gzip {
             req.headers_mut()
                 .insert(http::header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));

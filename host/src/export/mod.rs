@@ -6,6 +6,8 @@
 //!   [`LogBatch`](crate::model::LogBatch) into OTLP export requests.
 //! - [`client`]: sends encoded requests over gRPC (tonic) or HTTP/protobuf
 //!   (hyper), with a per-request timeout and errors classified as retryable or not.
+//! - [`sequence`]: a request's identity (producer, number), sent as headers so
+//!   that a sonde receiver takes a re-sent request once.
 //!
 //! Batching, queueing, retry and drop accounting live one level up, in
 //! [`crate::pipeline`]; this module only encodes and sends one request at a time.
@@ -26,6 +28,7 @@ pub mod config;
 pub mod otlp;
 pub mod remote_write;
 pub mod resource;
+pub mod sequence;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -15,7 +15,9 @@
 //!  PluginManager::publish_events: each plugin gets the column groups and tables it asked for
 //! ```
 //! `report.rs` holds the `Report` model, `batch.rs` builds the hub's WIT
-//! `event-batch` from reports, `tables.rs` maps rows of event tables onto the
+//! `event-batch` from reports, `dedup.rs` the window that takes a re-sent
+//! OTLP request once, `durable.rs` the group commit that writes what a
+//! request changed before it is answered, `tables.rs` maps rows of event tables onto the
 //! tables plugins declared (the hub holds their registry), `error.rs` the
 //! validation error all receivers share, `limits.rs` the bounds on names and
 //! attributes they enforce, `config.rs` the `[ingest]` settings. Imports
@@ -27,6 +29,8 @@
 
 mod batch;
 pub mod config;
+pub mod dedup;
+pub mod durable;
 pub mod error;
 pub mod json;
 pub mod limits;
@@ -117,6 +121,10 @@ pub struct IngestStats {
     /// TLS handshakes refused by the receivers and the API listener (no or
     /// a foreign client certificate under mTLS, plain HTTP on a TLS port).
     pub tls_refused: u64,
+    /// Re-sent OTLP requests recognised and dropped (see `dedup.rs`).
+    pub dedup: dedup::DedupStats,
+    /// The group commit of the host's kept state (see `durable.rs`).
+    pub durable: durable::DurableStats,
 }
 
 /// Where batches go (the plugin manager in the host; a test collector in tests).
@@ -128,6 +136,13 @@ pub type Publish = Arc<dyn Fn(&types::EventBatch) -> usize + Send + Sync>;
 /// source's task: it must be quick and must not block.
 pub trait ReportTap: Send + Sync {
     fn observe(&self, reports: &[Report]);
+
+    /// Whether it could keep what it would observe now (an agent's
+    /// forwarder: room in its export queue); Err says why not. Sources that
+    /// can refuse ([`IngestHub::room`]) ask before they take a report.
+    fn room(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The in-process API's per-agent buffers: one lock and a push per call; the
@@ -153,6 +168,10 @@ pub struct IngestHub {
     pub agent: SourceCounters,
     /// Shared with every TLS listener: see [`IngestStats::tls_refused`].
     pub tls_refused: Arc<AtomicU64>,
+    /// The (producer, seq) of OTLP requests taken, shared by both receivers.
+    pub dedup: Arc<dedup::Dedup>,
+    /// Writes the windows and the job registry before a sonde's request is answered.
+    pub commits: Arc<durable::Commits>,
     batches: AtomicU64,
     rows_published: AtomicU64,
     rows_unwanted: AtomicU64,
@@ -186,6 +205,8 @@ impl IngestHub {
             json: SourceCounters::default(),
             agent: SourceCounters::default(),
             tls_refused: Arc::default(),
+            dedup: Arc::default(),
+            commits: Arc::default(),
             batches: AtomicU64::new(0),
             rows_published: AtomicU64::new(0),
             rows_unwanted: AtomicU64::new(0),
@@ -240,6 +261,13 @@ impl IngestHub {
             self.wake.notify_one();
         }
         Ok(n)
+    }
+
+    /// Err (why) when a tap could not keep a report now: the JSON ingest and
+    /// the OTLP receivers then answer 503 / UNAVAILABLE, so the sender keeps
+    /// it, instead of taking what would be dropped on the way on.
+    pub fn room(&self) -> Result<(), String> {
+        self.taps.read().iter().try_for_each(|t| t.room())
     }
 
     /// Adds a tap that sees every report accepted from now on.
@@ -354,6 +382,8 @@ impl IngestHub {
             waiting: self.pending.lock().rows,
             capacity: self.capacity,
             tls_refused: self.tls_refused.load(Relaxed),
+            dedup: self.dedup.stats(),
+            durable: self.commits.stats(),
         }
     }
 }

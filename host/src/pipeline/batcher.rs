@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::spool::AppendError;
-use super::{Buffer, Encoded, Shared, Tuning};
+use super::{Buffer, Encoded, Refused, Shared, Tuning};
 use crate::export::client::Signal;
 use crate::export::otlp;
 use crate::model::{LogRecord, Point, Scope};
@@ -82,8 +82,9 @@ impl Shared {
         if count > 0 {
             self.emit_logs(&parts, count, enabled, &tuning);
         }
-        // One sync for everything this flush spooled.
-        self.sync_spool();
+        // One sync for everything this flush spooled (a failure is logged and
+        // kept in `last_error`: our own samples have no sender to refuse).
+        let _ = self.sync_spool();
     }
 
     fn emit_metrics(&self, parts: &[(&Scope, &[Point])], count: usize, enabled: bool, tuning: &Tuning) {
@@ -93,9 +94,10 @@ impl Shared {
                 signal: Signal::Metrics,
                 body: Bytes::from(body),
                 items: count,
+                id: Some(self.sequencer.next()),
             }
         });
-        self.enqueue(Signal::Metrics, count, item, tuning);
+        let _ = self.enqueue(Signal::Metrics, count, item, tuning, false);
     }
 
     fn emit_logs(&self, parts: &[(&Scope, &[LogRecord])], count: usize, enabled: bool, tuning: &Tuning) {
@@ -105,20 +107,34 @@ impl Shared {
                 signal: Signal::Logs,
                 body: Bytes::from(req.encode_to_vec()),
                 items: count,
+                id: Some(self.sequencer.next()),
             }
         });
-        self.enqueue(Signal::Logs, count, item, tuning);
+        let _ = self.enqueue(Signal::Logs, count, item, tuning, false);
     }
 
     /// Moves `count` items from the buffer's tally into the queue (or into
     /// `dropped` when export was switched off: `item` is None), dropping the
-    /// oldest requests beyond the capacity.
-    pub(super) fn enqueue(&self, signal: Signal, count: usize, item: Option<Encoded>, tuning: &Tuning) {
+    /// oldest requests beyond the capacity, or the new one when the spool is
+    /// full or cannot write.
+    ///
+    /// With `refuse` (a forwarded request, which its sender keeps until it is
+    /// taken) nothing is dropped: a full queue or spool, or a spool that
+    /// cannot write, returns the reason instead and counts nothing.
+    pub(super) fn enqueue(
+        &self,
+        signal: Signal,
+        count: usize,
+        item: Option<Encoded>,
+        tuning: &Tuning,
+        refuse: bool,
+    ) -> Result<(), Refused> {
         let mut evicted: Vec<(Signal, usize)> = Vec::new();
+        let mut refused = None;
         {
             let mut q = self.queue.lock();
             if let (Some(sp), Some(item)) = (&self.spool, &item) {
-                match sp.append(item.signal, item.items, &item.body) {
+                match sp.append(item.signal, item.items, item.id.as_ref(), &item.body) {
                     Ok(ticket) => {
                         self.unsynced.fetch_max(ticket, Ordering::AcqRel);
                         if self.spool_full.swap(false, Ordering::Relaxed) {
@@ -138,10 +154,16 @@ impl Shared {
                         } else {
                             tracing::debug!("{msg}");
                         }
-                        *self.last_error.lock() = Some(msg);
-                        evicted.push((signal, count));
+                        *self.last_error.lock() = Some(msg.clone());
+                        if refuse {
+                            refused = Some(Refused::Spool(msg));
+                        } else {
+                            evicted.push((signal, count));
+                        }
                     }
                 }
+            } else if item.is_some() && refuse && q.items.len() >= tuning.queue_capacity {
+                refused = Some(Refused::QueueFull(q.items.len()));
             } else if let Some(item) = item {
                 while q.items.len() >= tuning.queue_capacity {
                     let Some(old) = q.items.pop_front() else {
@@ -175,6 +197,10 @@ impl Shared {
             self.dropped(sig, n);
         }
         self.sender_wake.notify_one();
+        match refused {
+            Some(r) => Err(r),
+            None => Ok(()),
+        }
     }
 }
 

@@ -39,10 +39,18 @@
 //! and what is unsent at shutdown stays spooled for the next start, which
 //! counts it in `*_in` again and sends it first. When appending would pass
 //! `spool_max_bytes`, the NEW request is dropped and counted: what is spooled
-//! was promised to survive. `queue_len` / `queued_points` then count the
+//! was promised to survive. A forwarded request (`forward`: a gateway's, an
+//! agent's job reports) is never dropped: a full queue or spool, or a spool
+//! that cannot write, refuses it (`Refused`) and its sender is told to retry.
+//! `queue_len` / `queued_points` then count the
 //! spool, the requests in flight included; its cursor moves only past
 //! requests answered in order, so whatever was in flight at a crash is sent
 //! again.
+//!
+//! Every request gets this process's identity and next number when it is
+//! queued (`export/sequence.rs`); a forwarded one keeps the one it came with.
+//! It is sent with every attempt and kept in its spool record, so a sonde
+//! receiver takes it once however often it is sent.
 //!
 //! The sender never dies: every error is counted and kept in `last_error`. It
 //! logs one warning when the collector starts failing and one info line when it
@@ -67,6 +75,7 @@ use tokio::time::Instant;
 use crate::export::client::{Client, Signal};
 use crate::export::config::ExportConfig;
 use crate::export::otlp;
+use crate::export::sequence::{RequestId, Sequencer};
 use crate::model::{AttrValue, LogBatch, MetricBatch};
 
 mod batcher;
@@ -89,6 +98,9 @@ pub const TAP_FILLING: usize = TAP_CAPACITY / 4;
 /// store. A host's own sampling (a few hundred points a second) stays under
 /// it and wakes no more often than before.
 pub const TAP_FILLING_POINTS: usize = 16_384;
+
+/// Free spool bytes below which [`PipelineHandle::room_to_forward`] says no.
+pub const FORWARD_ROOM: u64 = 256 << 10;
 
 /// Counters and gauges of the export pipeline, for the API, the dashboard and self-metrics.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -145,6 +157,10 @@ pub struct ExportStats {
     /// ends its segment, whose remaining bytes are counted in `spool_corrupt_bytes`.
     pub spool_corrupt_records: u64,
     pub spool_corrupt_bytes: u64,
+    /// Forwarded requests (gateway, an agent's job reports) refused rather
+    /// than dropped: the queue or spool was full, or the spool could not
+    /// write. Their senders were told to retry; not counted in `*_in`.
+    pub forward_refused: u64,
 }
 
 /// The submitting side of the pipeline. Cheap to clone; usable from any thread.
@@ -194,6 +210,22 @@ struct Encoded {
     signal: Signal,
     body: Bytes,
     items: usize,
+    /// Sent with every attempt, so the receiver takes it once.
+    id: Option<RequestId>,
+}
+
+/// Why [`PipelineHandle::forward`] did not take a request: the caller
+/// answers its sender with a retryable error, so the sender keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("export is off or stopping")]
+    Off,
+    /// The memory queue is at `export.queue_capacity`.
+    #[error("the export queue is full ({0} requests)")]
+    QueueFull(usize),
+    /// The spool is at `export.spool_max_bytes`, or its disk cannot write.
+    #[error("{0}")]
+    Spool(String),
 }
 
 #[derive(Default)]
@@ -304,6 +336,10 @@ struct Shared {
     unsynced: AtomicU64,
     /// The last append found the spool full (one warning per episode).
     spool_full: AtomicBool,
+    /// Numbers this process's requests (`export/sequence.rs`).
+    sequencer: Sequencer,
+    /// Forwarded requests refused (queue or spool full, spool not writable).
+    forward_refused: AtomicU64,
 }
 
 impl PipelineHandle {
@@ -380,17 +416,22 @@ impl PipelineHandle {
         self.shared.stats()
     }
 
-    /// Gateway mode: queues an OTLP request received from elsewhere, already
-    /// encoded, to be sent on unchanged (same queue, retry and drop rules as
-    /// our own requests). `items` is its point / record / span count. Returns
-    /// false when export is off or stopping (the items are not counted then).
-    pub fn forward(&self, signal: Signal, body: Bytes, items: usize) -> bool {
+    /// Gateway mode, and an agent's job reports: queues an OTLP request,
+    /// already encoded, to be sent on unchanged (same queue and retry rules
+    /// as our own requests). `items` is its point / record / span count; `id`
+    /// the identity it came with (a gateway passes it on), or None for a new
+    /// one of this process's.
+    ///
+    /// Unlike our own samples it is never dropped once taken: when the queue
+    /// or the spool is full, or the spool cannot write, it is refused (and
+    /// counted in `forward_refused`, not in `*_in`), for the caller to answer
+    /// its sender with a retryable error. Ok means queued, and with the spool
+    /// on, durable.
+    pub fn forward(&self, signal: Signal, body: Bytes, items: usize, id: Option<RequestId>) -> Result<(), Refused> {
         let s = &*self.shared;
         if !s.enabled.load(Ordering::Acquire) || !s.accepting.load(Ordering::Acquire) {
-            return false;
+            return Err(Refused::Off);
         }
-        let c = &s.c;
-        s.count(signal, items, [&c.points_in, &c.logs_in, &c.spans_in]);
         let tuning = *s.tuning.lock();
         {
             // `enqueue` takes the items off the buffer's tally; put them there first.
@@ -401,10 +442,63 @@ impl PipelineHandle {
                 Signal::Traces => {}
             }
         }
-        s.enqueue(signal, items, Some(Encoded { signal, body, items }), &tuning);
-        // Durable before the caller answers its sender.
-        s.sync_spool();
-        true
+        let id = Some(id.unwrap_or_else(|| s.sequencer.next()));
+        let queued = s.enqueue(
+            signal,
+            items,
+            Some(Encoded {
+                signal,
+                body,
+                items,
+                id,
+            }),
+            &tuning,
+            true,
+        );
+        if queued.is_ok() {
+            let c = &s.c;
+            s.count(signal, items, [&c.points_in, &c.logs_in, &c.spans_in]);
+        }
+        // Durable before the caller answers its sender. Queued but not synced,
+        // it is still sent; the sender is told to retry all the same, and
+        // its retry carries the same identity, which the receiver drops.
+        let done = queued.and_then(|()| s.sync_spool().map_err(Refused::Spool));
+        if done.is_err() {
+            s.forward_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        done
+    }
+
+    /// Whether a forwarded request would be taken now: export on, and room
+    /// in the memory queue or at least `FORWARD_ROOM` bytes in the spool. A
+    /// check ahead of the fact (the request's size is not known yet): a
+    /// source asks it to refuse early, [`forward`](Self::forward) still
+    /// refuses what does not fit.
+    pub fn room_to_forward(&self) -> Result<(), Refused> {
+        let s = &*self.shared;
+        if !s.enabled.load(Ordering::Acquire) || !s.accepting.load(Ordering::Acquire) {
+            return Err(Refused::Off);
+        }
+        match &s.spool {
+            Some(sp) => {
+                let st = sp.stats();
+                if st.bytes + FORWARD_ROOM > sp.max_bytes() {
+                    return Err(Refused::Spool(format!(
+                        "export spool full ({} of {} bytes)",
+                        st.bytes,
+                        sp.max_bytes()
+                    )));
+                }
+            }
+            None => {
+                let cap = s.tuning.lock().queue_capacity;
+                let len = s.queue.lock().items.len();
+                if len >= cap {
+                    return Err(Refused::QueueFull(len));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every submitted metric batch, export on or off. A receiver more than
@@ -525,6 +619,8 @@ impl Pipeline {
             spool,
             unsynced: AtomicU64::new(0),
             spool_full: AtomicBool::new(false),
+            sequencer: Sequencer::new(crate::export::resource::instance_id()),
+            forward_refused: AtomicU64::new(0),
         });
         if let Some(sp) = &shared.spool {
             // What an earlier run left: in again, to be sent first.
@@ -658,23 +754,27 @@ impl Shared {
             spooled_requests: sp.requests,
             spool_corrupt_records: sp.corrupt_records,
             spool_corrupt_bytes: sp.corrupt_bytes,
+            forward_refused: ld(&self.forward_refused),
         }
     }
 
     /// Makes what was appended to the spool durable (no-op without a spool).
-    fn sync_spool(&self) {
+    /// On error what was appended is still queued and sent; only a power cut
+    /// could now lose it, but it is not durable: a forwarded request is refused.
+    fn sync_spool(&self) -> Result<(), String> {
         let Some(sp) = &self.spool else {
-            return;
+            return Ok(());
         };
         let ticket = self.unsynced.load(Ordering::Acquire);
         if ticket == 0 {
-            return;
+            return Ok(());
         }
-        if let Err(e) = sp.sync(ticket) {
-            // Still queued and sent; only a power cut could now lose it.
+        sp.sync(ticket).map_err(|e| {
             tracing::warn!("export spool: fdatasync failed: {e}");
-            *self.last_error.lock() = Some(format!("spool sync: {e}"));
-        }
+            let msg = format!("export spool sync: {e}");
+            *self.last_error.lock() = Some(msg.clone());
+            msg
+        })
     }
 
     /// The counter of `signal` among (points, logs, spans).

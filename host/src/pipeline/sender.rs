@@ -15,7 +15,9 @@
 //!   earlier one only when both were in flight together.
 //! - With the spool a record is removed only once answered, and the spool's
 //!   cursor moves only past records answered in order (`spool.rs`): after a
-//!   crash, whatever was in flight is sent again (at least once).
+//!   crash, whatever was in flight is sent again (at least once), with the
+//!   identity it was first sent with (`export/sequence.rs`): a sonde receiver
+//!   takes it once.
 //! - Export switched off with the spool on: flights come back `Paused`, their
 //!   records stay spooled, and sending starts again from the oldest
 //!   unanswered one when export comes back.
@@ -66,6 +68,7 @@ pub(super) async fn sender_task(s: Arc<Shared>) {
                             signal: rec.signal,
                             body: rec.body.clone(),
                             items: rec.items,
+                            id: rec.id.clone(),
                         },
                         Some(rec),
                     ),
@@ -160,7 +163,7 @@ async fn deliver(s: &Shared, item: Encoded) -> Outcome {
         // An attempt in flight is not interrupted by a reconfigure (that could
         // deliver the request twice); it is bounded by the timeout, and a retry
         // after it goes to the new endpoint.
-        let err = match client.send(item.signal, item.body.clone()).await {
+        let err = match client.send_with(item.signal, item.body.clone(), item.id.as_ref()).await {
             Ok(acc) => {
                 let rejected = (acc.rejected as usize).min(item.items);
                 s.exported(item.signal, item.items - rejected);

@@ -5,9 +5,16 @@
 //!  <spool_dir>/0000000000000007.seg   segments, oldest first; the newest is appended to
 //!  <spool_dir>/cursor                 segment id + offset of the oldest unacknowledged record
 //!
-//!  record:  len u32 LE | crc32 u32 LE | signal u8 | items u32 LE | body (len - 5 bytes)
+//!  record:  len u32 LE | crc32 u32 LE | signal u8 | items u32 LE | [id] | body
 //!           (len and crc cover what follows the crc)
+//!  id:      present when the signal byte has its top bit (0x80) set:
+//!           seq u64 LE | producer length u8 | producer (ASCII)
 //! ```
+//!
+//! The id is the request's identity (`export/sequence.rs`), kept so that a
+//! replay, after a restart too, is sent with the number it was first sent
+//! with and the receiver can tell it is a repeat. Records written before ids
+//! existed (no top bit) still read, and go out without one.
 //!
 //! The pipeline appends a request and makes it durable (`fdatasync`, one per
 //! flush or forwarded request, shared by concurrent callers) before it counts
@@ -40,11 +47,14 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::export::client::Signal;
+use crate::export::sequence::{MAX_PRODUCER_BYTES, RequestId};
 
 /// len + crc.
 const HEADER: u64 = 8;
 /// signal + items, inside the checksummed part.
 const META: usize = 5;
+/// The signal byte's flag: an id follows the items.
+const HAS_ID: u8 = 0x80;
 const CURSOR: &str = "cursor";
 
 fn sig_index(s: Signal) -> usize {
@@ -69,6 +79,8 @@ pub(super) struct Record {
     pub signal: Signal,
     pub items: usize,
     pub body: Bytes,
+    /// The identity it was queued with (None: a record from before ids).
+    pub id: Option<RequestId>,
     seg: u64,
     /// Offset of this record in its segment.
     at: u64,
@@ -147,16 +159,43 @@ fn parse_len(header: &[u8; HEADER as usize], left: u64) -> Option<(usize, u32)> 
     (len >= META && (len as u64) <= left.saturating_sub(HEADER)).then_some((len, crc))
 }
 
-/// Checks a record's payload; returns (signal, items).
-fn parse_payload(payload: &[u8], crc: u32) -> Option<(Signal, usize)> {
+/// A record's payload, checked and taken apart.
+struct Payload {
+    signal: Signal,
+    items: usize,
+    id: Option<RequestId>,
+    /// Where the body starts in the payload.
+    body_at: usize,
+}
+
+/// Checks a record's payload and reads its header fields.
+fn parse_payload(payload: &[u8], crc: u32) -> Option<Payload> {
     if crc32fast::hash(payload) != crc {
         return None;
     }
-    let signal = sig_from(payload[0])?;
-    Some((
+    let signal = sig_from(payload[0] & !HAS_ID)?;
+    let items = u32::from_le_bytes(payload[1..META].try_into().unwrap()) as usize;
+    if payload[0] & HAS_ID == 0 {
+        return Some(Payload {
+            signal,
+            items,
+            id: None,
+            body_at: META,
+        });
+    }
+    let seq = u64::from_le_bytes(payload.get(META..META + 8)?.try_into().ok()?);
+    let plen = *payload.get(META + 8)? as usize;
+    let at = META + 9;
+    let producer = std::str::from_utf8(payload.get(at..at + plen)?).ok()?;
+    Some(Payload {
         signal,
-        u32::from_le_bytes(payload[1..META].try_into().unwrap()) as usize,
-    ))
+        items,
+        id: Some(RequestId {
+            producer: producer.into(),
+            seq,
+        }),
+        body_at: at + plen,
+    })
 }
 
 impl Spool {
@@ -253,10 +292,10 @@ impl Spool {
                 && parse_len(&h, size - seg.end).is_some_and(|(len, crc)| {
                     payload.resize(len, 0);
                     r.read_exact(&mut payload).is_ok()
-                        && parse_payload(&payload, crc).is_some_and(|(sig, items)| {
+                        && parse_payload(&payload, crc).is_some_and(|p| {
                             if seg.end >= skip_to {
                                 seg.requests += 1;
-                                seg.items[sig_index(sig)] += items;
+                                seg.items[sig_index(p.signal)] += p.items;
                             }
                             true
                         })
@@ -289,6 +328,10 @@ impl Spool {
         self.corrupt_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
     pub fn stats(&self) -> SpoolStats {
         let st = self.st.lock();
         SpoolStats {
@@ -301,15 +344,30 @@ impl Spool {
     }
 
     /// Appends one request (not yet synced). Returns a ticket for [`sync`](Self::sync).
-    pub fn append(&self, signal: Signal, items: usize, body: &[u8]) -> Result<u64, AppendError> {
+    /// `id` is kept with it (a producer longer than `MAX_PRODUCER_BYTES`
+    /// cannot be, and was refused where it came in).
+    pub fn append(
+        &self,
+        signal: Signal,
+        items: usize,
+        id: Option<&RequestId>,
+        body: &[u8],
+    ) -> Result<u64, AppendError> {
         let items = items.min(u32::MAX as usize);
-        let len = META + body.len();
+        let id = id.filter(|id| id.producer.len() <= MAX_PRODUCER_BYTES);
+        let id_len = id.map_or(0, |id| 9 + id.producer.len());
+        let len = META + id_len + body.len();
         let total = HEADER + len as u64;
         let mut rec = Vec::with_capacity(total as usize);
         rec.extend_from_slice(&(len as u32).to_le_bytes());
         rec.extend_from_slice(&[0; 4]);
-        rec.push(sig_index(signal) as u8);
+        rec.push(sig_index(signal) as u8 | if id.is_some() { HAS_ID } else { 0 });
         rec.extend_from_slice(&(items as u32).to_le_bytes());
+        if let Some(id) = id {
+            rec.extend_from_slice(&id.seq.to_le_bytes());
+            rec.push(id.producer.len() as u8);
+            rec.extend_from_slice(id.producer.as_bytes());
+        }
         rec.extend_from_slice(body);
         let crc = crc32fast::hash(&rec[HEADER as usize..]);
         rec[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -449,11 +507,12 @@ impl Spool {
                 .and_then(|(len, crc)| {
                     let mut payload = vec![0u8; len];
                     file.read_exact_at(&mut payload, at + HEADER).ok()?;
-                    let (signal, items) = parse_payload(&payload, crc)?;
+                    let p = parse_payload(&payload, crc)?;
                     Some(Record {
-                        signal,
-                        items,
-                        body: Bytes::from(payload).slice(META..),
+                        signal: p.signal,
+                        items: p.items,
+                        id: p.id,
+                        body: Bytes::from(payload).slice(p.body_at..),
                         seg: id,
                         at,
                         next: at + HEADER + len as u64,
@@ -614,7 +673,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
         for i in 0..3u8 {
-            let t = sp.append(Signal::Metrics, 10 + i as usize, &[i; 100]).unwrap();
+            let t = sp.append(Signal::Metrics, 10 + i as usize, None, &[i; 100]).unwrap();
             sp.sync(t).unwrap();
         }
         let (first, lost) = sp.next_unsent();
@@ -631,7 +690,7 @@ mod tests {
         let st = sp.stats();
         assert_eq!((st.requests, st.items, st.corrupt_records), (0, [0; 3], 1));
         // Appending goes on in a new segment.
-        let t = sp.append(Signal::Logs, 4, b"x").unwrap();
+        let t = sp.append(Signal::Logs, 4, None, b"x").unwrap();
         sp.sync(t).unwrap();
         let (rec, _) = sp.next_unsent();
         assert_eq!(rec.map(|r| (r.signal, r.items)), Some((Signal::Logs, 4)));
@@ -644,7 +703,7 @@ mod tests {
         {
             let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
             for i in 1..=4u8 {
-                sp.sync(sp.append(Signal::Metrics, i as usize, &[i; 10]).unwrap())
+                sp.sync(sp.append(Signal::Metrics, i as usize, None, &[i; 10]).unwrap())
                     .unwrap();
             }
             let recs: Vec<Record> = (0..3).map(|_| sp.next_unsent().0.unwrap()).collect();
@@ -682,7 +741,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
         for i in 1..=3u8 {
-            sp.sync(sp.append(Signal::Metrics, i as usize, &[i; 100]).unwrap())
+            sp.sync(sp.append(Signal::Metrics, i as usize, None, &[i; 100]).unwrap())
                 .unwrap();
         }
         let first = sp.next_unsent().0.unwrap();
@@ -707,7 +766,8 @@ mod tests {
         {
             let sp = Spool::open(tmp.path(), 1 << 20).unwrap();
             for i in 0..2 {
-                sp.sync(sp.append(Signal::Traces, i + 1, b"span").unwrap()).unwrap();
+                sp.sync(sp.append(Signal::Traces, i + 1, None, b"span").unwrap())
+                    .unwrap();
             }
             let (rec, _) = sp.next_unsent();
             sp.ack(&rec.unwrap());

@@ -848,12 +848,89 @@ async fn spool_forwarded_requests_are_durable_before_forward_returns() {
     let body = Bytes::from(otlp::encode_metric_parts_to_bytes(&otlp::resource(&resource()), &parts));
     {
         let (h, p) = Pipeline::start(&c, resource()).unwrap();
-        assert!(h.forward(Signal::Metrics, body.clone(), 25));
+        assert_eq!(h.forward(Signal::Metrics, body.clone(), 25, None), Ok(()));
         assert_eq!(h.stats().spooled_requests, 1);
         drop(p); // killed right after answering the sender
     }
     let fc = FakeCollector::grpc().await;
     let (h, p) = Pipeline::start(&spool_cfg(Some(fc.url()), tmp.path(), 64 << 20), resource()).unwrap();
     assert!(fc.state.wait_for(WAIT, |s| s.points() == 25).await, "{:?}", h.stats());
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_spool_refuses_a_forwarded_request_instead_of_dropping_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 10);
+    let (sc, b) = (scope(), batch(25, 7));
+    let parts = [(&*sc, b.points.as_slice())];
+    let body = Bytes::from(otlp::encode_metric_parts_to_bytes(&otlp::resource(&resource()), &parts));
+    let (h, p) = Pipeline::start(&c, resource()).unwrap();
+    let mut taken = 0u64;
+    let refused = loop {
+        match h.forward(Signal::Metrics, body.clone(), 25, None) {
+            Ok(()) => taken += 1,
+            Err(e) => break e,
+        }
+        assert!(taken < 10_000, "never refused");
+    };
+    assert!(
+        matches!(refused, super::Refused::Spool(ref m) if m.contains("spool full")),
+        "{refused:?}"
+    );
+    let st = h.stats();
+    assert_eq!((st.points_dropped, st.forward_refused), (0, 1), "{st:?}");
+    assert_eq!(st.points_in, 25 * taken, "only what was taken counts as in");
+    assert_eq!(st.spooled_requests as u64, taken);
+    p.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attempt_and_a_replay_after_a_restart_carry_the_identity_it_was_queued_with() {
+    use crate::export::sequence::RequestId;
+    let tmp = tempfile::tempdir().unwrap();
+    let (sc, b) = (scope(), batch(25, 7));
+    let parts = [(&*sc, b.points.as_slice())];
+    let body = Bytes::from(otlp::encode_metric_parts_to_bytes(&otlp::resource(&resource()), &parts));
+    {
+        let (h, p) = Pipeline::start(
+            &spool_cfg(Some(dead_endpoint().await), tmp.path(), 64 << 20),
+            resource(),
+        )
+        .unwrap();
+        let id = RequestId {
+            producer: "agent-x".into(),
+            seq: 7,
+        };
+        assert_eq!(h.forward(Signal::Metrics, body.clone(), 25, Some(id)), Ok(()));
+        drop(p); // killed with it spooled
+    }
+    let fc = FakeCollector::grpc().await;
+    fc.state.fail_next(2, Code::Unavailable, 503);
+    let (h, p) = Pipeline::start(&spool_cfg(Some(fc.url()), tmp.path(), 64 << 20), resource()).unwrap();
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 25).await, "{:?}", h.stats());
+    let seen = fc.state.seen.lock().clone();
+    assert_eq!(seen.len(), 3, "two refusals and the one taken");
+    for s in &seen {
+        assert_eq!(
+            s.headers.get("sonde-producer").map(String::as_str),
+            Some("agent-x"),
+            "{s:?}"
+        );
+        assert_eq!(s.headers.get("sonde-seq").map(String::as_str), Some("7"), "{s:?}");
+    }
+    // Our own requests get this process's identity, numbered from 1.
+    h.submit_metrics(batch(3, 100));
+    assert!(fc.state.wait_for(WAIT, |s| s.points() == 28).await);
+    let last = fc.state.seen.lock().last().cloned().unwrap();
+    assert_eq!(
+        last.headers.get("sonde-producer").map(String::as_str),
+        Some(crate::export::resource::instance_id())
+    );
+    assert!(
+        last.headers
+            .get("sonde-seq")
+            .is_some_and(|n| n.parse::<u64>().unwrap() >= 1)
+    );
     p.shutdown(Duration::from_secs(1)).await;
 }

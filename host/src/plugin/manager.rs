@@ -113,6 +113,12 @@ impl PluginManager {
         }))
     }
 
+    /// The host's state store (`<data_dir>/state.redb`): the plugins' state,
+    /// and the host's own in namespaces that start with `@`.
+    pub fn state(&self) -> &StateStore {
+        &self.shared.state
+    }
+
     /// The tap `GET /api/record` records through.
     pub fn recorder(&self) -> &Recorder {
         &self.recorder

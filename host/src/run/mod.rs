@@ -123,11 +123,6 @@ impl Host {
         // What jobs report: one hub, handed to the plugins every flush_ms.
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (hub, hub_task) = start_hub(&cfg, &plugins, sampling.gpu_watch, &stop_rx);
-        let receivers = if opts.otlp {
-            start_receivers(&cfg, &hub, &pipeline_handle, ingest_tls, &stop_rx).await
-        } else {
-            Vec::new()
-        };
 
         let cluster = Arc::new(start_cluster(&cfg, &hub, &pipeline_handle, &plugins, stop_rx.clone()));
         let storage = Arc::new(crate::storage::Storage::start(
@@ -138,6 +133,11 @@ impl Host {
             resource_attributes(&cfg),
         )?);
 
+        if let Some(h) = storage.history.clone() {
+            tokio::spawn(watch_history_writes(h, hub.commits.clone(), stop_rx.clone()));
+        }
+        // Not ready until the receivers listen (they start last, below).
+        let ready = Arc::new(AtomicBool::new(false));
         let (mut api_addr, mut server) = (None, None);
         if opts.api {
             let series_count = sampling.series_count;
@@ -152,7 +152,7 @@ impl Host {
                         .as_ref()
                         .map(|s| (s.stats(), series_count, s.gpu_status(), s.scheduling()))
                 }),
-                ready: Arc::new(AtomicBool::new(true)),
+                ready: ready.clone(),
                 started,
                 cluster: cluster.clone(),
                 storage: storage.clone(),
@@ -161,6 +161,16 @@ impl Host {
             let (addr, task) = serve_api(&cfg, app, api_tls, &stop_rx).await?;
             (api_addr, server) = (addr, Some(task));
         }
+
+        // The receivers last: a request taken before the job registry, the
+        // remote-points tap and the history were in place would be answered
+        // OK (and its number remembered) without reaching them.
+        let receivers = if opts.otlp {
+            start_receivers(&cfg, &hub, &pipeline_handle, ingest_tls, &stop_rx).await
+        } else {
+            Vec::new()
+        };
+        ready.store(true, std::sync::atomic::Ordering::Release);
 
         let selfm = match cfg.export.self_metrics_interval_ms {
             0 => tokio::spawn(async {}),
@@ -222,9 +232,13 @@ impl Host {
         let _ = tokio::time::timeout(deadline / 4, self.hub_task).await;
         let per_plugin = Duration::from_millis(cfg.plugins.call_timeout_ms as u64 + 200).min(deadline / 2);
         let p = self.plugins.clone();
+        let commits = self.hub.commits.clone();
         let _ = tokio::time::timeout(
             deadline / 2,
             tokio::task::spawn_blocking(move || {
+                // The receivers are stopped: every request taken is in the
+                // windows, every report in the jobs.
+                commits.flush();
                 p.shutdown(per_plugin);
                 // The findings the plugins published, on disk before the store closes.
                 p.decisions().close();
@@ -254,6 +268,31 @@ impl Host {
             &self.receivers,
             self.started,
         );
+    }
+}
+
+/// Every 500 ms: while the history's I/O errors grow (a full disk), and
+/// for 2 s after the last one, sondes' requests are refused (so their
+/// senders keep them) instead of being taken and lost on the way to disk.
+async fn watch_history_writes(
+    history: Arc<crate::history::History>,
+    commits: Arc<ingest::durable::Commits>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let (mut seen, mut last_error) = (history.stats().io_errors, None::<Instant>);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            r = stop.changed() => if r.is_err() || *stop.borrow() { break },
+        }
+        let now = history.stats().io_errors;
+        if now > seen {
+            last_error = Some(Instant::now());
+        }
+        seen = now;
+        let failing = last_error.is_some_and(|t| t.elapsed() < Duration::from_secs(2));
+        commits.hold(failing.then(|| "the history cannot write (see storage.history io_errors)".to_string()));
     }
 }
 
@@ -352,6 +391,16 @@ fn start_hub(
         hub.clone()
             .run(Duration::from_millis(cfg.ingest.flush_ms), stop_rx.clone()),
     );
+    // The requests taken so far, by sender and number: a repeat after a restart is still one.
+    let restored = hub
+        .dedup
+        .restore_from(&plugins.state().namespace(ingest::dedup::NAMESPACE));
+    if restored > 0 {
+        tracing::info!(producers = restored, "request windows of earlier runs restored");
+    }
+    hub.commits.attach(plugins.state().clone());
+    hub.commits.add(hub.dedup.clone());
+    tokio::spawn(hub.commits.clone().run(stop_rx.clone()));
     (hub, hub_task)
 }
 
@@ -477,6 +526,7 @@ fn start_cluster(
         decisions: plugins.decisions().clone(),
         master_client,
         resource,
+        state: Some(plugins.state().clone()),
         plugin_names: Arc::new(move || {
             let mut loaded = Vec::new();
             let mut unhealthy = Vec::new();

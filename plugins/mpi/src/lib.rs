@@ -14,11 +14,13 @@
 //! - `profile`: bins, summaries, imbalance, folded text, flame graph (plain data).
 //! - `pprof`: the profile as a gzip'd pprof `profile.proto` (work, stall in ns).
 //! - `trace`: per-rank state over time as a Chrome / Perfetto trace.
+//! - `persist`: the profiles in the host's state store, read back at start.
 //! - `plugin`: every hook's logic, with the host behind the SDK's `Host`
 //!   trait (`FakeHost` in the tests).
 //! - `routes`: `GET /jobs`, `/profile`, `/folded`, `/flame`, `/pprof`, `/trace`, `POST /reset`.
 
 pub mod panel;
+pub mod persist;
 pub mod plugin;
 pub mod pprof;
 pub mod profile;
@@ -72,8 +74,13 @@ impl Plugin for Mpi {
         Mpi::on_timer(self, host, id)
     }
 
-    fn on_request(&mut self, _host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
-        routes::handle(self, request)
+    fn on_request(&mut self, host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
+        let r = routes::handle(self, request);
+        if !self.forgotten.is_empty() {
+            // A reset: its saved profile goes now, not at a timer that may not come.
+            self.save(host);
+        }
+        r
     }
 
     fn stop(&mut self, host: &mut impl Host) {

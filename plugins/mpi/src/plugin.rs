@@ -27,6 +27,10 @@ pub struct Mpi {
     pub dropped_samples: u64,
     pub skipped_rows: u64,
     pub files_written: u64,
+    /// Jobs forgotten since the last save: their saved profiles go (`persist.rs`).
+    pub forgotten: Vec<String>,
+    /// The last save failed (logged once until one succeeds).
+    pub save_failed: bool,
 }
 
 impl Mpi {
@@ -43,7 +47,16 @@ impl Mpi {
             dropped_samples: 0,
             skipped_rows: 0,
             files_written: 0,
+            forgotten: Vec::new(),
+            save_failed: false,
         };
+        let restored = m.restore(host);
+        if restored > 0 {
+            host.log(
+                Severity::Info,
+                &format!("mpi: {restored} job profile(s) of an earlier run restored"),
+            );
+        }
         m.follow_jobs(host);
         m
     }
@@ -146,6 +159,7 @@ impl Mpi {
             };
             self.jobs.remove(&oldest);
             self.sinks.remove(&oldest);
+            self.forgotten.push(oldest);
         }
     }
 
@@ -154,6 +168,7 @@ impl Mpi {
             self.emit_metrics(host)
         } else if id == self.write_timer {
             self.write_files(host);
+            self.save(host);
             Ok(())
         } else {
             Ok(())
@@ -337,6 +352,7 @@ impl Mpi {
     pub fn stop(&mut self, host: &mut dyn Host) {
         let _ = self.emit_metrics(host);
         self.write_files(host);
+        self.save(host);
     }
 
     /// The job a request means: `?job=` or, without it, the one updated last.

@@ -66,6 +66,8 @@ pub struct JobProfile {
     /// Changed since the folded file was last written / metrics last emitted.
     pub dirty_file: bool,
     pub dirty_metrics: bool,
+    /// Changed since it was last saved in the state store (`persist.rs`).
+    pub dirty_state: bool,
     /// (rank, thread) -> end of each probe interval -> ns per state in it.
     pub timeline: BTreeMap<(i32, u32), BTreeMap<u64, [u64; 3]>>,
 }
@@ -231,6 +233,7 @@ impl JobProfile {
         }
         self.dirty_file = true;
         self.dirty_metrics = true;
+        self.dirty_state = true;
         true
     }
 

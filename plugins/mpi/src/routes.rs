@@ -111,6 +111,7 @@ pub fn handle(m: &mut Mpi, req: &HttpRequest) -> HttpResponse {
             None => HttpResponse::error(400, "POST /reset needs ?job=NAME"),
             Some(job) => {
                 let existed = m.jobs.remove(&job).is_some();
+                m.forgotten.push(job.clone());
                 HttpResponse::json(200, json!({"job": job, "reset": true, "existed": existed}).to_string())
             }
         },

@@ -530,3 +530,60 @@ fn configure_resets_the_timers_only_when_their_periods_change() {
     assert!(host.timers.values().any(|t| t.after_ms == 200 && t.repeat));
     assert_ne!(host.timers.keys().copied().collect::<Vec<_>>(), before);
 }
+
+#[test]
+fn a_restart_keeps_the_profiles_and_a_reset_job_stays_forgotten() {
+    let (mut host, mut m) = started("{}");
+    m.on_events(&batch(&imbalanced())).unwrap();
+    let mut other: Vec<Row> = imbalanced();
+    for r in &mut other {
+        r.0 = "other";
+    }
+    m.on_events(&batch(&other)).unwrap();
+    m.follow_jobs(&mut host);
+    let before = get(&mut m, "/profile", "job=job");
+    assert_eq!(before.0, 200);
+    // The write timer saves what changed.
+    let write = m_write_timer(&host);
+    m.on_timer(&mut host, write).unwrap();
+    assert!(host.store.kv.contains_key("profile/job"), "{:?}", host.store.kv.keys());
+    let (code, _) = req(&mut m, "POST", "/reset", "job=other");
+    assert_eq!(code, 200);
+    m.save(&mut host);
+    assert!(
+        !host.store.kv.contains_key("profile/other"),
+        "a reset job's profile goes"
+    );
+
+    // A new sonde process over the same state store.
+    let mut again = host.restarted(10);
+    let mut m2 = Mpi::start(&mut again, Settings::parse("{}").unwrap());
+    assert_eq!(
+        get(&mut m2, "/profile", "job=job"),
+        before,
+        "the same profile after the restart"
+    );
+    assert_eq!(get(&mut m2, "/profile", "job=other").0, 404);
+    assert!(!again.timers.is_empty(), "a restored job runs the timers");
+
+    // A full disk: the write fails, is logged once, and the profile is kept for the next try.
+    m2.on_events(&batch(&imbalanced())).unwrap();
+    again.fail_state_writes = Some("no space left on device".into());
+    m2.save(&mut again);
+    m2.save(&mut again);
+    let warned = again
+        .logs
+        .iter()
+        .filter(|(_, l)| l.contains("saving the profile"))
+        .count();
+    assert_eq!(warned, 1, "{:?}", again.logs);
+    again.fail_state_writes = None;
+    m2.save(&mut again);
+    let saved = again.store.kv["profile/job"].len();
+    assert!(saved > 0);
+}
+
+/// The id of the write timer: the second of the two timers `follow_jobs` sets.
+fn m_write_timer(host: &FakeHost) -> u64 {
+    *host.timers.keys().max().unwrap()
+}

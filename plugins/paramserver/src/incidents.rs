@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
 
 pub const STAGES: [&str; 7] = [
@@ -42,7 +42,29 @@ pub struct Stage {
     pub source: &'static str,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The sources a stage can have; what the state store gives back is one of them.
+const SOURCES: [&str; 4] = ["event", "detector", "last-heartbeat", "heartbeat"];
+
+impl<'de> Deserialize<'de> for Stage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Saved {
+            time_ns: u64,
+            source: String,
+        }
+        let s = Saved::deserialize(d)?;
+        let source = SOURCES
+            .into_iter()
+            .find(|k| *k == s.source)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown stage source {:?}", s.source)))?;
+        Ok(Stage {
+            time_ns: s.time_ns,
+            source,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub process: String,
     pub begin_ns: u64,
@@ -58,7 +80,7 @@ impl Checkpoint {
 }
 
 /// Checkpoints of one job.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Checkpoints {
     open: BTreeMap<String, (u64, Option<u64>)>,
     pub done: VecDeque<Checkpoint>,
@@ -139,7 +161,7 @@ impl Checkpoints {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Incident {
     pub id: u32,
     pub job: String,

@@ -14,6 +14,7 @@
 //! - `ps`: every hook's logic and the outputs, host behind the SDK's `Host`
 //!   trait (`FakeHost` in the tests).
 //! - `routes`: the HTTP routes.
+//! - `persist`: the jobs in the host's state store, read back at start.
 //!
 //! All plain Rust with native tests; the `Plugin` impl below is glue.
 
@@ -22,6 +23,7 @@ pub mod detector;
 pub mod incidents;
 pub mod metrics;
 pub mod panel;
+pub mod persist;
 pub mod ps;
 pub mod routes;
 pub mod settings;
@@ -73,6 +75,10 @@ impl Plugin for ParamServer {
 
     fn on_request(&mut self, host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
         routes::handle(self, host, request)
+    }
+
+    fn stop(&mut self, host: &mut impl Host) {
+        ParamServer::save(self, host);
     }
 }
 

@@ -44,7 +44,7 @@ pub fn process_key(o: &Origin) -> String {
     }
 }
 
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     pub heartbeats: u64,
     pub clocks: u64,
@@ -71,7 +71,7 @@ pub struct Job {
     /// Processes that reported `no-data`: when.
     pub no_data: BTreeMap<String, u64>,
     pub stragglers: Vec<String>,
-    straggler_decided: BTreeMap<String, u64>,
+    pub(crate) straggler_decided: BTreeMap<String, u64>,
     pub first_ns: u64,
     pub last_ns: u64,
     /// When every process of the job went silent together: the job ended
@@ -80,7 +80,7 @@ pub struct Job {
 }
 
 impl Job {
-    fn new(name: &str, settings: &Settings, time: u64) -> Job {
+    pub(crate) fn new(name: &str, settings: &Settings, time: u64) -> Job {
         Job {
             name: name.to_string(),
             detector: Detector::default(),
@@ -142,7 +142,11 @@ pub struct ParamServer {
     timer: Option<u64>,
     metrics: MetricRegistry,
     points: PointBuffer,
-    next_incident: u32,
+    pub(crate) next_incident: u32,
+    /// Something changed since the state was last saved (`persist.rs`).
+    pub(crate) unsaved: bool,
+    /// The last save failed (logged once until one succeeds).
+    pub(crate) save_failed: bool,
 }
 
 impl ParamServer {
@@ -155,7 +159,16 @@ impl ParamServer {
             metrics: MetricRegistry::new(),
             points: PointBuffer::new(),
             next_incident: 1,
+            unsaved: false,
+            save_failed: false,
         };
+        let restored = p.restore(host);
+        if restored > 0 {
+            host.log(
+                Severity::Info,
+                &format!("paramserver: {restored} job(s) of an earlier run restored"),
+            );
+        }
         p.follow_jobs(host);
         p
     }
@@ -258,6 +271,7 @@ impl ParamServer {
         for job in clocked {
             self.after_clocks(host, &job);
         }
+        self.unsaved = true;
         self.flush(host);
         self.follow_jobs(host);
     }
@@ -419,8 +433,18 @@ impl ParamServer {
             return;
         }
         let now = host.now();
+        let before = (
+            self.counters.detections,
+            self.counters.incidents,
+            self.counters.jobs_ended,
+        );
         self.check(host, now);
+        let c = &self.counters;
+        if before != (c.detections, c.incidents, c.jobs_ended) {
+            self.unsaved = true;
+        }
         self.flush(host);
+        self.save(host);
     }
 
     /// Declares silent processes dead, unless the whole job went silent:

@@ -454,3 +454,58 @@ fn a_job_that_stops_as_a_whole_ended_and_failed_nowhere() {
     assert_eq!(p.counters.incidents, 1);
     assert_eq!(p.counters.jobs_ended, 1);
 }
+
+#[test]
+fn a_restart_keeps_incidents_clocks_and_counters() {
+    let (mut p, mut host) =
+        start(r#"{"heartbeat_timeout_s": 2, "check_every_ms": 100, "consistency": "ssp", "staleness": 2}"#);
+    let mut rows = vec![
+        (1000, SERVER, Ev::Node("checkpoint-begin")),
+        (2500, SERVER, Ev::Node("checkpoint-end")),
+        (3000, W0, Ev::Clock(4)),
+        (3000, W1, Ev::Clock(2)),
+    ];
+    for t in (0..=4000).step_by(200) {
+        rows.push((t, W1, Ev::Hb));
+        rows.push((t, W0, Ev::Hb));
+    }
+    p.on_events(&mut host, &batch(&rows));
+    p.on_events(&mut host, &batch(&[(4100, W1, Ev::Node("killed"))]));
+    for t in (4200..=6000).step_by(200) {
+        p.on_events(&mut host, &batch(&[(t, W0, Ev::Hb)]));
+    }
+    tick(&mut p, &mut host, 4200, 6100, 100);
+    assert_eq!(host.decisions_of("node-dead").len(), 1);
+    let paths = ["/incidents?job=lr", "/clocks?job=lr", "/checkpoints?job=lr"];
+    let before: Vec<(u16, String)> = paths.iter().map(|q| get(&p, &mut host, q)).collect();
+    assert!(before.iter().all(|(c, _)| *c == 200), "{before:?}");
+    assert!(host.store.kv.contains_key("job/lr"), "saved at the check");
+
+    // A new sonde process over the same state store, at once.
+    let settings = || {
+        Settings::parse(r#"{"heartbeat_timeout_s": 2, "check_every_ms": 100, "consistency": "ssp", "staleness": 2}"#)
+            .unwrap()
+    };
+    let mut again = host.restarted(host.now);
+    let q = ParamServer::start(&mut again, settings());
+    let after: Vec<(u16, String)> = paths.iter().map(|r| get(&q, &mut again, r)).collect();
+    assert_eq!(
+        after, before,
+        "the same incidents, clocks and checkpoints after the restart"
+    );
+    assert_eq!(q.counters.detections, p.counters.detections);
+    assert_eq!(
+        q.next_incident, p.next_incident,
+        "the next incident gets the next number"
+    );
+    assert!(!again.timers.is_empty(), "a restored job runs the check timer");
+
+    // Restarted 1.5 s later: worker-0 (last beat at 6000, alive) gets a fresh
+    // timeout from the restart, so the check at 9000 does not declare it dead.
+    let mut later = host.restarted(T0 + 7500 * MS);
+    let mut r = ParamServer::start(&mut later, settings());
+    later.now = T0 + 9000 * MS;
+    let id = *later.timers.keys().next().unwrap();
+    r.on_timer(&mut later, id);
+    assert!(later.decisions_of("node-dead").is_empty(), "{:?}", later.decisions);
+}

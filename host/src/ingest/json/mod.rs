@@ -40,6 +40,14 @@
 //! An invalid row of a fixed list (timings, points, ...) refuses the body:
 //! 422 with `accepted: 0`.
 //!
+//! A sender that may post a body again (its answer lost, the agent killed)
+//! names each body with `sonde-producer` and `sonde-seq` (as sondes do
+//! between themselves, `export/sequence.rs`) and posts the same body with
+//! the same number again: a body already taken is answered 202 with
+//! `"repeat": true` and not taken twice, a window per producer remembers it
+//! across a restart (`ingest/dedup.rs`), and the answer comes once what the
+//! body changed is on disk (`ingest/durable.rs`).
+//!
 //! On an agent, rows of a table none of its plugins declares are kept as sent
 //! and forwarded to the master, which types them (what fails there is counted
 //! in its `skipped_rows`).
@@ -67,8 +75,10 @@ pub use self::body::{
 pub use self::convert::{Converted, TableRules};
 use self::stacks::CallStacks;
 use super::IngestHub;
+use super::dedup::Admit;
 use super::error::{Invalid, invalid};
 use super::limits::Limits;
+use crate::export::sequence::{PRODUCER_HEADER, RequestId, SEQ_HEADER};
 use crate::model::now_ns;
 
 /// Most refused rows listed in one answer.
@@ -207,6 +217,42 @@ async fn ingest(
             }
         }
     };
+    let id = match RequestId::from_headers(
+        headers.get(PRODUCER_HEADER).map(|v| v.as_bytes()),
+        headers.get(SEQ_HEADER).map(|v| v.as_bytes()),
+    ) {
+        Ok(id) => id,
+        Err(m) => return reject(StatusCode::BAD_REQUEST, m, None),
+    };
+    let retry_later = |why: String| {
+        let mut r = error(StatusCode::SERVICE_UNAVAILABLE, why, None);
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        r
+    };
+    let tracked = id.is_some();
+    if tracked && !st.hub.commits.healthy() {
+        return retry_later(st.hub.commits.refuse());
+    }
+    let ticket = match st.hub.dedup.admit(id) {
+        Admit::Repeat => {
+            return match st.hub.commits.wait().await {
+                Ok(()) => (StatusCode::ACCEPTED, Json(json!({"accepted": 0, "repeat": true}))).into_response(),
+                Err(why) => retry_later(why),
+            };
+        }
+        Admit::Busy => return retry_later("this body (sonde-producer, sonde-seq) is being taken: retry".into()),
+        Admit::Untracked => None,
+        Admit::New(t) => Some(t),
+    };
+    // An agent that could not forward it refuses it now: the job keeps it.
+    if let Err(why) = st.hub.room() {
+        counters.refused_rows.fetch_add(report.rows() as u64, Relaxed);
+        let mut r = error(StatusCode::SERVICE_UNAVAILABLE, why, None);
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return r;
+    }
     let n = match st.hub.submit(&report) {
         Ok(n) => {
             counters.rows.fetch_add(n as u64, Relaxed);
@@ -220,6 +266,12 @@ async fn ingest(
             return r;
         }
     };
+    if let Some(t) = ticket {
+        t.commit();
+    }
+    if tracked && let Err(why) = st.hub.commits.wait().await {
+        return retry_later(why);
+    }
     if refused.is_empty() {
         return (StatusCode::ACCEPTED, Json(json!({"accepted": n}))).into_response();
     }

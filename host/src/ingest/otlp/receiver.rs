@@ -1,7 +1,9 @@
 //! The OTLP receivers themselves: gRPC (tonic, metrics kept as bytes) and
 //! HTTP with protobuf or JSON bodies (axum), plain or over TLS
 //! (`ingest.tls`, served through `crate::tls::TlsListener`), the bearer-token
-//! check, refusals when the hub is full, and gateway forwarding. What a
+//! check, refusals when the hub is full or (gateway) the export queue cannot
+//! keep a request, dropping a re-sent request already taken (`dedup.rs`),
+//! and gateway forwarding. What a
 //! request becomes is the business of
 //! the other files in `otlp/` (see the table in `otlp/mod.rs`).
 
@@ -25,9 +27,11 @@ use tonic::codec::CompressionEncoding;
 use super::compression::BodyError;
 use super::{events, wire};
 use crate::export::client::Signal;
+use crate::export::sequence::{PRODUCER_HEADER, RequestId, SEQ_HEADER};
+use crate::ingest::dedup::Admit;
 use crate::ingest::limits::Limits;
 use crate::ingest::{Full, IngestHub, Report};
-use crate::pipeline::PipelineHandle;
+use crate::pipeline::{PipelineHandle, Refused};
 
 /// What both receivers share.
 #[derive(Clone)]
@@ -49,6 +53,14 @@ pub struct Receiver {
 enum Refusal {
     Unauthorized,
     Full(Full),
+    /// The same request (producer, seq) is being taken by another call.
+    Busy,
+    /// Gateway mode: the export queue or spool could not keep it.
+    Forward(Refused),
+    /// The state store cannot write what a sonde's request would change.
+    Store(String),
+    /// A tap could not keep it (an agent's forwarder with a full queue).
+    Room(String),
 }
 
 impl Receiver {
@@ -61,20 +73,47 @@ impl Receiver {
             .is_some_and(|g| self.tokens.iter().any(|t| g.trim() == t))
     }
 
-    /// Hands the reports to the hub (all of them or none) and forwards the request.
+    /// Forwards the request (gateway mode) and hands the reports to the hub
+    /// (all of them or none), once per request identity: a repeat of one
+    /// already taken is answered OK and dropped (`dedup.rs`).
+    ///
+    /// Forwarding comes first: once the export queue has it, it is kept. If
+    /// the hub is then full the sender is told to retry and the retry is
+    /// forwarded again, with the same identity, which the next sonde drops.
+    ///
+    /// Returns whether the request has an identity: then the caller answers
+    /// only once what it changed is on disk ([`Receiver::settle`]).
     fn take(
         &self,
         auth: Option<&str>,
+        id: Option<RequestId>,
         mut reports: Vec<Report>,
         skipped: usize,
         forward: Option<(Signal, Bytes, usize)>,
-    ) -> Result<(), Refusal> {
+    ) -> Result<bool, Refusal> {
         let c = &self.hub.otlp;
         c.requests.fetch_add(1, Relaxed);
         if !self.authorized(auth) {
             c.rejected.fetch_add(1, Relaxed);
             c.unauthorized.fetch_add(1, Relaxed);
             return Err(Refusal::Unauthorized);
+        }
+        let tracked = id.is_some();
+        if tracked && !self.hub.commits.healthy() {
+            // What it would change could not be kept: its sender keeps it instead.
+            return Err(Refusal::Store(self.hub.commits.refuse()));
+        }
+        // An agent that could not forward it refuses it now: the sender keeps it.
+        self.hub.room().map_err(Refusal::Room)?;
+        let ticket = match self.hub.dedup.admit(id.clone()) {
+            // Answered once the first one's changes are on disk, like the first.
+            Admit::Repeat => return Ok(true),
+            Admit::Busy => return Err(Refusal::Busy),
+            Admit::Untracked => None,
+            Admit::New(t) => Some(t),
+        };
+        if let (Some(p), Some((signal, body, items))) = (&self.forward, forward) {
+            p.forward(signal, body, items, id).map_err(Refusal::Forward)?;
         }
         let cut: u64 = reports.iter_mut().map(|r| self.limits.clip(r)).sum();
         // Rows of event tables are typed here; what does not fit is skipped, never refused.
@@ -95,8 +134,22 @@ impl Receiver {
             }
         };
         c.skipped_rows.fetch_add(skipped as u64, Relaxed);
-        if let (Some(p), Some((signal, body, items))) = (&self.forward, forward) {
-            p.forward(signal, body, items);
+        if let Some(t) = ticket {
+            t.commit();
+        }
+        Ok(tracked)
+    }
+
+    /// Waits, for a request with an identity, until what it changed is on
+    /// disk (`ingest/durable.rs`); a store that cannot write makes it a
+    /// refusal the sender retries.
+    async fn settle(&self, taken: Result<bool, Rejected>) -> Result<(), Rejected> {
+        if taken? {
+            self.hub
+                .commits
+                .wait()
+                .await
+                .map_err(|e| Rejected::Refused(Refusal::Store(e)))?;
         }
         Ok(())
     }
@@ -108,14 +161,36 @@ fn grpc_status(r: Refusal) -> tonic::Status {
             tonic::Status::unauthenticated("send authorization: Bearer <cluster.token or api.token>")
         }
         Refusal::Full(f) => tonic::Status::resource_exhausted(f.to_string()),
+        Refusal::Busy => tonic::Status::unavailable(BUSY),
+        Refusal::Forward(r) => tonic::Status::unavailable(format!("not kept, retry later: {r}")),
+        Refusal::Store(why) | Refusal::Room(why) => tonic::Status::unavailable(why),
     }
 }
+
+fn grpc_rejected(r: Rejected) -> tonic::Status {
+    match r {
+        Rejected::Invalid(msg) => tonic::Status::invalid_argument(msg),
+        Rejected::Refused(r) => grpc_status(r),
+    }
+}
+
+const BUSY: &str = "this request (sonde-producer, sonde-seq) is being taken by another call: retry";
 
 fn grpc_auth<T>(req: &tonic::Request<T>) -> Option<String> {
     req.metadata()
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
+}
+
+/// The request's identity from its gRPC metadata; malformed: INVALID_ARGUMENT.
+fn grpc_id<T>(req: &tonic::Request<T>) -> Result<Option<RequestId>, tonic::Status> {
+    let m = req.metadata();
+    RequestId::from_headers(
+        m.get(PRODUCER_HEADER).map(|v| v.as_bytes()),
+        m.get(SEQ_HEADER).map(|v| v.as_bytes()),
+    )
+    .map_err(tonic::Status::invalid_argument)
 }
 
 fn forward_body<M: Message>(r: &Receiver, signal: Signal, m: &M, items: usize) -> Option<(Signal, Bytes, usize)> {
@@ -133,10 +208,11 @@ impl Receiver {
 
     /// A metrics request as received (gRPC or HTTP): read in place, taken,
     /// and forwarded as the same bytes.
-    fn take_metrics(&self, auth: Option<&str>, body: Bytes) -> Result<(), Rejected> {
+    fn take_metrics(&self, auth: Option<&str>, id: Option<RequestId>, body: Bytes) -> Result<bool, Rejected> {
         let d = wire::metrics_reports(&body).map_err(|e| self.invalid(e))?;
         let fwd = self.forward.as_ref().map(|_| (Signal::Metrics, body, d.points));
-        self.take(auth, d.reports, d.skipped, fwd).map_err(Rejected::Refused)
+        self.take(auth, id, d.reports, d.skipped, fwd)
+            .map_err(Rejected::Refused)
     }
 
     /// A traces or logs request received over HTTP: decoded with prost,
@@ -144,14 +220,15 @@ impl Receiver {
     fn take_decoded<M: Message + Default>(
         &self,
         auth: Option<&str>,
+        id: Option<RequestId>,
         body: Bytes,
         signal: Signal,
         convert: impl FnOnce(&M) -> (Vec<Report>, usize),
-    ) -> Result<(), Rejected> {
+    ) -> Result<bool, Rejected> {
         let m = M::decode(body.clone()).map_err(|e| self.invalid(e))?;
         let (reports, items) = convert(&m);
         let fwd = self.forward.as_ref().map(|_| (signal, body, items));
-        self.take(auth, reports, 0, fwd).map_err(Rejected::Refused)
+        self.take(auth, id, reports, 0, fwd).map_err(Rejected::Refused)
     }
 }
 
@@ -171,16 +248,22 @@ struct RawMetricsExport {
 
 impl tonic::server::UnaryService<Bytes> for RawMetricsExport {
     type Response = ExportMetricsServiceResponse;
-    type Future = std::future::Ready<Result<tonic::Response<Self::Response>, tonic::Status>>;
+    type Future = tonic::codegen::BoxFuture<tonic::Response<Self::Response>, tonic::Status>;
 
     fn call(&mut self, req: tonic::Request<Bytes>) -> Self::Future {
-        let auth = grpc_auth(&req);
-        let res = match self.receiver.take_metrics(auth.as_deref(), req.into_inner()) {
-            Ok(()) => Ok(tonic::Response::new(ExportMetricsServiceResponse::default())),
-            Err(Rejected::Invalid(msg)) => Err(tonic::Status::invalid_argument(msg)),
-            Err(Rejected::Refused(r)) => Err(grpc_status(r)),
-        };
-        std::future::ready(res)
+        let receiver = self.receiver.clone();
+        Box::pin(async move {
+            let auth = grpc_auth(&req);
+            let id = grpc_id(&req).inspect_err(|_| {
+                let _ = receiver.invalid("");
+            })?;
+            let taken = receiver.take_metrics(auth.as_deref(), id, req.into_inner());
+            match receiver.settle(taken).await {
+                Ok(()) => Ok(tonic::Response::new(ExportMetricsServiceResponse::default())),
+                Err(Rejected::Invalid(msg)) => Err(tonic::Status::invalid_argument(msg)),
+                Err(Rejected::Refused(r)) => Err(grpc_status(r)),
+            }
+        })
     }
 }
 
@@ -249,6 +332,9 @@ impl TraceService for Receiver {
         req: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let auth = grpc_auth(&req);
+        let id = grpc_id(&req).inspect_err(|_| {
+            let _ = self.invalid("");
+        })?;
         let m = req.into_inner();
         let reports = events::trace_reports(&m);
         let spans = reports
@@ -256,7 +342,10 @@ impl TraceService for Receiver {
             .map(|r| r.timings.len() + r.tables.iter().map(|t| t.rows.len()).sum::<usize>())
             .sum();
         let fwd = forward_body(self, Signal::Traces, &m, spans);
-        self.take(auth.as_deref(), reports, 0, fwd).map_err(grpc_status)?;
+        let taken = self
+            .take(auth.as_deref(), id, reports, 0, fwd)
+            .map_err(Rejected::Refused);
+        self.settle(taken).await.map_err(grpc_rejected)?;
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
@@ -268,10 +357,16 @@ impl LogsService for Receiver {
         req: tonic::Request<ExportLogsServiceRequest>,
     ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
         let auth = grpc_auth(&req);
+        let id = grpc_id(&req).inspect_err(|_| {
+            let _ = self.invalid("");
+        })?;
         let m = req.into_inner();
         let reports = events::log_reports(&m);
         let fwd = forward_body(self, Signal::Logs, &m, crate::export::otlp::log_record_count(&m));
-        self.take(auth.as_deref(), reports, 0, fwd).map_err(grpc_status)?;
+        let taken = self
+            .take(auth.as_deref(), id, reports, 0, fwd)
+            .map_err(Rejected::Refused);
+        self.settle(taken).await.map_err(grpc_rejected)?;
         Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
     }
 }
@@ -336,6 +431,7 @@ fn http_error(encoding: Encoding, status: StatusCode, msg: impl std::fmt::Displa
     let code: i32 = match status {
         StatusCode::UNAUTHORIZED => 16,
         StatusCode::TOO_MANY_REQUESTS | StatusCode::PAYLOAD_TOO_LARGE => 8,
+        StatusCode::SERVICE_UNAVAILABLE => 14,
         _ => 3,
     };
     let body = match encoding {
@@ -355,13 +451,14 @@ fn http_error(encoding: Encoding, status: StatusCode, msg: impl std::fmt::Displa
 type BodyResult = Result<Bytes, axum::extract::rejection::BytesRejection>;
 
 /// Checks the content type and body (OTLP/JSON is rewritten as protobuf
-/// here), hands it to `take`; answers the OTLP way, in the request's encoding.
-fn http_export<Resp: Message + Default>(
+/// here), hands it to `take`; answers the OTLP way, in the request's
+/// encoding, once what a sonde's request changed is on disk.
+async fn http_export<Resp: Message + Default>(
     r: &Receiver,
     signal: Signal,
     headers: &HeaderMap,
     body: BodyResult,
-    take: impl FnOnce(Option<&str>, Bytes) -> Result<(), Rejected>,
+    take: impl FnOnce(Option<&str>, Option<RequestId>, Bytes) -> Result<bool, Rejected>,
 ) -> Response {
     let ctype = headers
         .get(header::CONTENT_TYPE)
@@ -406,8 +503,22 @@ fn http_export<Resp: Message + Default>(
             Err(m) => return bad(StatusCode::BAD_REQUEST, m),
         },
     };
+    let id = match RequestId::from_headers(
+        headers.get(PRODUCER_HEADER).map(|v| v.as_bytes()),
+        headers.get(SEQ_HEADER).map(|v| v.as_bytes()),
+    ) {
+        Ok(id) => id,
+        Err(m) => return bad(StatusCode::BAD_REQUEST, m),
+    };
     let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    match take(auth, body) {
+    let retry_later = |msg: String| {
+        let mut resp = http_error(encoding, StatusCode::SERVICE_UNAVAILABLE, msg);
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        resp
+    };
+    let taken = take(auth, id, body);
+    match r.settle(taken).await {
         Ok(()) => {
             let ok = match encoding {
                 // An empty response: no partial success to report.
@@ -422,6 +533,9 @@ fn http_export<Resp: Message + Default>(
             StatusCode::UNAUTHORIZED,
             "send Authorization: Bearer <cluster.token or api.token>",
         ),
+        Err(Rejected::Refused(Refusal::Busy)) => retry_later(BUSY.to_string()),
+        Err(Rejected::Refused(Refusal::Forward(r))) => retry_later(format!("not kept, retry later: {r}")),
+        Err(Rejected::Refused(Refusal::Store(why) | Refusal::Room(why))) => retry_later(why),
         Err(Rejected::Refused(Refusal::Full(f))) => {
             let mut resp = http_error(encoding, StatusCode::TOO_MANY_REQUESTS, f);
             resp.headers_mut()
@@ -432,14 +546,15 @@ fn http_export<Resp: Message + Default>(
 }
 
 async fn http_metrics(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportMetricsServiceResponse>(&r, Signal::Metrics, &headers, body, |auth, body| {
-        r.take_metrics(auth, body)
+    http_export::<ExportMetricsServiceResponse>(&r, Signal::Metrics, &headers, body, |auth, id, body| {
+        r.take_metrics(auth, id, body)
     })
+    .await
 }
 
 async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportTraceServiceResponse>(&r, Signal::Traces, &headers, body, |auth, body| {
-        r.take_decoded(auth, body, Signal::Traces, |m: &ExportTraceServiceRequest| {
+    http_export::<ExportTraceServiceResponse>(&r, Signal::Traces, &headers, body, |auth, id, body| {
+        r.take_decoded(auth, id, body, Signal::Traces, |m: &ExportTraceServiceRequest| {
             let reports = events::trace_reports(m);
             let spans = reports
                 .iter()
@@ -448,14 +563,16 @@ async fn http_traces(State(r): State<Receiver>, headers: HeaderMap, body: BodyRe
             (reports, spans)
         })
     })
+    .await
 }
 
 async fn http_logs(State(r): State<Receiver>, headers: HeaderMap, body: BodyResult) -> Response {
-    http_export::<ExportLogsServiceResponse>(&r, Signal::Logs, &headers, body, |auth, body| {
-        r.take_decoded(auth, body, Signal::Logs, |m: &ExportLogsServiceRequest| {
+    http_export::<ExportLogsServiceResponse>(&r, Signal::Logs, &headers, body, |auth, id, body| {
+        r.take_decoded(auth, id, body, Signal::Logs, |m: &ExportLogsServiceRequest| {
             (events::log_reports(m), crate::export::otlp::log_record_count(m))
         })
     })
+    .await
 }
 
 /// A bound receiver, for the banner and the status API.
