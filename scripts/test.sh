@@ -14,6 +14,9 @@
 # end-to-end suites spend most of their time waiting on processes and
 # timers, so the two lines share the two cores instead of taking turns. The
 # side line's output is printed as a whole when it ends, not interleaved.
+# The end-to-end tests that judge the machine's own contention or time what
+# they inject (bottleneck, mpi, paramserver) run last, alone: beside the
+# rest they read the other tests' load as the cause they look for.
 #
 # Runs from the repository root; $JUST is the `just` that started it.
 set -uo pipefail
@@ -100,14 +103,17 @@ side_pid=$!
 
 # --no-fail-fast: one failing suite must not hide whether the suites after it pass.
 # Three test threads on two cores: most end-to-end tests wait far more than
-# they compute; the ones that judge the machine's contention take turns
-# (sonde_e2e::one_at_a_time).
-stage "cargo tests" cargo test --workspace --no-fail-fast -- --test-threads 3
+# they compute.
+quiet=(bottleneck:: mpi:: paramserver::)
+stage "cargo tests" cargo test --workspace --no-fail-fast -- --test-threads 3 "${quiet[@]/#/--skip=}"
 
 wait "$side_pid"
 echo
 echo "== the side line (plugin tests, browser tests, manifests, Python):"
 cat "$tmp/side.out"
+
+# Alone now; they take turns among themselves too (sonde_e2e::one_at_a_time).
+stage "timing tests" cargo test -p sonde-e2e --test e2e -- "${quiet[@]}"
 
 report
 [ "$(failed)" = 0 ]
