@@ -17,6 +17,7 @@ mod cluster;
 mod cluster_query;
 mod cluster_tls;
 mod collector;
+mod container;
 mod determined;
 mod diagnosis;
 mod dist;
