@@ -35,4 +35,5 @@ mod plugins_cluster;
 mod python_client;
 mod record_replay;
 mod semconv;
+mod slurm;
 mod spool;
