@@ -384,13 +384,18 @@ fn swap_in(src: &std::path::Path, dst: &std::path::Path) {
     std::fs::rename(&tmp, dst).unwrap();
 }
 
+/// Two PKIs under `dir` (`a/`, `b/`): what was issued, and what renews it.
+fn renewal(dir: &std::path::Path) -> (Pki, Pki) {
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    (Pki::make(&a), Pki::make(&b))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_a_renewed_certificate_is_served_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a).unwrap();
-    std::fs::create_dir_all(&b).unwrap();
-    let (old, new) = (Pki::make(&a), Pki::make(&b));
+    let (old, new) = renewal(dir.path());
     let live = ServerTls {
         cert: dir.path().join("tls.crt"),
         key: dir.path().join("tls.key"),
@@ -453,10 +458,7 @@ fn tls_a_renewed_client_certificate_is_presented_without_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_a_renewed_client_certificate_is_seen_by_the_server_at_the_next_handshake() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a).unwrap();
-    std::fs::create_dir_all(&b).unwrap();
-    let (old, new) = (Pki::make(&a), Pki::make(&b));
+    let (old, new) = renewal(dir.path());
     // Both CAs on both sides: the server's certificate is old's, the
     // client's is old's and then new's.
     let cas = dir.path().join("cas.pem");
