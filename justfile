@@ -395,6 +395,15 @@ bench-web: setup web
     cargo build -p sonde
     node web/bench/job-page.mjs
 
+# From exec to `GET /api/ready` (every carried plugin loaded) for a release
+# sonde given no plugins directory: an empty data directory (written out and
+# compiled), then the same one again (the compile cache); the binary's size
+# and RSS both ways (scripts/bench_cold_start.py; --rounds N, --rss-after S).
+[doc('cold start of the plugins the release binary carries, and its size')]
+[group('bench')]
+bench-cold-start *ARGS: build
+    python3 scripts/bench_cold_start.py --sonde target/release/sonde {{ARGS}}
+
 # Bare, with record_timing to a running sonde, with sonde down (µs per call).
 [doc("the Python client's cost to a 10 000-step loop")]
 [group('bench')]
