@@ -151,6 +151,15 @@ build: plugins web
 dist: build
     bash scripts/dist.sh
 
+# From scratch with Debian's buildah (no registry is pulled from): the release
+# binary, the Debian libraries it links, CA certificates, uid 65534, no shell;
+# into the local containers storage as localhost/sonde:<version> and as an OCI
+# archive in target/image/, which must stay within 60 MB (scripts/image.sh).
+[doc('the container image (buildah, from scratch) and its OCI archive in target/image/')]
+[group('build')]
+image: build container-tools
+    bash scripts/image.sh
+
 [doc('build the plugins (wasm32-wasip2 components) into target/plugins/')]
 [group('build')]
 plugins:
@@ -200,16 +209,26 @@ clean:
 # The wasm target, Python test packages, Debian's chromium (browser tests), Open
 # MPI (the MPI probe's tests), Prometheus and VictoriaMetrics (remote-write
 # tests), libfaketime (a cluster agent with a skewed clock), the OpenTelemetry
-# JS SDK (a real OTLP/JSON sender), the guest toolchains.
+# JS SDK (a real OTLP/JSON sender), the guest toolchains, buildah and podman
+# (the container image and its test).
 [doc('install what the build and the tests need (once; quick when done)')]
 [group('setup')]
-setup: js-sender guest-toolchains
+setup: js-sender guest-toolchains container-tools
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || rustup target add wasm32-wasip2
     python3 -m pip install --quiet --disable-pip-version-check "{{rotel}}" {{otel}}
     test -x /usr/bin/chromium || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium; }
     { command -v mpicc >/dev/null && [ -e /usr/include/x86_64-linux-gnu/libunwind.h ]; } || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev libunwind-dev; }
     test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends faketime; }
     command -v prometheus >/dev/null && command -v victoria-metrics >/dev/null || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends prometheus victoria-metrics; }
+
+# Debian's buildah (`./dev image`), podman with runc and the CNI bridge plugins
+# (tests/tests/container.rs runs the image with them: crun refuses this
+# machine's cgroups v1 hybrid), and busybox-static (the test's job container
+# posts with its wget).
+[doc('buildah, podman, runc and busybox-static for the image and its test')]
+[group('setup')]
+container-tools:
+    command -v buildah >/dev/null && command -v podman >/dev/null && command -v runc >/dev/null && [ -x /bin/busybox ] && [ -e /usr/lib/cni/bridge ] || { sudo=$([ "$(id -u)" = 0 ] || echo sudo); $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends buildah podman runc containernetworking-plugins busybox-static; }
 
 # The OTLP/JSON tests send with it.
 [doc('the OpenTelemetry JS SDK in tests/otlp-js/, pinned by its package-lock.json')]
@@ -385,6 +404,15 @@ bench-cluster *ARGS: build
 bench-web: setup web
     cargo build -p sonde
     node web/bench/job-page.mjs
+
+# From exec to `GET /api/ready` (every carried plugin loaded) for a release
+# sonde given no plugins directory: an empty data directory (written out and
+# compiled), then the same one again (the compile cache); the binary's size
+# and RSS both ways (scripts/bench_cold_start.py; --rounds N, --rss-after S).
+[doc('cold start of the plugins the release binary carries, and its size')]
+[group('bench')]
+bench-cold-start *ARGS: build
+    python3 scripts/bench_cold_start.py --sonde target/release/sonde {{ARGS}}
 
 # Bare, with record_timing to a running sonde, with sonde down (µs per call).
 [doc("the Python client's cost to a 10 000-step loop")]

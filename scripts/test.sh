@@ -2,12 +2,12 @@
 # `./dev test`: the whole suite, in stages: what the tests need (setup, the
 # plugins, the MPI probe, the fake NVML library, the dashboard), one build of
 # every test binary, then the Rust tests (unit, plugin runtime, end to end
-# against real collectors and engines; the fuzz seeds replayed), the plugins'
-# own tests, the Kubernetes manifests, the dashboard in chromium, and the
-# Python client with real frameworks. Each stage prints a line as it ends;
-# the run ends with a table of the stages' times, the wall-clock total and
-# the total of passed and failed tests. The coverage-guided fuzzing is
-# `./dev fuzz`, not a stage here.
+# against real collectors and engines, the container image under podman; the
+# fuzz seeds replayed), the plugins' own tests, the Kubernetes manifests, the
+# dashboard in chromium, and the Python client with real frameworks. Each
+# stage prints a line as it ends; the run ends with a table of the stages'
+# times, the wall-clock total and the total of passed and failed tests. The
+# coverage-guided fuzzing is `./dev fuzz`, not a stage here.
 #
 # After the one build, the Rust tests run in front while the other stages run
 # beside them in turn (plugin tests, browser tests, manifests, Python): the

@@ -730,6 +730,28 @@ pub fn have_componentize_py() -> bool {
     ok
 }
 
+/// Whether Debian's buildah and podman (with runc, the runtime this machine's
+/// cgroups allow) and busybox-static are installed, as `./dev
+/// container-tools` installs them; when not, says the calling test is
+/// skipped, or fails it under CI.
+pub fn have_container_tools() -> bool {
+    let runs = |tool: &str| {
+        Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let missing: Vec<&str> = ["buildah", "podman", "runc"]
+        .into_iter()
+        .filter(|t| !runs(t))
+        .chain((!Path::new("/bin/busybox").exists()).then_some("busybox-static"))
+        .collect();
+    if !missing.is_empty() {
+        missing_toolchain(&missing.join(", "), "`./dev container-tools` installs them");
+    }
+    missing.is_empty()
+}
+
 /// The JavaScript guests' toolchain as `./dev guest-toolchains` installs it
 /// (`tests/guest-js/node_modules`, componentize-js pinned there); when it is
 /// missing, says the calling test is skipped, or fails it under CI.

@@ -110,6 +110,7 @@ impl Host {
         };
         let ingest_tls = load(&cfg.ingest.tls, "ingest.tls")?;
         let api_tls = load(&cfg.api.tls, "api.tls")?;
+        cfg.sampler.check_mounts()?;
         std::fs::create_dir_all(&cfg.host.data_dir)
             .with_context(|| format!("creating the data directory {}", cfg.host.data_dir.display()))?;
         let (pipeline_handle, pipeline) = Pipeline::start(

@@ -1,9 +1,11 @@
 //! `[sampler]`: what the host samples and how often. Beside the sampler it
 //! configures; `crate::config` assembles the sections.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
-use crate::config::check::Check;
+use crate::config::check::{Check, ConfigError};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -31,6 +33,18 @@ pub struct SamplerConfig {
     /// system allows it, so busy cores do not delay samples; it only sleeps and
     /// reads counters. Falls back to a raised nice value when refused.
     pub realtime: bool,
+    /// Where the machine's procfs is mounted: CPU, memory, network and disk
+    /// counters are read from `stat`, `meminfo`, `net/dev` and `diskstats`
+    /// under it. A container that samples its node mounts the node's `/proc`
+    /// elsewhere (the Kubernetes DaemonSet: `/host/proc`, read-only) and points
+    /// this there; `net/dev` is then the network of the namespace sonde runs
+    /// in (the node's under `hostNetwork`). An absolute path; moved from
+    /// `/proc`, it must hold `stat` or sonde does not start.
+    pub procfs_dir: PathBuf,
+    /// Where the machine's sysfs is mounted (per-disk `class/block/<dev>/stat`
+    /// and the interfaces' `class/net`); `/host/sys` beside `/host/proc`. An
+    /// absolute path; moved from `/sys`, it must hold `class`.
+    pub sysfs_dir: PathBuf,
 }
 
 impl Default for SamplerConfig {
@@ -44,6 +58,8 @@ impl Default for SamplerConfig {
             gpu: true,
             nvml_library: None,
             realtime: true,
+            procfs_dir: PathBuf::from("/proc"),
+            sysfs_dir: PathBuf::from("/sys"),
         }
     }
 }
@@ -52,5 +68,37 @@ impl SamplerConfig {
     /// Checks what types alone cannot.
     pub fn validate(&self, c: &mut Check) {
         c.range("period_ms", self.period_ms, 10, 60_000);
+        // Relative, they would follow the working directory: a systemd unit's
+        // or a container's is rarely where the counters are.
+        for (key, dir) in [("procfs_dir", &self.procfs_dir), ("sysfs_dir", &self.sysfs_dir)] {
+            if !dir.is_absolute() {
+                c.bad(key, format!("{} is not an absolute path", dir.display()));
+            }
+        }
+    }
+
+    /// A `procfs_dir` or `sysfs_dir` moved from its default must hold what
+    /// the sampler reads: a container whose node's `/proc` was not mounted
+    /// where it says would otherwise sample its own view through the sysinfo
+    /// fallback, with nothing to tell the numbers apart. (At start, not in
+    /// `validate`: `--check-config` runs where the mounts are not.)
+    pub fn check_mounts(&self) -> Result<(), ConfigError> {
+        let probes = [
+            ("sampler.procfs_dir", &self.procfs_dir, "/proc", "stat", "a procfs"),
+            ("sampler.sysfs_dir", &self.sysfs_dir, "/sys", "class", "a sysfs"),
+        ];
+        for (key, dir, default, probe, what) in probes {
+            if dir.as_path() != std::path::Path::new(default) && !dir.join(probe).exists() {
+                return Err(ConfigError::new(
+                    key,
+                    format!(
+                        "{} does not exist: is {what} mounted at {}?",
+                        dir.join(probe).display(),
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -54,18 +54,19 @@ use std::path::PathBuf;
 use crate::model::{AttrValue, Attributes, SeriesInfo, SeriesKind, Tick};
 use crate::sample::config::SamplerConfig;
 
-/// Where procfs and sysfs live (tests point these at fixture trees).
+/// Where procfs and sysfs live: `sampler.procfs_dir` and `sampler.sysfs_dir`
+/// (tests point these at fixture trees).
 #[derive(Clone, Debug)]
 pub(crate) struct Roots {
     pub proc: PathBuf,
     pub sys: PathBuf,
 }
 
-impl Default for Roots {
-    fn default() -> Self {
+impl Roots {
+    fn of(cfg: &SamplerConfig) -> Self {
         Self {
-            proc: PathBuf::from("/proc"),
-            sys: PathBuf::from("/sys"),
+            proc: cfg.procfs_dir.clone(),
+            sys: cfg.sysfs_dir.clone(),
         }
     }
 }
@@ -130,7 +131,7 @@ impl Sampler {
     /// Discovers logical CPUs, interfaces, whole disks and GPUs and defines
     /// the series. Never fails: what is unavailable is logged once and skipped.
     pub fn new(cfg: &SamplerConfig) -> Sampler {
-        Self::with_roots(cfg, &Roots::default())
+        Self::with_roots(cfg, &Roots::of(cfg))
     }
 
     pub(crate) fn with_roots(cfg: &SamplerConfig, roots: &Roots) -> Sampler {
@@ -424,6 +425,66 @@ mod tests {
 
         assert!(series.iter().all(|x| !x.metric.starts_with("hw.")));
         assert_eq!(s.gpu_status(), "GPU sampling off in config");
+    }
+
+    /// `sampler.procfs_dir` and `sysfs_dir` are what `Sampler::new` reads:
+    /// a node's `/proc` mounted elsewhere, as in the Kubernetes DaemonSet.
+    #[test]
+    fn the_configured_procfs_and_sysfs_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = fixture_machine(dir.path());
+        let cfg = SamplerConfig {
+            procfs_dir: roots.proc.clone(),
+            sysfs_dir: roots.sys.clone(),
+            ..cfg()
+        };
+        assert_eq!(cfg.check_mounts(), Ok(()));
+        let mut s = Sampler::new(&cfg);
+        let mut t = s.new_tick();
+        s.sample_into(&mut t);
+        let ser = s.series().to_vec();
+        let limit = find(&ser, "system.memory.limit", &[]).id as usize;
+        assert_eq!(t.values[limit], 16_000_000.0 * 1024.0, "the fixture's MemTotal");
+        let ifaces: std::collections::BTreeSet<String> = ser
+            .iter()
+            .filter_map(|x| match attr(x, "network.interface.name") {
+                Some(V::Str(n)) => Some(n.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ifaces,
+            ["eth0", "wlan0"].map(String::from).into(),
+            "the fixture's interfaces, told from loopbacks by its sysfs flags"
+        );
+    }
+
+    #[test]
+    fn a_moved_procfs_or_sysfs_that_is_not_there_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let roots = fixture_machine(dir.path());
+        let missing = SamplerConfig {
+            procfs_dir: dir.path().join("host/proc"),
+            ..cfg()
+        };
+        let e = missing.check_mounts().unwrap_err();
+        assert_eq!(e.key, "sampler.procfs_dir");
+        assert!(e.reason.contains("host/proc/stat does not exist"), "{e}");
+        let no_sys = SamplerConfig {
+            procfs_dir: roots.proc.clone(),
+            sysfs_dir: dir.path().join("nope"),
+            ..cfg()
+        };
+        assert_eq!(no_sys.check_mounts().unwrap_err().key, "sampler.sysfs_dir");
+        assert_eq!(cfg().check_mounts(), Ok(()), "the defaults are never refused");
+        let mut errs = Vec::new();
+        let relative = SamplerConfig {
+            procfs_dir: "host/proc".into(),
+            ..cfg()
+        };
+        relative.validate(&mut crate::config::check::Check::new("sampler", &mut errs));
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].key, "sampler.procfs_dir");
     }
 
     #[test]

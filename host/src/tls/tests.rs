@@ -384,13 +384,18 @@ fn swap_in(src: &std::path::Path, dst: &std::path::Path) {
     std::fs::rename(&tmp, dst).unwrap();
 }
 
+/// Two PKIs under `dir` (`a/`, `b/`): what was issued, and what renews it.
+fn renewal(dir: &std::path::Path) -> (Pki, Pki) {
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    (Pki::make(&a), Pki::make(&b))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_a_renewed_certificate_is_served_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    std::fs::create_dir_all(&a).unwrap();
-    std::fs::create_dir_all(&b).unwrap();
-    let (old, new) = (Pki::make(&a), Pki::make(&b));
+    let (old, new) = renewal(dir.path());
     let live = ServerTls {
         cert: dir.path().join("tls.crt"),
         key: dir.path().join("tls.key"),
@@ -445,4 +450,72 @@ fn tls_a_renewed_client_certificate_is_presented_without_a_restart() {
     swap_in(&p.stranger_key, &key);
     std::thread::sleep(reload::CHECK_EVERY + std::time::Duration::from_millis(100));
     assert_eq!(first(&r), der(&p.stranger_cert));
+}
+
+/// The client side over the wire: a sender's renewed certificate is the one
+/// a mutual-TLS server sees at the next handshake, with the same
+/// `ClientConfig` (the exporter builds it once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_a_renewed_client_certificate_is_seen_by_the_server_at_the_next_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = renewal(dir.path());
+    // Both CAs on both sides: the server's certificate is old's, the
+    // client's is old's and then new's.
+    let cas = dir.path().join("cas.pem");
+    let both = [std::fs::read(&old.ca).unwrap(), std::fs::read(&new.ca).unwrap()].concat();
+    std::fs::write(&cas, both).unwrap();
+    let server = server_config(
+        &ServerTls {
+            cert: old.server_cert.clone(),
+            key: old.server_key.clone(),
+            client_ca: Some(cas.clone()),
+        },
+        "ingest.tls",
+    )
+    .unwrap();
+    let live = ClientTls {
+        ca: Some(cas),
+        cert: Some(dir.path().join("agent.crt")),
+        key: Some(dir.path().join("agent.key")),
+    };
+    let (cert, key) = (live.cert.clone().unwrap(), live.key.clone().unwrap());
+    swap_in(&old.client_cert, &cert);
+    swap_in(&old.client_key, &key);
+    let client = Arc::new(client_config(&live, "export.tls").unwrap());
+
+    // The server hands back the certificate each handshake presented.
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = tcp.local_addr().unwrap().port();
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let acceptor = tokio_rustls::TlsAcceptor::from(server);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = tcp.accept().await {
+            let tls = acceptor.accept(s).await.unwrap();
+            let _ = tx.send(tls.get_ref().1.peer_certificates().unwrap()[0].to_vec());
+        }
+    });
+    let handshake = || {
+        let client = client.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(client)
+                .connect(name, tcp)
+                .await
+                .unwrap();
+            // TLS 1.3 sends the client's certificate after the server's
+            // last flight: a write makes sure the server has it.
+            use tokio::io::AsyncWriteExt;
+            tls.write_all(b"x").await.unwrap();
+            tls.flush().await.unwrap();
+        }
+    };
+    handshake().await;
+    assert_eq!(seen.recv().await.unwrap(), der(&old.client_cert));
+
+    swap_in(&new.client_cert, &cert);
+    swap_in(&new.client_key, &key);
+    tokio::time::sleep(reload::CHECK_EVERY + std::time::Duration::from_millis(100)).await;
+    handshake().await;
+    assert_eq!(seen.recv().await.unwrap(), der(&new.client_cert));
 }
