@@ -15,7 +15,7 @@
 # timers, so the two lines share the two cores instead of taking turns. The
 # side line's output is printed as a whole when it ends, not interleaved.
 # The end-to-end tests that judge the machine's own contention or time what
-# they inject (bottleneck, mpi, paramserver) run last, alone: beside the
+# they inject (bottleneck, mpi, paramserver, delivery) run last, alone: beside the
 # rest they read the other tests' load as the cause they look for.
 #
 # Runs from the repository root; $JUST is the `just` that started it.
@@ -104,7 +104,7 @@ side_pid=$!
 # --no-fail-fast: one failing suite must not hide whether the suites after it pass.
 # Three test threads on two cores: most end-to-end tests wait far more than
 # they compute.
-quiet=(bottleneck:: mpi:: paramserver::)
+quiet=(bottleneck:: mpi:: paramserver:: delivery::)
 stage "cargo tests" cargo test --workspace --no-fail-fast -- --test-threads 3 "${quiet[@]/#/--skip=}"
 
 wait "$side_pid"
