@@ -195,8 +195,8 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
     // master keeps a copy of every agent's series to compare with. The agent
     // samples the CPU per mode; the busy share is 1 - idle - iowait of all
     // CPUs (the SDK's rule), from the copies' 32-bit means.
-    let to = now_ns() / 1_000_000;
-    let from = to - 9_000;
+    // Under load the agents' exports arrive late: wait for a window of 9 s
+    // holding ten profiled ticks, each with the agent's sampled modes beside it.
     for node in NODES {
         let profiled = series_id(
             &master,
@@ -204,16 +204,27 @@ fn a_master_profiles_every_rank_with_each_ranks_node_metrics_from_its_agent() {
             |_| true,
         );
         let mode = |m: &str| {
-            let id = series_id(
+            series_id(
                 &master,
                 &format!("scope=sonde.cluster.remote&name=system.cpu.utilization&node={node}"),
                 |a| a.get("cpu.logical_number").is_none() && a["cpu.mode"] == m,
-            );
-            values(&master, id, from, to)
+            )
         };
         let (idle, iowait) = (mode("idle"), mode("iowait"));
-        let profiled = values(&master, profiled, from, to);
-        assert!(profiled.len() >= 10, "{node}: {profiled:?}");
+        let read = || {
+            let to = now_ns() / 1_000_000;
+            let from = to - 9_000;
+            let p = values(&master, profiled, from, to);
+            let (i, w) = (values(&master, idle, from, to), values(&master, iowait, from, to));
+            (p, i, w)
+        };
+        let mut got = read();
+        let enough = wait_for(Duration::from_secs(30), || {
+            got = read();
+            got.0.len() >= 10 && got.0.keys().all(|t| got.1.contains_key(t) && got.2.contains_key(t))
+        });
+        let (profiled, idle, iowait) = got;
+        assert!(enough, "{node}: {profiled:?}\nidle {idle:?}\niowait {iowait:?}");
         for (t, v) in &profiled {
             let sampled = idle.get(t).zip(iowait.get(t)).map(|(i, w)| 1.0 - i - w);
             assert!(
