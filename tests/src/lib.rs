@@ -692,6 +692,17 @@ pub fn record_while(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) 
     recorder.join().unwrap()
 }
 
+/// The same, ending the recording as soon as `during` returns (`DELETE
+/// /api/record`), `seconds` being the most it may take: for a `during` that
+/// waits until the plugins have seen what the recording must hold.
+pub fn record_until(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) -> std::process::Output {
+    record_while(s, seconds, out, || {
+        during();
+        let (code, body) = http(&s.api, "DELETE", "/api/record", b"");
+        assert_eq!(code, 200, "stopping the recording: {body}");
+    })
+}
+
 /// Held by the scenarios that want the machine's CPUs as quiet as the test
 /// run allows: the bottleneck plugin's CPU verdicts and the MPI jobs of several
 /// ranks. One of them at a time in the test binary, whichever file it is in.

@@ -141,7 +141,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/admin/plugins/{name}/{action}", post(admin::action))
         .route("/api/decisions", get(decisions))
-        .route("/api/record", get(record::record))
+        .route("/api/record", get(record::record).delete(record::stop))
         .route("/api/tables", get(tables))
         .route("/api/cluster/nodes", get(cluster::nodes))
         .route("/api/jobs", get(cluster::jobs))

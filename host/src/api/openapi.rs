@@ -259,10 +259,20 @@ fn operations() -> Vec<Op> {
             "the largest recording, 4096..=268435456 (default 67108864); a recording that passes it is dropped",
         )
         .responses(&[
-            (200, "the recording, after `seconds`"),
+            (200, "the recording, after `seconds` or once stopped (DELETE /api/record)"),
             (400, "a bad or missing parameter"),
             (409, "a recording is already running (one at a time)"),
             (413, "the recording passed max_bytes before `seconds` were over; nothing is returned"),
+        ]),
+        op(
+            "delete",
+            "/api/record",
+            "end the running recording now: its GET answers with what it holds (`sonde record` sends this on Ctrl-C)",
+        )
+        .responses(&[
+            (200, "stopped: {\"stopped\": true}"),
+            (401, "no token"),
+            (404, "no recording is running"),
         ]),
         op(
             "get",

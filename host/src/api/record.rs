@@ -4,7 +4,9 @@
 //! `sonde plugin test --events FILE` replays (format: `plugin::recording`,
 //! docs/plugins.md). One recording at a time (409 for a second one); a
 //! recording that passes `max_bytes` is dropped (413) rather than cut short;
-//! a client that hangs up ends it.
+//! a client that hangs up ends it. `DELETE /api/record` ends the running
+//! recording early (`sonde record` sends it on Ctrl-C): its GET then answers
+//! with what it holds.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,7 +14,7 @@ use std::time::Duration;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, Json, Response};
 
 use super::{AppState, bad_request, errors};
 use crate::plugin::recording::{DEFAULT_MAX_BYTES, MAX_BYTES, MAX_SECONDS, RecordError};
@@ -65,5 +67,14 @@ pub async fn record(State(st): State<AppState>, q: Result<Query<RecordQuery>, Qu
             Some(&format!("over {max_bytes} bytes")),
         ),
         Err(e) => errors::error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string(), None, None),
+    }
+}
+
+/// `DELETE /api/record`: ends the recording in progress now; 404 when none is.
+pub async fn stop(State(st): State<AppState>) -> Response {
+    if st.plugins.recorder().stop() {
+        Json(serde_json::json!({"stopped": true})).into_response()
+    } else {
+        errors::error(StatusCode::NOT_FOUND, "no recording is running", None, None)
     }
 }

@@ -237,6 +237,8 @@ struct Session {
     event_batches: u64,
     overflowed_after_s: Option<f64>,
     full: Arc<tokio::sync::Notify>,
+    /// Told by [`Recorder::stop`]: the recording ends before its seconds.
+    stop: Arc<tokio::sync::Notify>,
 }
 
 impl Recorder {
@@ -263,6 +265,7 @@ impl Recorder {
         write_line(&mut out, &Line::Header(header));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let full = Arc::new(tokio::sync::Notify::new());
+        let stop = Arc::new(tokio::sync::Notify::new());
         *slot = Some(Session {
             id,
             out,
@@ -274,12 +277,14 @@ impl Recorder {
             event_batches: 0,
             overflowed_after_s: None,
             full: full.clone(),
+            stop: stop.clone(),
         });
         self.on.store(true, Ordering::Release);
         Ok(Recording {
             recorder: self.clone(),
             id,
             full,
+            stop,
         })
     }
 
@@ -290,6 +295,19 @@ impl Recorder {
             seconds: s.seconds,
             bytes: s.out.len(),
         })
+    }
+
+    /// Ends the running recording now rather than after its seconds: its
+    /// request answers with what it holds. False when none is running.
+    pub fn stop(&self) -> bool {
+        match self.session.lock().as_ref() {
+            Some(s) => {
+                // A permit: the recording's wait may not have started yet.
+                s.stop.notify_one();
+                true
+            }
+            None => false,
+        }
     }
 
     /// A sampling tick, with the series table it indexes.
@@ -357,14 +375,17 @@ pub struct Recording {
     recorder: Recorder,
     id: u64,
     full: Arc<tokio::sync::Notify>,
+    stop: Arc<tokio::sync::Notify>,
 }
 
 impl Recording {
-    /// Waits until `d` has passed or the recording filled up.
+    /// Waits until `d` has passed, the recording filled up, or it was
+    /// stopped ([`Recorder::stop`]).
     pub async fn run_for(&self, d: Duration) {
         tokio::select! {
             _ = tokio::time::sleep(d) => {}
             _ = self.full.notified() => {}
+            _ = self.stop.notified() => {}
         }
     }
 
@@ -687,6 +708,33 @@ mod tests {
         drop(first);
         let second = r.start(1, DEFAULT_MAX_BYTES, 100).unwrap();
         assert!(second.finish().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_stopped_recording_ends_before_its_seconds_with_what_it_holds() {
+        let r = Recorder::default();
+        assert!(!r.stop(), "nothing to stop");
+        let rec = r.start(600, DEFAULT_MAX_BYTES, 100).unwrap();
+        r.tick(
+            &Tick {
+                time_ns: 1,
+                values: vec![2.5],
+            },
+            &series(1),
+        );
+        // Stopped before anyone waits: the wait still ends.
+        assert!(r.stop());
+        tokio::time::timeout(Duration::from_secs(60), rec.run_for(Duration::from_secs(600)))
+            .await
+            .expect("run_for ended once stopped");
+        let bytes = rec.finish().unwrap();
+        let mut reader = Reader::new(&bytes[..]).unwrap();
+        let mut ticks = 0;
+        while let Some(line) = reader.next_line().unwrap() {
+            ticks += matches!(line, Line::Tick(_)) as u32;
+        }
+        assert_eq!(ticks, 1);
+        assert!(!r.stop(), "the slot is free again");
     }
 
     #[test]

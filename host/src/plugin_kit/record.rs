@@ -2,13 +2,16 @@
 //! for `GET /api/record?seconds=N` and saves the recording, for
 //! `sonde plugin test --events FILE`. The file is written under a temporary
 //! name and renamed, so a failed recording never leaves half a file; the
-//! sonde's own error (busy, too large) is printed as it gave it.
+//! sonde's own error (busy, too large) is printed as it gave it. Ctrl-C ends
+//! the recording early (`DELETE /api/record`) and saves what it holds; a
+//! second Ctrl-C gives up.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
+use hyper::{Method, Request};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
@@ -68,7 +71,7 @@ pub fn record(r: &Record) -> Result<Saved, String> {
     let limit = Duration::from_secs(r.seconds + 60);
     let (status, body) = rt.block_on(async {
         let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let resp = tokio::time::timeout(limit, async {
+        let answer = tokio::time::timeout(limit, async {
             let resp = client.get(uri).await.map_err(|e| format!("{base}: {e}"))?;
             let status = resp.status();
             let body = resp
@@ -78,10 +81,20 @@ pub fn record(r: &Record) -> Result<Saved, String> {
                 .map_err(|e| format!("{base}: reading the answer: {e}"))?
                 .to_bytes();
             Ok::<_, String>((status, body))
-        })
-        .await
-        .map_err(|_| format!("{base}: no answer within {} s", limit.as_secs()))??;
-        Ok::<_, String>(resp)
+        });
+        tokio::pin!(answer);
+        let answer = tokio::select! {
+            a = &mut answer => a,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("stopping the recording early (Ctrl-C again to give up)");
+                stop_early(&client, &base).await?;
+                tokio::select! {
+                    a = &mut answer => a,
+                    _ = tokio::signal::ctrl_c() => return Err("given up: nothing saved".to_string()),
+                }
+            }
+        };
+        answer.map_err(|_| format!("{base}: no answer within {} s", limit.as_secs()))?
     })?;
     if !status.is_success() {
         let said = serde_json::from_slice::<serde_json::Value>(&body)
@@ -93,6 +106,26 @@ pub fn record(r: &Record) -> Result<Saved, String> {
     let saved = summarize(&body)?;
     write_atomically(&r.out, &body)?;
     Ok(saved)
+}
+
+/// `DELETE /api/record`: the sonde ends the recording and answers the GET.
+async fn stop_early(
+    client: &Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>,
+    base: &str,
+) -> Result<(), String> {
+    let req = Request::builder()
+        .method(Method::DELETE)
+        .uri(format!("{base}/api/record"))
+        .body(Empty::new())
+        .map_err(|e| format!("{base}: {e}"))?;
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| format!("{base}: stopping: {e}"))?;
+    if !resp.status().is_success() {
+        return Err(format!("{base}: stopping the recording answered {}", resp.status()));
+    }
+    Ok(())
 }
 
 /// Checks that the answer is a whole recording and counts what it holds.
