@@ -11,12 +11,24 @@ ask for the feature in host/Cargo.toml's [dependencies] too.
 
 Compares the features of every package in sonde's normal dependency tree as
 `cargo tree` resolves them for each command; prints each difference and
-exits 1, or one summary line and exits 0. Python 3 standard library only.
+exits 1, or one summary line and exits 0.
+
+Also checks `./dev test`'s early build of the workspace's dependencies
+(scripts/workspace_deps.py): every unit it compiles must be one that
+`cargo test --workspace` uses, with the same features and profile, or the
+early build is work done twice. Compared with cargo's unit graph
+(`--unit-graph`, unstable, allowed here by RUSTC_BOOTSTRAP).
+
+Python 3 standard library only.
 """
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import workspace_deps
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +60,48 @@ def features(args: list[str]) -> dict[str, set[str]]:
     return found
 
 
+def units(cargo_args: list[str]) -> set[tuple]:
+    """The units a cargo command would compile: (package, target, mode,
+    features, profile settings), the profile's name left out (cargo's
+    `test` and `dev` profiles share their artifacts where the settings match)."""
+    out = subprocess.run(
+        ["cargo", *cargo_args, "--unit-graph", "-Z", "unstable-options"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "RUSTC_BOOTSTRAP": "1"},
+    ).stdout
+    found = set()
+    for u in json.loads(out)["units"]:
+        profile = {k: v for k, v in u["profile"].items() if k != "name"}
+        found.add(
+            (
+                u["pkg_id"].rsplit("#", 1)[-1],
+                u["target"]["name"],
+                u["mode"],
+                tuple(sorted(u["features"])),
+                json.dumps(profile, sort_keys=True),
+                u.get("platform"),
+            )
+        )
+    return found
+
+
+def early_build_is_reused() -> int:
+    deps = [a for d in workspace_deps.direct_dependencies() for a in ("-p", d)]
+    early = units(["build", "--lib", *deps])
+    later = units(["test", "--workspace", "--no-run"])
+    extra = sorted(early - later)
+    for u in extra:
+        print(f"{u[0]} {u[1]} ({u[2]}, features {', '.join(u[3]) or 'none'}): built early, not used by the tests")
+    if extra:
+        print(f"check_features: {len(extra)} unit(s) of the early dependency build are not the tests' own")
+        return 1
+    print(f"check_features: the early dependency build's {len(early)} units are all the tests' own")
+    return 0
+
+
 def main() -> int:
     (base_name, base_args), *others = COMMANDS
     base = features(base_args)
@@ -72,4 +126,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(max(main(), early_build_is_reused()))
