@@ -26,6 +26,7 @@ mod dlrover;
 mod event_tables;
 mod gateway;
 mod gpu;
+mod gpu_pods;
 mod guests;
 mod http_api;
 mod mpi;
