@@ -36,6 +36,7 @@ mod plugin_kit;
 mod plugins_cluster;
 mod python_client;
 mod record_replay;
+mod scrape;
 mod semconv;
 mod slurm;
 mod spool;

@@ -19,6 +19,8 @@
 //!   uploads; `record.rs` `GET /api/record`.
 //! - `openapi.rs`: the OpenAPI document; `errors.rs` the one error shape and
 //!   the layer that puts axum's own rejections into it.
+//! - `prometheus.rs`: `GET /metrics`, the newest reading of every live series
+//!   for a Prometheus scraper.
 //! - `web.rs`: the embedded dashboard; `config.rs` `[api]`.
 
 pub mod admin;
@@ -31,6 +33,7 @@ pub mod errors;
 pub mod history;
 pub mod live;
 pub mod openapi;
+pub mod prometheus;
 pub mod record;
 pub mod stream;
 pub mod web;
@@ -122,6 +125,7 @@ pub fn router(state: AppState) -> Router {
         .route("/assets/{*path}", get(web::asset))
         .route("/api/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(prometheus::metrics))
         .route("/api/ready", get(ready))
         .route("/api/status", get(status))
         .route(

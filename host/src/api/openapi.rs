@@ -117,6 +117,12 @@ fn operations() -> Vec<Op> {
             "/api/health",
             "liveness: always {\"status\":\"ok\"} while the process serves",
         ),
+        op(
+            "get",
+            "/metrics",
+            "the newest reading of every series read in the last 5 minutes, in Prometheus' text format 0.0.4 (names as remote-write gives them; counters cumulative, with _total)",
+        )
+        .responses(&[(200, "text/plain; version=0.0.4")]),
         op("get", "/api/ready", "readiness").responses(&[(200, "ready"), (503, "still loading plugins")]),
         op(
             "get",
