@@ -150,6 +150,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/cluster/nodes", get(cluster::nodes))
         .route("/api/jobs", get(cluster::jobs))
         .route("/api/jobs/{job}", get(cluster::job))
+        .route("/api/jobs/{job}/end", post(cluster::end))
         .route("/api/series", get(stream::list))
         .route("/api/series/data", get(stream::data))
         .route("/api/stream", get(stream::stream))

@@ -301,6 +301,20 @@ fn operations() -> Vec<Op> {
             (400, "a bad parameter"),
             (404, "no such job"),
         ]),
+        op(
+            "post",
+            "/api/jobs/{job}/end",
+            "ends a job this sonde knows (a scheduler's epilog): it reads as ended, not failed, is kept so across restarts, and an agent passes the end on to its master",
+        )
+        .param(("job", "job name (origin.job / sonde.job)", "train-1"))
+        .body("application/json", "optional: {reason?: string, attributes?: {key: string}}")
+        .responses(&[
+            (200, "the job's summary, state \"ended\""),
+            (400, "a bad body"),
+            (401, "no token"),
+            (404, "no such job"),
+            (503, "the ingest queue is full"),
+        ]),
         selector(op(
             "get",
             "/api/series",
