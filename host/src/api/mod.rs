@@ -184,7 +184,7 @@ const REFUSED_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(5)
 
 async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    let token = st.config.lock().api.token.clone().filter(|t| !t.is_empty());
+    let token = st.config.lock().api.token();
     if let (true, Some(token)) = (changes_state, token) {
         let given = req
             .headers()
