@@ -12,7 +12,8 @@
 //! generation number each tick and takes the map when it changed, so a slow
 //! or stuck kubelet never delays a sample (each call also has a deadline).
 //! A socket that does not answer is one warning (again only after it has
-//! answered once in between), and no pod attributes until it answers.
+//! answered once in between), and no pod attributes until it answers. The
+//! thread ends at its next turn once the sampler is dropped.
 //!
 //! The messages below are the part of the kubelet's v1 `api.proto` sonde
 //! reads, written with prost's derive (no protoc at build time); the field
@@ -128,6 +129,11 @@ impl PodWatch {
         (s.gpus.clone(), s.error.clone())
     }
 
+    /// Whether only the asking thread still holds it (the sampler is gone).
+    fn abandoned(&self) -> bool {
+        Arc::strong_count(&self.shared) == 1
+    }
+
     fn publish(&self, gpus: HashMap<String, PodOf>, error: Option<String>) {
         let mut s = self.shared.lock();
         if *s.gpus == gpus && s.error == error {
@@ -235,7 +241,7 @@ pub(crate) fn spawn(socket: &Path, every: Duration) -> Option<PodWatch> {
 
 async fn ask_forever(socket: PathBuf, every: Duration, watch: PodWatch) {
     let mut warned = false;
-    loop {
+    while !watch.abandoned() {
         match list(&socket).await {
             Ok(resp) => {
                 let gpus = gpus_of(&resp);
