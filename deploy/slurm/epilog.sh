@@ -1,18 +1,17 @@
 #!/bin/sh
-# Slurm Epilog: tells the node's sonde agent that the Slurm job's allocation
-# on this node ended.
+# Slurm Epilog: ends, on the node's sonde agent, the sonde job that
+# task-prolog.sh named after the Slurm job.
 #
 #   slurm.conf:  Epilog=/etc/slurm/sonde/epilog.sh   (job-name.sh beside it)
 #
 # slurmd runs it as root on each node of the job when the job ends there.
-# sonde has no route that ends a job: this posts a node event of kind
-# `allocation-ended` (attribute slurm.job.id) for the job task-prolog.sh
-# named, through the agent's JSON ingest, from a process of role
-# `slurm-epilog` (the job view lists it among the job's processes, rank -1).
-# It moves the job's last time (`last_ns` of GET /api/jobs/{job}; on the
-# master also this node's, in `node_last_ns`) and reaches the plugins; no
-# plugin reads it as a failure or a success (the node's Epilog does not know
-# the job's exit code).
+# It posts to the agent's POST /api/jobs/{job}/end (reason "Slurm epilog",
+# attribute slurm.job.id): the job then reads as ended in GET /api/jobs
+# (state "ended", not failed, no node lost), kept so across restarts, and the
+# agent passes the end on to its master. An agent where no task of the job
+# reported answers 404, which is no error here (a node the job held without
+# running anything under sonde). The node's Epilog does not know the job's
+# exit code, so the end says nothing of success or failure.
 #
 # Where the agent is: SONDE_EPILOG_API (default http://127.0.0.1:7878, the
 # agent's API on loopback, where it wants no token). An agent listening
@@ -32,10 +31,12 @@ if [ -z "$token" ] && [ -r /etc/sonde/sonde.env ]; then
 fi
 command -v curl >/dev/null 2>&1 || { echo "sonde epilog: curl is missing; $sonde_job's end not reported" >&2; exit 0; }
 
-body="{\"origin\": {\"job\": \"$sonde_job\", \"role\": \"slurm-epilog\"}, \"node_events\": [{\"kind\": \"allocation-ended\", \"reason\": \"Slurm epilog\", \"attributes\": {\"slurm.job.id\": \"$SLURM_JOB_ID\"}}]}"
+body="{\"reason\": \"Slurm epilog\", \"attributes\": {\"slurm.job.id\": \"$SLURM_JOB_ID\"}}"
+# The job name is made of digits, "slurm-" and "_" (job-name.sh): nothing to
+# escape in the path.
 send() {
     curl --silent --show-error --max-time 5 --output /dev/null --write-out '%{http_code}' \
-        -H 'content-type: application/json' --data-binary "$body" "$@" "$api/api/ingest" 2>&1
+        -H 'content-type: application/json' --data-binary "$body" "$@" "$api/api/jobs/$sonde_job/end" 2>&1
 }
 # The token goes to curl on stdin (`-H @-`), never on its command line, which
 # every user of the node can read.
@@ -44,5 +45,8 @@ if [ -n "$token" ]; then
 else
     code="$(send)"
 fi
-[ "$code" = 202 ] || echo "sonde epilog: could not report $sonde_job's end to $api/api/ingest: $code" >&2
+case "$code" in
+    200 | 404) ;;
+    *) echo "sonde epilog: could not report $sonde_job's end to $api: $code" >&2 ;;
+esac
 exit 0

@@ -860,3 +860,16 @@ pub fn parse_rotel_resource_keys(log: &str) -> Vec<String> {
     }
     keys.into_iter().collect()
 }
+
+/// The fake NVML library (`./dev fake-nvml`) the GPU tests load through
+/// `sampler.nvml_library`.
+pub fn fake_nvml() -> PathBuf {
+    let p = repo().join("target/fake-nvml/libnvidia-ml.so.1");
+    assert!(p.exists(), "{} missing: run `./dev fake-nvml`", p.display());
+    p
+}
+
+/// The UUID the fake NVML library gives GPU `i`.
+pub fn fake_gpu_uuid(i: usize) -> String {
+    format!("GPU-fa6e0000-0000-4000-8000-{i:012}")
+}

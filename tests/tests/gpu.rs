@@ -11,14 +11,8 @@ use std::time::Duration;
 use serde_json::Value;
 use sonde_e2e::*;
 
-fn fake_nvml() -> PathBuf {
-    let p = repo().join("target/fake-nvml/libnvidia-ml.so.1");
-    assert!(p.exists(), "{} missing: run `./dev fake-nvml`", p.display());
-    p
-}
-
 fn uuid(i: usize) -> String {
-    format!("GPU-fa6e0000-0000-4000-8000-{i:012}")
+    fake_gpu_uuid(i)
 }
 
 /// Sonde on the fake library with `script`, these plugins and extra flags.

@@ -575,6 +575,54 @@ fn bound_beyond_loopback_every_change_needs_the_token() {
     assert!(body.contains("api.token"), "{body}");
 }
 
+/// `api.token_file`: the token is the file's; a request without it is
+/// refused, one with it taken, and when the file changes (swapped as the
+/// kubelet swaps a mounted Secret) the new token works and the old one no
+/// longer does, with no restart.
+#[test]
+fn the_token_file_guards_changes_and_is_read_again_when_it_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("api-token");
+    std::fs::write(&file, "first-token\n").unwrap();
+    let setting = format!("api.token_file=\"{}\"", file.display());
+    let s = Sonde::start(
+        &tmp.path().join("sonde"),
+        &[],
+        &["--set", "api.listen=0.0.0.0:{port}", "--set", &setting],
+    );
+    let patch = |token: Option<&str>, period: u32| {
+        let body = format!("{{\"sampler\":{{\"period_ms\":{period}}}}}");
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        http_with(&s.api, "PATCH", "/api/config", &headers, body.as_bytes())
+    };
+    assert_eq!(patch(None, 50).0, 401);
+    assert_eq!(patch(Some("wrong"), 50).0, 401);
+    let (code, body) = patch(Some("first-token"), 50);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(period(&s), 50);
+    // The JSON ingest wants the same token.
+    let report = br#"{"origin": {"job": "j", "rank": 0}, "progress": [{"value": 1}]}"#;
+    assert_eq!(http(&s.api, "POST", "/api/ingest", report).0, 401);
+    let first = [("Authorization", "Bearer first-token")];
+    assert_eq!(http_with(&s.api, "POST", "/api/ingest", &first, report).0, 202);
+    // The config names the file and shows no token.
+    let cfg = s.json("/api/config");
+    assert_eq!(cfg["api"]["token_file"], file.display().to_string(), "{cfg}");
+    assert!(cfg["api"]["token"].is_null(), "{cfg}");
+
+    // A new token, written beside the file and renamed over it.
+    let next = tmp.path().join("api-token.new");
+    std::fs::write(&next, "second-token\n").unwrap();
+    std::fs::rename(&next, &file).unwrap();
+    let taken = wait_for(Duration::from_secs(10), || patch(Some("second-token"), 60).0 == 200);
+    assert!(taken, "the new token was not taken: {}", s.output());
+    assert_eq!(period(&s), 60);
+    assert_eq!(patch(Some("first-token"), 70).0, 401, "the old token still works");
+    assert_eq!(http_with(&s.api, "POST", "/api/ingest", &first, report).0, 401);
+    assert!(s.output().contains("api.token_file"), "{}", s.output());
+}
+
 /// curl (HTTP/2 or HTTP/1.1 over TLS, certificate not checked) sending
 /// `body` with PATCH and no token: (exit status, status code it read).
 fn curl_refused(api: &str, http2: bool, body: &std::path::Path) -> (i32, String) {

@@ -161,23 +161,42 @@ fn a_slurm_task_reports_under_the_slurm_job_and_the_epilog_reaches_its_agent() {
         "sonde.job wins over the service's name: {jobs:#}"
     );
 
-    // The epilog: the job's end on this node, through the agent's ingest.
+    // The epilog ends the job: as ended, with its reason, not failed.
     let before = now_ns();
     let api = format!("http://{}", sonde.api);
     let mut env = slurm.to_vec();
     env.push(("SONDE_EPILOG_API", &api));
     let epilog = slurm_run("epilog.sh", &env);
     assert!(epilog.status.success());
-    assert_eq!(text(&epilog.stderr), "", "the agent took the event");
-    let ended = wait_for(Duration::from_secs(10), || {
-        let v = sonde.json("/api/jobs/slurm-4242");
-        v["last_ns"].as_u64().is_some_and(|t| t >= before)
-    });
-    assert!(
-        ended,
-        "the epilog's event is not the job's last time: {}",
-        sonde.json("/api/jobs/slurm-4242")
+    assert_eq!(text(&epilog.stderr), "", "the agent took the end");
+    let job = sonde.json("/api/jobs/slurm-4242");
+    assert_eq!(job["state"], "ended", "{job:#}");
+    assert_eq!(job["end_reason"], "Slurm epilog", "{job:#}");
+    assert!(job["ended_ns"].as_u64().is_some_and(|t| t >= before), "{job:#}");
+    assert_eq!(
+        job["ranks"].as_array().unwrap().len(),
+        1,
+        "the end is no process of the job: {job:#}"
     );
+
+    // Kept so across a restart, like the rest of the job.
+    let saved = wait_for(Duration::from_secs(10), || {
+        sonde.json("/api/jobs")["stats"]["unsaved"] == 0
+    });
+    assert!(saved, "{}", sonde.json("/api/jobs"));
+    let port: u16 = sonde.api.rsplit(':').next().unwrap().parse().unwrap();
+    let mut sonde = sonde;
+    sonde.proc.terminate(Duration::from_secs(20));
+    let listen = format!("ingest.otlp_http_listen=\"127.0.0.1:{http_port}\"");
+    let sonde = Sonde::start_on(
+        tmp.path(),
+        &[],
+        &["--set", &listen, "--set", "ingest.otlp_grpc_listen=\"off\""],
+        port,
+    );
+    let job = sonde.json("/api/jobs/slurm-4242");
+    assert_eq!(job["state"], "ended", "after a restart: {job:#}");
+    assert_eq!(job["end_reason"], "Slurm epilog", "{job:#}");
 
     // An agent that is down: the epilog says so and still succeeds (a
     // failing Epilog would drain the node).
@@ -209,4 +228,53 @@ fn the_epilog_sends_the_agents_token() {
         assert!(without.status.success());
         assert!(text(&without.stderr).ends_with(": 401\n"), "{}", text(&without.stderr));
     }
+}
+
+/// The epilog talks to the node's agent; the agent passes the end on, and
+/// the master's job reads as ended too.
+#[test]
+fn the_epilog_ends_the_job_on_the_master_through_its_agent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let master = Sonde::start(
+        &tmp.path().join("master"),
+        &[],
+        &master_args(grpc, &[]).iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let agent = cluster_agent(tmp.path(), "node-a", grpc);
+    let t = now_ns();
+    let step = serde_json::json!({
+        "origin": {"job": "slurm-515", "rank": 0, "local_rank": 0, "role": "worker"},
+        "progress": [{"value": 1, "time_ns": t}],
+        "timings": [{"name": "forward", "start_ns": t, "end_ns": t + 5_000_000, "batch_idx": 1}],
+    });
+    let (code, body) = post_json(&agent.api, "/api/ingest", &step);
+    assert_eq!(code, 202, "{body}");
+    let on_master = wait_for(Duration::from_secs(30), || master.get("/api/jobs/slurm-515").0 == 200);
+    assert!(on_master, "{}", master.json("/api/jobs"));
+    assert_eq!(master.json("/api/jobs/slurm-515")["state"], "running");
+
+    let api = format!("http://{}", agent.api);
+    let epilog = slurm_run("epilog.sh", &[("SLURM_JOB_ID", "515"), ("SONDE_EPILOG_API", &api)]);
+    assert_eq!(text(&epilog.stderr), "");
+    assert_eq!(agent.json("/api/jobs/slurm-515")["state"], "ended");
+    let ended = wait_for(Duration::from_secs(30), || {
+        master.json("/api/jobs/slurm-515")["state"] == "ended"
+    });
+    let job = master.json("/api/jobs/slurm-515");
+    assert!(ended, "{job:#}");
+    assert_eq!(job["end_reason"], "Slurm epilog", "{job:#}");
+    // Ended as planned: the node is still up on the master.
+    let nodes = master.json("/api/cluster/nodes");
+    let node = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node"] == "node-a")
+        .cloned();
+    assert_eq!(
+        node.as_ref().map(|n| n["state"].clone()),
+        Some("up".into()),
+        "{nodes:#}"
+    );
 }

@@ -4,11 +4,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::check::Check;
+use crate::config::check::{Check, ConfigError};
 use crate::tls::config::ServerTls;
+use crate::tls::reload::ReloadingSecret;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -20,6 +22,18 @@ pub struct ApiConfig {
     /// receiver (`ingest.otlp_*_listen`), is not a loopback address, for
     /// anyone who can reach it could change the configuration.
     pub token: Option<String>,
+    /// A file that holds the token instead (its content, surrounding
+    /// whitespace trimmed): the form a Kubernetes Secret or a systemd
+    /// credential takes, so the token is in no environment and no config
+    /// file. Not with `token`. Read at start (a file that cannot be read, or
+    /// is empty, stops sonde) and again when it changes, looked at no more
+    /// than once a second as requests arrive: the API and `POST /api/ingest`
+    /// then want the new token only. The OTLP receivers take the token read
+    /// at start. An absolute path.
+    pub token_file: Option<PathBuf>,
+    /// The token read from `token_file` (not a setting).
+    #[serde(skip)]
+    pub token_source: Option<Arc<ReloadingSecret>>,
     /// Serve the dashboard from this directory instead of the built-in page.
     pub web_dir: Option<PathBuf>,
     /// How far back the live store behind the dashboard keeps every series:
@@ -75,9 +89,30 @@ impl ApiConfig {
         }
     }
 
-    /// Whether a token is set (an empty one is none).
+    /// Whether a token is set (an empty one is none), inline or as a file.
     pub fn has_token(&self) -> bool {
-        self.token.as_deref().is_some_and(|t| !t.is_empty())
+        self.token.as_deref().is_some_and(|t| !t.is_empty()) || self.token_file.is_some()
+    }
+
+    /// The token requests need now: `token_file`'s content as it is now, or
+    /// `token`; None when neither is set.
+    pub fn token(&self) -> Option<String> {
+        match &self.token_source {
+            Some(s) => Some(s.current().to_string()),
+            None => self.token.clone().filter(|t| !t.is_empty()),
+        }
+    }
+
+    /// Reads `token_file` (see the key): called once the settings are put
+    /// together, before [`validate`](Self::validate).
+    pub fn load_token_file(&mut self) -> Result<(), ConfigError> {
+        self.token_source = match &self.token_file {
+            Some(path) => Some(Arc::new(
+                ReloadingSecret::load(path, "api.token_file").map_err(|e| ConfigError::new("api.token_file", e))?,
+            )),
+            None => None,
+        };
+        Ok(())
     }
 
     /// Checks what types alone cannot, and loads the TLS files.
@@ -92,6 +127,14 @@ impl ApiConfig {
                 );
             }
             Ok(_) => {}
+        }
+        if self.token.is_some() && self.token_file.is_some() {
+            c.bad("token_file", "set token or token_file, not both");
+        }
+        if let Some(p) = &self.token_file
+            && !p.is_absolute()
+        {
+            c.bad("token_file", format!("{} is not an absolute path", p.display()));
         }
         if let Some(w) = self.live_window_ms {
             c.range("live_window_ms", w, 10_000, 86_400_000);
@@ -112,6 +155,8 @@ impl Default for ApiConfig {
         Self {
             listen: "127.0.0.1:7878".into(),
             token: None,
+            token_file: None,
+            token_source: None,
             web_dir: None,
             live_window_ms: None,
             live_max_series: None,

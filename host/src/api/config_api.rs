@@ -223,13 +223,14 @@ fn unredact(doc: &mut Value, old: &Config) {
 
 /// Deserialises and validates a candidate config, naming every bad key.
 pub fn candidate(doc: Value) -> Result<Config, Vec<ConfigError>> {
-    let cfg: Config = serde_path_to_error::deserialize(doc).map_err(|e| {
+    let mut cfg: Config = serde_path_to_error::deserialize(doc).map_err(|e| {
         let path = e.path().to_string();
         let reason = e.inner().to_string();
         // The path names the offending key (an unknown field included).
         let key = if path == "." { "<root>".to_string() } else { path };
         vec![ConfigError::new(key, reason)]
     })?;
+    cfg.load_token_files()?;
     cfg.validate()?;
     Ok(cfg)
 }
@@ -323,7 +324,7 @@ async fn apply(st: &AppState, old: &Config, new: &Config) -> Result<Vec<String>,
             old.sampler.period_ms, new.sampler.period_ms
         ));
     }
-    if old.api.token != new.api.token {
+    if old.api.token != new.api.token || old.api.token_file != new.api.token_file {
         applied.push("api.token: changed".into());
     }
     if old.api.web_dir != new.api.web_dir {

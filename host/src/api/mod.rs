@@ -19,6 +19,8 @@
 //!   uploads; `record.rs` `GET /api/record`.
 //! - `openapi.rs`: the OpenAPI document; `errors.rs` the one error shape and
 //!   the layer that puts axum's own rejections into it.
+//! - `prometheus.rs`: `GET /metrics`, the newest reading of every live series
+//!   for a Prometheus scraper.
 //! - `web.rs`: the embedded dashboard; `config.rs` `[api]`.
 
 pub mod admin;
@@ -31,6 +33,7 @@ pub mod errors;
 pub mod history;
 pub mod live;
 pub mod openapi;
+pub mod prometheus;
 pub mod record;
 pub mod stream;
 pub mod web;
@@ -122,6 +125,7 @@ pub fn router(state: AppState) -> Router {
         .route("/assets/{*path}", get(web::asset))
         .route("/api/openapi.json", get(|| async { Json(openapi::document()) }))
         .route("/api/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/metrics", get(prometheus::metrics))
         .route("/api/ready", get(ready))
         .route("/api/status", get(status))
         .route(
@@ -146,6 +150,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/cluster/nodes", get(cluster::nodes))
         .route("/api/jobs", get(cluster::jobs))
         .route("/api/jobs/{job}", get(cluster::job))
+        .route("/api/jobs/{job}/end", post(cluster::end))
         .route("/api/series", get(stream::list))
         .route("/api/series/data", get(stream::data))
         .route("/api/stream", get(stream::stream))
@@ -179,7 +184,7 @@ const REFUSED_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(5)
 
 async fn require_token(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let changes_state = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    let token = st.config.lock().api.token.clone().filter(|t| !t.is_empty());
+    let token = st.config.lock().api.token();
     if let (true, Some(token)) = (changes_state, token) {
         let given = req
             .headers()

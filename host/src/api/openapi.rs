@@ -117,6 +117,12 @@ fn operations() -> Vec<Op> {
             "/api/health",
             "liveness: always {\"status\":\"ok\"} while the process serves",
         ),
+        op(
+            "get",
+            "/metrics",
+            "the newest reading of every series read in the last 5 minutes, in Prometheus' text format 0.0.4 (names as remote-write gives them; counters cumulative, with _total)",
+        )
+        .responses(&[(200, "text/plain; version=0.0.4")]),
         op("get", "/api/ready", "readiness").responses(&[(200, "ready"), (503, "still loading plugins")]),
         op(
             "get",
@@ -304,6 +310,20 @@ fn operations() -> Vec<Op> {
             (200, "{job, kinds, nodes, ranks, steps: [{batch, ranks: [{rank, start_ns, end_ns, total_s, phases, span}]}], findings}"),
             (400, "a bad parameter"),
             (404, "no such job"),
+        ]),
+        op(
+            "post",
+            "/api/jobs/{job}/end",
+            "ends a job this sonde knows (a scheduler's epilog): it reads as ended, not failed, is kept so across restarts, and an agent passes the end on to its master",
+        )
+        .param(("job", "job name (origin.job / sonde.job)", "train-1"))
+        .body("application/json", "optional: {reason?: string, attributes?: {key: string}}")
+        .responses(&[
+            (200, "the job's summary, state \"ended\""),
+            (400, "a bad body"),
+            (401, "no token"),
+            (404, "no such job"),
+            (503, "the ingest queue is full"),
         ]),
         selector(op(
             "get",

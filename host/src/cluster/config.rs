@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::check::Check;
+use std::path::PathBuf;
+
+use crate::config::check::{Check, ConfigError};
 
 /// The three roles one binary can take.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -69,6 +71,15 @@ pub struct ClusterConfig {
     /// way to admit agents is mutual TLS (`ingest.tls.client_ca`). Not
     /// empty, and without spaces at either end.
     pub token: Option<String>,
+    /// A file that holds the token instead (its content, surrounding
+    /// whitespace trimmed), e.g. a Kubernetes Secret mounted as a volume.
+    /// Not with `token`. Read at start only (an agent's senders and a
+    /// master's receivers take it then): a rotated cluster token needs a
+    /// restart of each sonde. An absolute path.
+    pub token_file: Option<PathBuf>,
+    /// What `token_file` held at start (not a setting).
+    #[serde(skip)]
+    pub token_from_file: Option<String>,
 }
 
 impl Default for ClusterConfig {
@@ -83,11 +94,36 @@ impl Default for ClusterConfig {
             max_jobs: 256,
             max_steps_per_rank: 36_000,
             token: None,
+            token_file: None,
+            token_from_file: None,
         }
     }
 }
 
 impl ClusterConfig {
+    /// The shared secret: `token_file`'s content as read at start, or `token`.
+    pub fn token(&self) -> Option<&str> {
+        self.token_from_file.as_deref().or(self.token.as_deref())
+    }
+
+    /// Reads `token_file` (see the key): called once the settings are put
+    /// together, before [`validate`](Self::validate).
+    pub fn load_token_file(&mut self) -> Result<(), ConfigError> {
+        self.token_from_file = None;
+        let Some(path) = &self.token_file else { return Ok(()) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new("cluster.token_file", format!("cannot read {}: {e}", path.display())))?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(ConfigError::new(
+                "cluster.token_file",
+                format!("{} is empty", path.display()),
+            ));
+        }
+        self.token_from_file = Some(token.to_string());
+        Ok(())
+    }
+
     /// The lost-node timeout for an export interval.
     pub fn node_timeout(&self, export_interval_ms: u64) -> u64 {
         self.node_timeout_ms.unwrap_or(3 * export_interval_ms.max(100))
@@ -124,6 +160,14 @@ impl ClusterConfig {
             .is_some_and(|t| t.trim().is_empty() || t.trim() != t)
         {
             c.bad("token", "must not be empty or start or end with spaces");
+        }
+        if self.token.is_some() && self.token_file.is_some() {
+            c.bad("token_file", "set token or token_file, not both");
+        }
+        if let Some(p) = &self.token_file
+            && !p.is_absolute()
+        {
+            c.bad("token_file", format!("{} is not an absolute path", p.display()));
         }
         c.at_least("max_nodes", self.max_nodes, 1);
         c.at_least("max_jobs", self.max_jobs, 1);

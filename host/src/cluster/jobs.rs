@@ -33,6 +33,10 @@ use crate::ingest::{Report, ReportTap};
 
 pub mod store;
 
+/// The node event that ends a job (`POST /api/jobs/{job}/end` sends it; it
+/// travels from an agent to its master like any node event).
+pub const JOB_ENDED: &str = "job-ended";
+
 const MAX_RANKS_PER_JOB: usize = 4_096;
 const MAX_PHASES_PER_STEP: usize = 64;
 /// The progress name that carries the batch index.
@@ -111,6 +115,8 @@ struct Job {
     ranks: BTreeMap<(i32, String, i32), Rank>,
     ranks_refused: u64,
     phases_refused: u64,
+    /// When the job was ended ([`JOB_ENDED`]) and why; None while it runs.
+    ended: Option<(u64, String)>,
 }
 
 /// What `GET /api/jobs` lists about one job.
@@ -125,6 +131,14 @@ pub struct JobSummary {
     pub first_ns: u64,
     pub last_ns: u64,
     pub rows: u64,
+    /// "running", or "ended" once something ended it (its scheduler's
+    /// epilog, `POST /api/jobs/{job}/end`): an end as planned, not a failure
+    /// and not a lost node. A report from after the end runs it again (a
+    /// name used twice).
+    pub state: &'static str,
+    /// When it was ended (ns since the epoch), and the reason given.
+    pub ended_ns: Option<u64>,
+    pub end_reason: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -252,6 +266,11 @@ impl JobRegistry {
         }
     }
 
+    /// Whether a job of this name is kept.
+    pub fn knows(&self, name: &str) -> bool {
+        self.inner.lock().map.contains_key(name)
+    }
+
     /// Every job, the most recently active first.
     pub fn list(&self) -> Vec<JobSummary> {
         let j = self.inner.lock();
@@ -365,6 +384,18 @@ impl JobRegistry {
         });
         job.first_ns = job.first_ns.min(earliest);
         job.last_ns = job.last_ns.max(latest);
+        // An end is no process of the job: it ends the job and adds no rank.
+        let end = r.node_events.iter().rev().find(|e| e.kind == JOB_ENDED);
+        if let Some(e) = end {
+            if job.ended.as_ref().is_none_or(|(t, _)| e.time >= *t) {
+                job.ended = Some((e.time, e.reason.clone()));
+            }
+            if r.rows() == r.node_events.iter().filter(|e| e.kind == JOB_ENDED).count() {
+                return;
+            }
+        } else if job.ended.as_ref().is_some_and(|(t, _)| latest > *t) {
+            job.ended = None;
+        }
         job.rows += r.rows() as u64;
         for k in kinds_of(r) {
             // Bounded: a job's table names are as many as plugins declare.
@@ -473,6 +504,9 @@ fn summary(name: &str, job: &Job) -> JobSummary {
         first_ns: job.first_ns,
         last_ns: job.last_ns,
         rows: job.rows,
+        state: if job.ended.is_some() { "ended" } else { "running" },
+        ended_ns: job.ended.as_ref().map(|(t, _)| *t),
+        end_reason: job.ended.as_ref().map(|(_, why)| why.clone()),
     }
 }
 
@@ -669,6 +703,36 @@ mod tests {
         let names: Vec<String> = reg.list().into_iter().map(|j| j.job).collect();
         assert_eq!(names, vec!["c", "b"]);
         assert_eq!(reg.stats().jobs_evicted, 1);
+    }
+
+    #[test]
+    fn an_end_ends_the_job_without_a_rank_and_a_later_report_runs_it_again() {
+        let reg = JobRegistry::new(8, 100);
+        reg.observe(&[report("j", "n1", 0, &[("forward", 10, 20, 1)])]);
+        assert_eq!(reg.list()[0].state, "running");
+        let mut end = report("j", "n1", -1, &[]);
+        end.origin.role = "sonde-api".into();
+        end.node_events.push(crate::ingest::NodeEvent {
+            time: 30,
+            kind: JOB_ENDED.into(),
+            exit_code: None,
+            reason: "Slurm epilog".into(),
+            attributes: Vec::new(),
+        });
+        reg.observe(std::slice::from_ref(&end));
+        let s = &reg.list()[0];
+        assert_eq!(
+            (s.state, s.ended_ns, s.end_reason.as_deref()),
+            ("ended", Some(30), Some("Slurm epilog"))
+        );
+        assert_eq!(s.rank_count, 1, "the end is no process of the job");
+        // What a rank sent before the end, arriving late, leaves it ended.
+        reg.observe(&[report("j", "n1", 0, &[("forward", 21, 29, 2)])]);
+        assert_eq!(reg.list()[0].state, "ended");
+        // A report from after the end: the name runs again.
+        reg.observe(&[report("j", "n1", 0, &[("forward", 40, 50, 3)])]);
+        let s = &reg.list()[0];
+        assert_eq!((s.state, s.ended_ns), ("running", None));
     }
 
     #[test]

@@ -171,6 +171,7 @@ impl Config {
         }
         let mut cfg: Config = fig.extract().map_err(|e| ConfigErrors(figment_errors(e)))?;
         cfg.ignored_env = ignored_env;
+        cfg.load_token_files().map_err(ConfigErrors)?;
         cfg.apply_role();
         cfg.validate().map_err(ConfigErrors)?;
         Ok(cfg)
@@ -180,6 +181,7 @@ impl Config {
     pub fn from_toml_str(s: &str) -> Result<Config, ConfigErrors> {
         let fig = Figment::from(Serialized::defaults(Config::default())).merge(Toml::string(s));
         let mut cfg: Config = fig.extract().map_err(|e| ConfigErrors(figment_errors(e)))?;
+        cfg.load_token_files().map_err(ConfigErrors)?;
         cfg.apply_role();
         cfg.validate().map_err(ConfigErrors)?;
         Ok(cfg)
@@ -223,6 +225,16 @@ impl Config {
         if errs.is_empty() { Ok(()) } else { Err(errs) }
     }
 
+    /// Reads the token files (`api.token_file`, `cluster.token_file`): the
+    /// settings that name a file hold what it holds from here on.
+    pub fn load_token_files(&mut self) -> Result<(), Vec<ConfigError>> {
+        let errs: Vec<ConfigError> = [self.api.load_token_file(), self.cluster.load_token_file()]
+            .into_iter()
+            .filter_map(Result::err)
+            .collect();
+        if errs.is_empty() { Ok(()) } else { Err(errs) }
+    }
+
     /// An agent sends to its master unless `export.endpoint` says otherwise,
     /// proves itself with `cluster.token` when one is set, and (unless told
     /// otherwise) compresses with gzip and sends one request at a time.
@@ -230,7 +242,7 @@ impl Config {
         if self.cluster.role != crate::cluster::config::Role::Agent {
             return;
         }
-        if let Some(token) = &self.cluster.token
+        if let Some(token) = self.cluster.token().map(str::to_string)
             && !self
                 .export
                 .headers
@@ -401,6 +413,27 @@ mod tests {
         assert_eq!(err.0[0].key, "export.spool_dir");
         let err = Config::from_toml_str("[export]\nself_metrics_interval_ms = 50\n").unwrap_err();
         assert_eq!(err.0[0].key, "export.self_metrics_interval_ms");
+    }
+
+    #[test]
+    fn token_files_are_read_and_not_beside_an_inline_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("token");
+        std::fs::write(&f, "abc\n").unwrap();
+        let cfg = Config::from_toml_str(&format!(
+            "[api]\nlisten = \"0.0.0.0:7878\"\ntoken_file = {f:?}\n[cluster]\ntoken_file = {f:?}\n"
+        ))
+        .unwrap();
+        assert_eq!(cfg.api.token().as_deref(), Some("abc"));
+        assert_eq!(cfg.cluster.token(), Some("abc"));
+        let both = Config::from_toml_str(&format!("[api]\ntoken = \"x\"\ntoken_file = {f:?}\n")).unwrap_err();
+        assert_eq!(both.0[0].key, "api.token_file");
+        let missing = Config::from_toml_str("[cluster]\ntoken_file = \"/nonexistent/token\"\n").unwrap_err();
+        assert_eq!(missing.0[0].key, "cluster.token_file");
+        assert!(missing.0[0].reason.contains("cannot read"), "{}", missing.0[0].reason);
+        std::fs::write(&f, " \n").unwrap();
+        let empty = Config::from_toml_str(&format!("[api]\ntoken_file = {f:?}\n")).unwrap_err();
+        assert!(empty.0[0].reason.contains("is empty"), "{}", empty.0[0].reason);
     }
 
     #[test]

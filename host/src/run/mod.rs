@@ -305,12 +305,12 @@ fn receiver_tokens(cfg: &Config, listen: &str) -> Vec<String> {
     let wide = listen
         .parse::<std::net::SocketAddr>()
         .is_ok_and(|a| !a.ip().is_loopback());
-    let cluster = cfg.cluster.role == Role::Master && cfg.cluster.token.is_some();
+    let cluster = cfg.cluster.role == Role::Master && cfg.cluster.token().is_some();
     if wide || cluster {
-        tokens.extend(cfg.api.token.clone().filter(|t| !t.is_empty()));
+        tokens.extend(cfg.api.token());
     }
     if cluster {
-        tokens.extend(cfg.cluster.token.clone());
+        tokens.extend(cfg.cluster.token().map(str::to_string));
     }
     if wide && tokens.is_empty() {
         // The config check refuses a wide receiver without api.token; should
@@ -463,7 +463,7 @@ async fn serve_api(
         ingest::json::IngestState {
             hub: hub.clone(),
             limits: Limits::from(&cfg.ingest),
-            token: Arc::new(move || live_config.lock().api.token.clone()),
+            token: Arc::new(move || live_config.lock().api.token()),
             stacks: Default::default(),
         },
         cfg.ingest.max_body_bytes,

@@ -45,7 +45,24 @@ pub struct SamplerConfig {
     /// and the interfaces' `class/net`); `/host/sys` beside `/host/proc`. An
     /// absolute path; moved from `/sys`, it must hold `class`.
     pub sysfs_dir: PathBuf,
+    /// The kubelet's `pod-resources` socket (gRPC, API v1), asked which pod
+    /// holds each GPU so that GPU series carry `k8s.pod.name`,
+    /// `k8s.namespace.name` and `k8s.container.name`. On by default where it
+    /// exists: at the default path a node without the socket (not
+    /// Kubernetes, or the DaemonSet without the mount) is told once in the
+    /// log at info level and asked nothing; a path set here that does not
+    /// answer is a warning (once, and in `/api/status`), and GPU series then
+    /// carry no pod attributes. Empty: never asked. Only asked when NVML
+    /// found a GPU. An absolute path, or empty.
+    pub pod_resources_socket: PathBuf,
+    /// How often the kubelet is asked, in milliseconds: a pod that starts or
+    /// ends shows on its GPU's series within this.
+    /// Range: 1 000 ..= 600 000.
+    pub pod_resources_interval_ms: u32,
 }
+
+/// Where the kubelet serves its `pod-resources` API.
+pub const KUBELET_POD_RESOURCES: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 impl Default for SamplerConfig {
     fn default() -> Self {
@@ -60,6 +77,8 @@ impl Default for SamplerConfig {
             realtime: true,
             procfs_dir: PathBuf::from("/proc"),
             sysfs_dir: PathBuf::from("/sys"),
+            pod_resources_socket: PathBuf::from(KUBELET_POD_RESOURCES),
+            pod_resources_interval_ms: 10_000,
         }
     }
 }
@@ -75,6 +94,19 @@ impl SamplerConfig {
                 c.bad(key, format!("{} is not an absolute path", dir.display()));
             }
         }
+        let socket = &self.pod_resources_socket;
+        if !socket.as_os_str().is_empty() && !socket.is_absolute() {
+            c.bad(
+                "pod_resources_socket",
+                format!("{} is not an absolute path (empty: off)", socket.display()),
+            );
+        }
+        c.range(
+            "pod_resources_interval_ms",
+            self.pod_resources_interval_ms,
+            1_000,
+            600_000,
+        );
     }
 
     /// A `procfs_dir` or `sysfs_dir` moved from its default must hold what

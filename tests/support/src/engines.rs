@@ -35,12 +35,25 @@ pub struct Engine {
 
 impl Engine {
     pub fn prometheus() -> Engine {
+        // No scrape jobs: the only data is what the test writes.
+        Engine::prometheus_with("global:\n  scrape_interval: 1h\n")
+    }
+
+    /// Prometheus scraping `http://target/metrics` every second as job `sonde`.
+    pub fn prometheus_scraping(target: &str) -> Engine {
+        Engine::prometheus_with(&format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  \
+             - job_name: sonde\n    metrics_path: /metrics\n    static_configs:\n      \
+             - targets: [\"{target}\"]\n"
+        ))
+    }
+
+    fn prometheus_with(config: &str) -> Engine {
         let bin = binary("prometheus");
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let cfg = dir.path().join("prometheus.yml");
-        // No scrape jobs: the only data is what the test writes.
-        std::fs::write(&cfg, "global:\n  scrape_interval: 1h\n").unwrap();
+        std::fs::write(&cfg, config).unwrap();
         let args = vec![
             format!("--config.file={}", cfg.display()),
             format!("--storage.tsdb.path={}", dir.path().join("data").display()),
@@ -118,6 +131,13 @@ impl Engine {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// A GET of the engine's HTTP API, as JSON (`/api/v1/metadata?metric=...`).
+    pub fn get_json(&self, path: &str) -> serde_json::Value {
+        let (code, body) = http(self.addr(), "GET", path, b"");
+        assert_eq!(code, 200, "{} {path}: {body}", self.name);
+        serde_json::from_str(&body).unwrap()
     }
 
     /// An instant PromQL query's `data.result`, as JSON.

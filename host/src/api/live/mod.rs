@@ -71,13 +71,27 @@ pub struct SeriesMeta {
     pub attributes: serde_json::Map<String, serde_json::Value>,
 }
 
+/// One series' newest reading ([`LiveStore::latest`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Latest {
+    pub name: String,
+    /// The unit as emitted (a counter's, not its rate's).
+    pub unit: String,
+    pub kind: MetricKind,
+    /// The attributes as text.
+    pub attributes: Vec<(String, String)>,
+    pub time_ms: u64,
+    pub value: f64,
+}
+
 struct Series {
     meta: SeriesMeta,
     key: SeriesKey,
     /// When a point last arrived (ms since the epoch, wall clock).
     last_write_ms: u64,
     points: Points,
-    /// Last raw counter reading (ns, value), for rates.
+    /// The newest reading as it arrived (ns, value): a counter's for its
+    /// rate, and every series' for `GET /metrics`.
     last_raw: Option<(u64, f64)>,
 }
 
@@ -291,6 +305,37 @@ impl LiveStore {
         s.points.newest().map(|t| st.base_ms + t as u64)
     }
 
+    /// The newest reading of every series with one since `since_ms` (ms
+    /// since the Unix epoch), as it arrived: a counter's cumulative value,
+    /// not its rate. For `GET /metrics`.
+    pub fn latest(&self, since_ms: u64) -> Vec<Latest> {
+        self.catch_up();
+        let st = self.inner.read();
+        st.series
+            .values()
+            .filter_map(|s| {
+                let (t, value) = s.last_raw?;
+                if t / 1_000_000 < since_ms {
+                    return None;
+                }
+                let m = &s.meta;
+                let (kind, unit) = match m.kind {
+                    "counter" => (MetricKind::Counter, m.unit.strip_suffix("/s").unwrap_or(&m.unit)),
+                    "updowncounter" => (MetricKind::UpDownCounter, m.unit.as_str()),
+                    _ => (MetricKind::Gauge, m.unit.as_str()),
+                };
+                Some(Latest {
+                    name: m.name.clone(),
+                    unit: unit.to_string(),
+                    kind,
+                    attributes: s.key.2.clone(),
+                    time_ms: t / 1_000_000,
+                    value,
+                })
+            })
+            .collect()
+    }
+
     /// Points of `ids` in `[from_ms, to_ms]`, in buckets of `bucket_ms`
     /// aligned to multiples of it. Unknown ids are left out.
     pub fn query(&self, ids: &[u32], from_ms: u64, to_ms: u64, bucket_ms: u64) -> Vec<Buckets> {
@@ -384,6 +429,9 @@ impl Store {
                 _ => return,
             }
         } else {
+            if s.last_raw.is_none_or(|(t0, _)| time_ns >= t0) {
+                s.last_raw = Some((time_ns, value));
+            }
             value
         };
         let ms = time_ns / 1_000_000;

@@ -48,6 +48,10 @@ struct JobRecord {
     ranks: Vec<RankRecord>,
     ranks_refused: u64,
     phases_refused: u64,
+    /// When the job was ended and why (absent: running; what runs before
+    /// this field existed wrote none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ended: Option<(u64, String)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -114,6 +118,7 @@ fn job_record(name: &str, j: &Job) -> JobRecord {
             .collect(),
         ranks_refused: j.ranks_refused,
         phases_refused: j.phases_refused,
+        ended: j.ended.clone(),
     }
 }
 
@@ -157,6 +162,7 @@ impl JobRegistry {
                             .collect(),
                         ranks_refused: rec.ranks_refused,
                         phases_refused: rec.phases_refused,
+                        ended: rec.ended,
                     };
                     jobs.map.insert(rec.job, job);
                     read += 1;

@@ -18,6 +18,7 @@ use nvml_wrapper_sys::bindings::{nvmlDevice_t, nvmlFieldValue_t};
 
 use super::GpuEvent;
 use super::names::*;
+use super::pods::PodOf;
 use crate::model::{AttrValue, Attributes, SeriesKind};
 use crate::sample::{Out, attrs};
 
@@ -124,7 +125,21 @@ pub(super) struct GpuDev {
     xid_count: f64,
     xid_last: f64,
     mig: Vec<MigDev>,
+    /// What the series are labelled with before the pod's attributes.
+    labels: Labels,
+    gpm_supported: bool,
+    links: u32,
+    /// The pod holding this GPU now (`base`, `ids` and `processes` carry it).
+    pod: Option<PodOf>,
+    /// The series of the pods that held this GPU before (and of none), kept
+    /// so that a pod coming back, or a kubelet that stops and starts
+    /// answering, reuses its series instead of defining new ones.
+    parked: HashMap<Option<PodOf>, Parked>,
 }
+
+/// A GPU's series under one attribution: its base attributes, its series
+/// and its processes' series.
+type Parked = (Attributes, Ids, HashMap<u32, (u32, u32)>);
 
 impl GpuDev {
     pub(super) fn new(index: u32, device: Device<'static>, driver: &str, out: &mut Out) -> Self {
@@ -136,56 +151,7 @@ impl GpuDev {
             ("hw.name", AttrValue::from(name.clone())),
             ("hw.driver_version", AttrValue::from(driver)),
         ]);
-        let with = |extra: Vec<(&str, AttrValue)>| {
-            let mut a = base.clone();
-            a.extend(extra.into_iter().map(|(k, v)| (k.to_string(), v)));
-            a
-        };
-        let gauge = |out: &mut Out, metric: &str, unit: &str, extra: Vec<(&str, AttrValue)>| {
-            out.add(metric, unit, SeriesKind::Gauge, with(extra))
-        };
-        let dir = |d: &str| vec![("network.io.direction", AttrValue::from(d))];
-        let state = |s: &str| vec![("hw.state", AttrValue::from(s))];
-        let error = |e: &str| vec![("error.type", AttrValue::from(e))];
-        let temperature = attrs([
-            ("hw.id", AttrValue::from(format!("{uuid}-temperature"))),
-            ("hw.type", AttrValue::from("temperature")),
-            ("hw.name", AttrValue::from(format!("{name} temperature"))),
-            ("hw.parent", AttrValue::from(uuid.clone())),
-            ("hw.sensor_location", AttrValue::from("gpu")),
-        ]);
         let gpm_supported = device.gpm_support().unwrap_or(false);
-        let mut ids = Ids {
-            util: gauge(out, UTILIZATION, "1", vec![("hw.gpu.task", AttrValue::from("general"))]),
-            mem_used: gauge(out, MEMORY_USAGE, "By", vec![]),
-            mem_total: gauge(out, MEMORY_LIMIT, "By", vec![]),
-            mem_util: gauge(out, MEMORY_UTILIZATION, "1", vec![]),
-            power: gauge(out, POWER, "W", vec![]),
-            energy: out.add(ENERGY, "J", SeriesKind::Counter, with(vec![])),
-            temp: out.add(TEMPERATURE, "Cel", SeriesKind::Gauge, temperature),
-            clock: gauge(out, CLOCK_SM, "MHz", vec![]),
-            pcie_rx: gauge(out, PCIE_IO, "By/s", dir("receive")),
-            pcie_tx: gauge(out, PCIE_IO, "By/s", dir("transmit")),
-            status_ok: gauge(out, STATUS, "1", state("ok")),
-            status_failed: gauge(out, STATUS, "1", state("failed")),
-            xid_count: out.add(ERRORS, "{error}", SeriesKind::Counter, with(error("xid"))),
-            xid_last: gauge(out, XID_LAST, "1", vec![]),
-            ecc_corrected: out.add(ERRORS, "{error}", SeriesKind::Counter, with(error("ecc_corrected"))),
-            ecc_uncorrected: out.add(ERRORS, "{error}", SeriesKind::Counter, with(error("ecc_uncorrected"))),
-            throttle: THROTTLE_REASONS
-                .map(|(r, _)| gauge(out, THROTTLE, "1", vec![(ATTR_THROTTLE_REASON, AttrValue::from(r))])),
-            gpm: [NO_SERIES; 4],
-            nvlink: Vec::new(),
-        };
-        if gpm_supported {
-            for (slot, metric) in ids
-                .gpm
-                .iter_mut()
-                .zip([SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE])
-            {
-                *slot = gauge(out, metric, "1", vec![]);
-            }
-        }
         let links = match device.field_values_for(&[FieldId(NVLINK_LINK_COUNT)]) {
             Ok(v) => match v.into_iter().next() {
                 Some(Ok(s)) => match s.value {
@@ -197,22 +163,9 @@ impl GpuDev {
             },
             Err(_) => 0,
         };
-        for link in 0..links.min(18) {
-            let l = || (ATTR_NVLINK_LINK, AttrValue::Int(i64::from(link)));
-            let rx = out.add(
-                NVLINK_IO,
-                "By",
-                SeriesKind::Counter,
-                with(vec![l(), ("network.io.direction", "receive".into())]),
-            );
-            let tx = out.add(
-                NVLINK_IO,
-                "By",
-                SeriesKind::Counter,
-                with(vec![l(), ("network.io.direction", "transmit".into())]),
-            );
-            ids.nvlink.push((rx, tx));
-        }
+        let links = links.min(18);
+        let labels = Labels::of(&base, &uuid, &name);
+        let ids = make_ids(out, &labels, &Attributes::new(), gpm_supported, links);
         let mig = mig_instances(&device, &uuid, &name, driver, out);
         let mut dev = GpuDev {
             index,
@@ -231,6 +184,11 @@ impl GpuDev {
             xid_count: 0.0,
             xid_last: 0.0,
             mig,
+            labels,
+            gpm_supported,
+            links,
+            pod: None,
+            parked: HashMap::new(),
         };
         if !gpm_supported {
             dev.unsupported |= Reading::Gpm.bit();
@@ -245,6 +203,37 @@ impl GpuDev {
             }
         }
         dev
+    }
+
+    pub(super) fn uuid(&self) -> &str {
+        &self.uuid
+    }
+
+    /// Labels this GPU's series from now on with the pod that holds it
+    /// (`None`: no pod). Series carry their attributes for life, so a new
+    /// pod gets series of its own and the previous pod's read NaN from this
+    /// tick, as a process's do when it ends.
+    pub(super) fn set_pod(&mut self, pod: Option<&PodOf>, out: &mut Out) {
+        if self.pod.as_ref() == pod {
+            return;
+        }
+        let key = pod.cloned();
+        let (base, ids, processes) = match self.parked.remove(&key) {
+            Some(p) => p,
+            None => {
+                let extra = pod.map(pod_attributes).unwrap_or_default();
+                let ids = make_ids(out, &self.labels, &extra, self.gpm_supported, self.links);
+                let mut base = self.labels.gpu.clone();
+                base.extend(extra);
+                (base, ids, HashMap::new())
+            }
+        };
+        let before = (
+            std::mem::replace(&mut self.base, base),
+            std::mem::replace(&mut self.ids, ids),
+            std::mem::replace(&mut self.processes, processes),
+        );
+        self.parked.insert(std::mem::replace(&mut self.pod, key), before);
     }
 
     pub(super) fn device(&self) -> &Device<'static> {
@@ -642,6 +631,106 @@ fn mig_instances(device: &Device<'static>, uuid: &str, name: &str, driver: &str,
         });
     }
     migs
+}
+
+/// What every series of one GPU is labelled with: the GPU's own attributes
+/// and its temperature sensor's.
+pub(super) struct Labels {
+    gpu: Attributes,
+    temperature: Attributes,
+}
+
+impl Labels {
+    fn of(base: &Attributes, uuid: &str, name: &str) -> Labels {
+        let temperature = attrs([
+            ("hw.id", AttrValue::from(format!("{uuid}-temperature"))),
+            ("hw.type", AttrValue::from("temperature")),
+            ("hw.name", AttrValue::from(format!("{name} temperature"))),
+            ("hw.parent", AttrValue::from(uuid.to_string())),
+            ("hw.sensor_location", AttrValue::from("gpu")),
+        ]);
+        Labels {
+            gpu: base.clone(),
+            temperature,
+        }
+    }
+}
+
+/// The attributes of the pod holding a GPU (OpenTelemetry's `k8s.*` names).
+fn pod_attributes(p: &PodOf) -> Attributes {
+    attrs([
+        ("k8s.namespace.name", AttrValue::from(p.namespace.clone())),
+        ("k8s.pod.name", AttrValue::from(p.pod.clone())),
+        ("k8s.container.name", AttrValue::from(p.container.clone())),
+    ])
+}
+
+/// Defines one GPU's series with `labels` plus `extra` (the pod holding it,
+/// or nothing).
+fn make_ids(out: &mut Out, labels: &Labels, extra: &Attributes, gpm_supported: bool, links: u32) -> Ids {
+    let mut base = labels.gpu.clone();
+    base.extend(extra.iter().cloned());
+    let mut temperature = labels.temperature.clone();
+    temperature.extend(extra.iter().cloned());
+    let with = |more: Vec<(&str, AttrValue)>| {
+        let mut a = base.clone();
+        a.extend(more.into_iter().map(|(k, v)| (k.to_string(), v)));
+        a
+    };
+    let gauge = |out: &mut Out, metric: &str, unit: &str, more: Vec<(&str, AttrValue)>| {
+        out.add(metric, unit, SeriesKind::Gauge, with(more))
+    };
+    let dir = |d: &str| vec![("network.io.direction", AttrValue::from(d))];
+    let state = |s: &str| vec![("hw.state", AttrValue::from(s))];
+    let error = |e: &str| vec![("error.type", AttrValue::from(e))];
+    let mut ids = Ids {
+        util: gauge(out, UTILIZATION, "1", vec![("hw.gpu.task", AttrValue::from("general"))]),
+        mem_used: gauge(out, MEMORY_USAGE, "By", vec![]),
+        mem_total: gauge(out, MEMORY_LIMIT, "By", vec![]),
+        mem_util: gauge(out, MEMORY_UTILIZATION, "1", vec![]),
+        power: gauge(out, POWER, "W", vec![]),
+        energy: out.add(ENERGY, "J", SeriesKind::Counter, with(vec![])),
+        temp: out.add(TEMPERATURE, "Cel", SeriesKind::Gauge, temperature),
+        clock: gauge(out, CLOCK_SM, "MHz", vec![]),
+        pcie_rx: gauge(out, PCIE_IO, "By/s", dir("receive")),
+        pcie_tx: gauge(out, PCIE_IO, "By/s", dir("transmit")),
+        status_ok: gauge(out, STATUS, "1", state("ok")),
+        status_failed: gauge(out, STATUS, "1", state("failed")),
+        xid_count: out.add(ERRORS, "{error}", SeriesKind::Counter, with(error("xid"))),
+        xid_last: gauge(out, XID_LAST, "1", vec![]),
+        ecc_corrected: out.add(ERRORS, "{error}", SeriesKind::Counter, with(error("ecc_corrected"))),
+        ecc_uncorrected: out.add(ERRORS, "{error}", SeriesKind::Counter, with(error("ecc_uncorrected"))),
+        throttle: THROTTLE_REASONS
+            .map(|(r, _)| gauge(out, THROTTLE, "1", vec![(ATTR_THROTTLE_REASON, AttrValue::from(r))])),
+        gpm: [NO_SERIES; 4],
+        nvlink: Vec::new(),
+    };
+    if gpm_supported {
+        for (slot, metric) in ids
+            .gpm
+            .iter_mut()
+            .zip([SM_ACTIVE, SM_OCCUPANCY, TENSOR_ACTIVE, DRAM_ACTIVE])
+        {
+            *slot = gauge(out, metric, "1", vec![]);
+        }
+    }
+    for link in 0..links {
+        let l = || (ATTR_NVLINK_LINK, AttrValue::Int(i64::from(link)));
+        let rx = out.add(
+            NVLINK_IO,
+            "By",
+            SeriesKind::Counter,
+            with(vec![l(), ("network.io.direction", "receive".into())]),
+        );
+        let tx = out.add(
+            NVLINK_IO,
+            "By",
+            SeriesKind::Counter,
+            with(vec![l(), ("network.io.direction", "transmit".into())]),
+        );
+        ids.nvlink.push((rx, tx));
+    }
+    ids
 }
 
 fn newest(samples: &[Sample]) -> u64 {

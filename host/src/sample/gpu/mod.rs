@@ -4,7 +4,8 @@
 //!
 //! Files: `mod.rs` (discovery, the status line, XID and lost-GPU events),
 //! `device.rs` (one GPU's series and readings), `names.rs` (the metric names,
-//! their sources and resolutions; docs/gpu.md's table follows it).
+//! their sources and resolutions; docs/gpu.md's table follows it), `pods.rs`
+//! (which Kubernetes pod holds each GPU, from the kubelet).
 //!
 //! Faults never stop sampling: a missing library, missing symbols, an init
 //! failure, a GPU that falls off the bus and calls that start failing each
@@ -14,6 +15,7 @@
 
 mod device;
 pub(crate) mod names;
+pub mod pods;
 
 use std::ffi::OsStr;
 use std::sync::Arc;
@@ -88,6 +90,11 @@ pub(crate) struct GpuReader {
     base: String,
     /// The problems the status line shows now, e.g. "GPU 1 lost (...)".
     problems: Vec<String>,
+    /// Which pod holds each GPU (None: not asked), and the generation of it
+    /// the series were last labelled from.
+    pods: Option<pods::PodWatch>,
+    pods_seen: u64,
+    pods_error: Option<String>,
 }
 
 impl GpuReader {
@@ -106,6 +113,9 @@ impl GpuReader {
             events: None,
             base: status,
             problems: Vec::new(),
+            pods: None,
+            pods_seen: 0,
+            pods_error: None,
         }
     }
 
@@ -146,6 +156,7 @@ impl GpuReader {
         if events.is_none() {
             problems.push("XID events not available".into());
         }
+        let every = std::time::Duration::from_millis(u64::from(cfg.pod_resources_interval_ms));
         let reader = Self {
             watch: GpuWatch::default(),
             nvml: Some(nvml),
@@ -153,6 +164,9 @@ impl GpuReader {
             events,
             base,
             problems,
+            pods: pods::spawn(&cfg.pod_resources_socket, every),
+            pods_seen: 0,
+            pods_error: None,
         };
         reader.publish_status();
         tracing::info!("sampler: {}", reader.watch.status());
@@ -172,6 +186,7 @@ impl GpuReader {
         if self.nvml.is_none() {
             return;
         }
+        self.label_pods(out);
         let mut new_events = Vec::new();
         for d in &mut self.devs {
             d.read(out, &mut new_events);
@@ -182,6 +197,7 @@ impl GpuReader {
         let problems: Vec<String> = problems
             .into_iter()
             .chain(events_missing.then(|| "XID events not available".to_string()))
+            .chain(self.pods_error.clone())
             .collect();
         let changed = problems != self.problems;
         if changed {
@@ -196,6 +212,22 @@ impl GpuReader {
             shared.events.drain(..excess);
             drop(shared);
             self.watch.1.notify_one();
+        }
+    }
+
+    /// Labels each GPU with the pod holding it when the kubelet's answer
+    /// changed: a load of an atomic on every other tick.
+    fn label_pods(&mut self, out: &mut Out) {
+        let Some(watch) = &self.pods else { return };
+        let generation = watch.generation();
+        if generation == self.pods_seen {
+            return;
+        }
+        self.pods_seen = generation;
+        let (gpus, error) = watch.get();
+        self.pods_error = error;
+        for d in &mut self.devs {
+            d.set_pod(gpus.get(d.uuid()), out);
         }
     }
 
