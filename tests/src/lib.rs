@@ -692,12 +692,23 @@ pub fn record_while(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) 
     recorder.join().unwrap()
 }
 
-/// The same, ending the recording as soon as `during` returns (`DELETE
+/// The same, ending the recording `tail` after `during` returns (`DELETE
 /// /api/record`), `seconds` being the most it may take: for a `during` that
-/// waits until the plugins have seen what the recording must hold.
-pub fn record_until(s: &Sonde, seconds: u64, out: &Path, during: impl FnOnce()) -> std::process::Output {
+/// waits until the plugins decided what the recording must reproduce. The
+/// tail holds the sampling ticks after it, on which a plugin's timer fires
+/// again in the replay (the bundled plugins' timers tick once a second): a
+/// window a timer closed live closes in the replay only if the recording
+/// reaches that far.
+pub fn record_until(
+    s: &Sonde,
+    seconds: u64,
+    tail: Duration,
+    out: &Path,
+    during: impl FnOnce(),
+) -> std::process::Output {
     record_while(s, seconds, out, || {
         during();
+        std::thread::sleep(tail);
         let (code, body) = http(&s.api, "DELETE", "/api/record", b"");
         assert_eq!(code, 200, "stopping the recording: {body}");
     })

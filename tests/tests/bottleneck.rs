@@ -401,7 +401,7 @@ fn the_slow_rank_of_an_mpi_job_is_named_the_straggler() {
     // steps when the machine is quiet, until the straggler's verdict.
     let rec = tmp.path().join("mpi.jsonl");
     let mut job = Value::Null;
-    let recorded = record_until(&sonde, 120, &rec, || {
+    let recorded = record_until(&sonde, 120, Duration::from_secs(2), &rec, || {
         // imbalance.c: rank r computes r+1 units of 50 ms per step, then all
         // meet in MPI_Allreduce and MPI_Barrier; rank 3 is the slow one.
         let status = mpirun_probed(4, &sonde.api, "inject")

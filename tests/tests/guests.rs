@@ -99,11 +99,11 @@ impl Twins {
         }
     }
 
-    /// Records while `feed` runs, and at most `seconds`; returns the
-    /// recording. `feed` waits for the decisions it makes, so the
-    /// recording ends when it returns.
+    /// Records while `feed` runs and two timer ticks after, at most
+    /// `seconds`; returns the recording. `feed` waits for the decisions it
+    /// makes.
     fn recorded(&self, seconds: u64, out: &Path, feed: impl FnOnce()) -> PathBuf {
-        let done = record_until(&self.s, seconds, out, feed);
+        let done = record_until(&self.s, seconds, Duration::from_secs(2), out, feed);
         assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
         out.to_path_buf()
     }
