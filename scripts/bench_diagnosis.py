@@ -54,7 +54,7 @@ def plan(runs, seed0, max_ranks):
             shapes = [s for s in shapes if s[1] >= 2]
         if cause == "slow_link":
             shapes = [s for s in shapes if s[2] >= 2]  # why: simulate.random_run
-        out.append((seed, cause, rng.choice(shapes), rng.choice(["1f1b", "gpipe"])))
+        out.append((seed, cause, rng.choice(shapes), rng.choice(simulate.SCHEDULES)))
     return out
 
 
@@ -204,7 +204,7 @@ def main():
               f"best of {a.repeat} each): analyze + diagnose median {wall_ms:.0f} ms wall{cpu_txt}")
     if a.onset_runs:
         rng = random.Random(a.seed0)
-        ojobs = [(a.seed0 + 5000 + i, rng.choice(SMALL + MIDDLE[:2]), rng.choice(["1f1b", "gpipe"])) for i in range(a.onset_runs)]
+        ojobs = [(a.seed0 + 5000 + i, rng.choice(SMALL + MIDDLE[:2]), rng.choice(simulate.SCHEDULES)) for i in range(a.onset_runs)]
         with ProcessPoolExecutor(max_workers=a.jobs) as pool:
             onsets = list(pool.map(onset_one, ojobs))
         found = [o for o in onsets if o["detected"] is not None]

@@ -5,7 +5,9 @@ injected cause (or none), for the What-if diagnosis and its benchmark.
 Each rank runs its program (1F1B or GPipe over micro-batches; tensor-parallel
 collectives inside forward and backward; two data-parallel collectives and the
 optimizer at the end of the step) on its own clock. A pipeline receive waits
-for its send; a collective ends for its whole group a fixed time after the
+for its send; with the `gpipe-blocking` schedule a send also waits until its
+receive is posted (gloo's `dist.send`: the shape of tests/py/torch_faults.py's
+pipeline); a collective ends for its whole group a fixed time after the
 last member arrives. Every duration gets a few percent of jitter so that a
 healthy run is not exactly its own ideal.
 
@@ -30,6 +32,7 @@ import random
 import sys
 from collections import deque
 
+SCHEDULES = ["1f1b", "gpipe", "gpipe-blocking"]
 CAUSES = ["healthy", "slow_worker", "slow_link", "overlong_stage", "seq_imbalance", "slow_dataloader", "fail_slow"]
 GPUS_PER_NODE = 8  # at most; small jobs get smaller nodes, so that they span a few
 FWD, BWD = 0, 1
@@ -81,7 +84,7 @@ def program(cfg, step, d, s, t, factor):
             out.append(("S", m, BWD))
         return out
 
-    if cfg["schedule"] == "gpipe":
+    if cfg["schedule"] in ("gpipe", "gpipe-blocking"):
         for m in range(m_count):
             prog += fwd(m)
         for m in reversed(range(m_count)):
@@ -209,6 +212,9 @@ def generate(seed, cause="healthy", dp=4, pp=2, tp=2, micro=4, steps=10, schedul
     rows = []
     send_end = {}
     recv_waiters = {}
+    blocking = cfg["schedule"].endswith("-blocking")
+    recv_posted = {}
+    send_waiters = {}
     coll_seen = [dict() for _ in ranks]
     arrivals = {}
     coll_end = {}
@@ -235,11 +241,15 @@ def generate(seed, cause="healthy", dp=4, pp=2, tp=2, micro=4, steps=10, schedul
                 clock[i] = now + dur
             elif op == "S":
                 m, direction = ins[2], ins[3]
-                dur = send_ns * jitter() * (link_factor if node == slow_node else 1.0)
                 key = (st, d, t, m, direction, s)
-                emit(i, st, m, "pp_send", now, now + dur)
-                clock[i] = now + dur
-                send_end[key] = now + dur
+                if blocking and key not in recv_posted:
+                    send_waiters.setdefault(key, []).append(i)
+                    break
+                dur = send_ns * jitter() * (link_factor if node == slow_node else 1.0)
+                end = max(now, recv_posted.get(key, now)) + dur
+                emit(i, st, m, "pp_send", now, end)
+                clock[i] = end
+                send_end[key] = end
                 for w in recv_waiters.pop(key, []):
                     if not queued[w]:
                         queued[w] = True
@@ -247,6 +257,12 @@ def generate(seed, cause="healthy", dp=4, pp=2, tp=2, micro=4, steps=10, schedul
             elif op == "R":
                 m, direction = ins[2], ins[3]
                 key = (st, d, t, m, direction, s - 1 if direction == FWD else s + 1)
+                if key not in recv_posted:
+                    recv_posted[key] = now
+                    for w in send_waiters.pop(key, []):
+                        if not queued[w]:
+                            queued[w] = True
+                            ready.append(w)
                 if key not in send_end:
                     recv_waiters.setdefault(key, []).append(i)
                     break
@@ -306,7 +322,7 @@ def random_run(seed, max_ranks=1024, cause=None):
     if cause == "slow_link":
         shapes = [sh for sh in shapes if sh[2] >= 2]
     dp, pp, tp, micro = rng.choice(shapes)
-    schedule = rng.choice(["1f1b", "gpipe"])
+    schedule = rng.choice(SCHEDULES)
     return generate(seed, cause, dp, pp, tp, micro, 10, schedule)
 
 
@@ -319,7 +335,7 @@ def main():
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--schedule", choices=["1f1b", "gpipe"], default="1f1b")
+    ap.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
     ap.add_argument("--max-ranks", type=int, default=1024, help="with --random: the largest job drawn")
     ap.add_argument("--random", action="store_true", help="draw the shape (and the cause, unless given) from the seed")
     ap.add_argument("--out", help="write here instead of stdout")

@@ -6,7 +6,10 @@ method's definition for checking the plugin's online implementation
 deliberately simple rather than fast:
 
 - every operation gets its own duration: a pipeline receive counts from when
-  it was posted and its send had finished; a collective (all members of one
+  it was posted and its send had finished; a send still running when its
+  receive was posted (after the send began) met its receiver, counts from
+  that posting, and waits for what the receiving rank did before it; a
+  collective (all members of one
   group's k-th collective of that kind in the step) counts from its last
   member's arrival to its last member's end; an operation inside which
   collectives of its rank start counts until the last of those starts (the
@@ -115,21 +118,25 @@ def build(rows):
                         n = seen_p2p.get((kind, micro, direction), 0)
                         seen_p2p[(kind, micro, direction)] = n + 1
                         if kind == "pp_send":
-                            sends[(dp, tp, micro, direction, stage, n)] = (u, o["end"])
+                            sends[(dp, tp, micro, direction, stage, n)] = (u, o["start"], o["end"])
                         else:
                             sender = stage - 1 if direction == "act" else stage + 1
-                            pending_recvs.append((u, (dp, tp, micro, direction, sender, n), o["start"], o["end"]))
+                            pending_recvs.append((u, (dp, tp, micro, direction, sender, n), o["start"], o["end"], previous))
                 if previous is not None and previous is not u:
                     u.deps.append(previous)
                 previous = u
         for u, starts, ends in collectives.values():
             u.own = float(max(0, max(ends) - max(starts)))
             u.order_key = (max(ends), max(starts))
-        for u, key, start, end in pending_recvs:
+        for u, key, start, end, before in pending_recvs:
             if key in sends:
-                send, send_end = sends[key]
+                send, send_start, send_end = sends[key]
                 u.deps.append(send)
                 u.own = float(max(0, end - max(start, send_end)))
+                if send_start < start < send_end:
+                    send.own = float(send_end - start)
+                    if before is not None:
+                        send.deps.append(before)
     return units, steps, coords
 
 

@@ -348,3 +348,61 @@ fn torch_distributed_operations_name_the_slow_worker() {
         sonde.output()
     );
 }
+
+/// A real two-stage pipeline (torch.distributed on CPU, four ranks: two
+/// replicas of two stages, GPipe over four micro-batches), stage 1 three
+/// times stage 0's layers, reporting through the client's hooks: pipeline
+/// sends and receives by `time_p2p` inside `micro_batch`, each stage's
+/// gradient all-reduce by `time_collectives`. The What-if finding names
+/// stage 1, not one of its ranks. (`./dev bench-diagnosis-real` runs the
+/// same program, and DDP with `ddp_comm_hook`, across agents.)
+#[test]
+#[ignore = "needs PyTorch from PyPI: run by ./dev test-python"]
+fn a_torch_pipeline_with_one_long_stage_is_named_by_its_stage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (sonde, otlp) = Sonde::start_otlp_http_with(
+        tmp.path(),
+        &[(plugin_file("bundled/bottleneck.wasm"), "bottleneck")],
+        &["--set", "plugin.bottleneck.settings={lag_ms=300}"],
+    );
+    let o = Command::new("python3")
+        .args(["-m", "sonde", "run", "--job", "py-pipe", "--ranks", "4"])
+        .args(["--api", &format!("http://{}", sonde.api)])
+        .args(["--endpoint", &format!("http://127.0.0.1:{otlp}")])
+        .arg("--")
+        .arg("python3")
+        .arg(repo().join("tests/py/torch_faults.py"))
+        .args(["pipeline", "--steps", "12", "--micro", "4", "--blocks", "1,3"])
+        .env("PYTHONPATH", repo().join("clients/python/src"))
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", free_port().to_string())
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("RANK")
+        .output()
+        .expect("running python3");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    // Per rank and step: input (stage 0), forward, backward and a send or
+    // receive each way per micro-batch, the all-reduce of its 2 or 6
+    // parameters, the optimizer.
+    let recorded: Vec<u64> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|v| v["ops"].as_u64().unwrap())
+        .collect();
+    assert_eq!(recorded.len(), 4, "{stdout}");
+    let mut view = Value::Null;
+    let named = wait_for(Duration::from_secs(30), || {
+        view = sonde.json("/api/jobs/py-pipe");
+        view["findings"].as_array().is_some_and(|f| {
+            f.iter()
+                .any(|f| f["kind"] == "what-if" && f["finding"]["about"] == "stage" && f["finding"]["id"] == "1")
+        })
+    });
+    assert!(
+        named,
+        "no What-if finding naming stage 1: {:#}\n{}",
+        view["findings"],
+        sonde.output()
+    );
+}

@@ -17,8 +17,9 @@
 //!    micro-batch) on every rank and step. Stages keep their own typical
 //!    durations because their layers differ legitimately.
 //! 3. Each step is replayed over its dependencies (each rank's operations in
-//!    order, a pipeline receive after the matching send, a collective after
-//!    the last member of its group arrives) with the actual own durations,
+//!    order, a pipeline receive after the matching send, a rendezvous send
+//!    after what its receiver did before posting, a collective after the
+//!    last member of its group arrives) with the actual own durations,
 //!    and again with typical ones. The slowdown is the replayed actual time
 //!    over the replayed ideal: replaying both sides cancels what the model
 //!    does not capture (gaps between operations, overlap).
@@ -44,8 +45,11 @@
 //! Limits of the model, which the sentence cannot show:
 //! - a rank's operations run one after another: work that overlaps on a
 //!   rank (communication hidden behind compute) replays longer than it ran;
-//! - a send does not wait for its receiver (asynchronous sends); a
-//!   rendezvous send's waiting counts as its own time;
+//! - a send still running when its receive was posted (after the send
+//!   began) is taken for a rendezvous (gloo's `send`, NCCL's on its stream):
+//!   it waits for what its receiver did before, and owns only the rest. A
+//!   long asynchronous send that its receiver happened to meet is read the
+//!   same way, so part of a slow link's transfer there counts as waiting;
 //! - a slowness every instance of an operation shares is its typical
 //!   duration: a node in every data-parallel group of its stage (tp = 1)
 //!   slows all of that stage's collectives alike, and only its pipeline

@@ -275,8 +275,9 @@ pub(super) fn build(ops: &[Op]) -> Built {
     let mut durs: Vec<f64> = Vec::new();
     let mut spans: Vec<(u64, u64)> = Vec::new(); // an instance's (last arrival, last end)
     let mut instances: FxMap<(u32, u32, u32, u32), u32> = FxMap::default();
-    let mut sends: FxMap<P2pKey, (u32, u64)> = FxMap::default();
-    let mut recvs: Vec<(u32, P2pKey, u64, u64)> = Vec::new();
+    let mut sends: FxMap<P2pKey, (u32, u64, u64)> = FxMap::default(); // (node, start, end)
+    // (receive, its key, start, end, what came before it on its rank)
+    let mut recvs: Vec<(u32, P2pKey, u64, u64, Option<u32>)> = Vec::new();
     // Position counters per (micro-batch, kind): a table for the usual few
     // micro-batches, a list beyond.
     const TABLE_MICROS: u32 = 1024;
@@ -413,7 +414,7 @@ pub(super) fn build(ops: &[Op]) -> Built {
                                     }
                                 };
                                 if o.kind == OpKind::PpSend {
-                                    sends.insert((ri.dp, ri.tp, m, dir, ri.stage, occ), (id, o.end_ns));
+                                    sends.insert((ri.dp, ri.tp, m, dir, ri.stage, occ), (id, o.start_ns, o.end_ns));
                                 } else {
                                     let from = if dir == FWD {
                                         ri.stage.checked_sub(1)
@@ -421,7 +422,7 @@ pub(super) fn build(ops: &[Op]) -> Built {
                                         Some(ri.stage + 1)
                                     };
                                     if let Some(from) = from {
-                                        recvs.push((id, (ri.dp, ri.tp, m, dir, from, occ), o.start_ns, o.end_ns));
+                                        recvs.push((id, (ri.dp, ri.tp, m, dir, from, occ), o.start_ns, o.end_ns, prev));
                                     }
                                 }
                             }
@@ -447,10 +448,22 @@ pub(super) fn build(ops: &[Op]) -> Built {
                 durs[i] = max_end.saturating_sub(max_start) as f64;
             }
         }
-        for &(id, key, start, end) in &recvs {
-            if let Some(&(send, send_end)) = sends.get(&key) {
+        for &(id, key, start, end, before_recv) in &recvs {
+            if let Some(&(send, send_start, send_end)) = sends.get(&key) {
                 edges.push((id, send));
                 durs[id as usize] = end.saturating_sub(start.max(send_end)) as f64;
+                // A send still running when its receive was posted after it
+                // started met its receiver (gloo's send, NCCL's on its stream,
+                // return only then): it waited for what the receiving rank did
+                // before, and only the rest of it was the transfer. A send done
+                // before its receive was posted was buffered and waited for
+                // nothing, so a one-way pair (isend) adds no edge, and no cycle.
+                if start > send_start && send_end > start {
+                    durs[send as usize] = send_end.saturating_sub(start) as f64;
+                    if let Some(p) = before_recv {
+                        edges.push((send, p));
+                    }
+                }
             }
         }
 

@@ -1,7 +1,7 @@
 //! Hand-built jobs with known answers. A small executor runs per-rank
 //! programs under the same rules the replay assumes (a receive waits for its
-//! send, a collective for its whole group), so the traces are consistent the
-//! way real ones are.
+//! send, a blocking send for its receiver, a collective for its whole
+//! group), so the traces are consistent the way real ones are.
 
 use std::collections::HashMap;
 
@@ -26,6 +26,10 @@ enum P {
     /// A pipeline send: micro-batch, direction (FWD to the next stage, BWD
     /// to the previous), duration.
     Send(u32, u32, u64),
+    /// A blocking pipeline send (gloo's, or NCCL's on its stream): it
+    /// returns only once the receiver has posted its receive, then the
+    /// transfer's duration.
+    SendBlocking(u32, u32, u64),
     /// A pipeline receive: micro-batch, direction, own duration.
     Recv(u32, u32, u64),
     /// A collective of the rank's group: kind, own duration.
@@ -51,6 +55,8 @@ fn run(ranks: &[R], steps: u64, prog: impl Fn(u64, &R) -> Vec<P>) -> Vec<Op> {
         let mut pc = vec![0usize; ranks.len()];
         let mut coll_n = vec![HashMap::<OpKind, u32>::new(); ranks.len()];
         let mut sends: HashMap<(u32, u32, u32, u32, u32), u64> = HashMap::new();
+        // Receives posted, by the same key as their sends: a blocking send waits for one.
+        let mut posted: HashMap<(u32, u32, u32, u32, u32), u64> = HashMap::new();
         let mut arrivals: HashMap<CollKey, Vec<(usize, u64)>> = HashMap::new();
         let mut coll_end: HashMap<CollKey, u64> = HashMap::new();
         let mut waiting = vec![false; ranks.len()];
@@ -81,9 +87,23 @@ fn run(ranks: &[R], steps: u64, prog: impl Fn(u64, &R) -> Vec<P>) -> Vec<Op> {
                             sends.insert((r.dp, r.tp, m, dir, r.stage), t + d);
                             clock[i] = t + d;
                         }
+                        P::SendBlocking(m, dir, d) => {
+                            let Some(&rp) = posted.get(&(r.dp, r.tp, m, dir, r.stage)) else {
+                                break;
+                            };
+                            let end = t.max(rp) + d;
+                            ops.push(op(OpKind::PpSend, Some(m), t, end));
+                            sends.insert((r.dp, r.tp, m, dir, r.stage), end);
+                            clock[i] = end;
+                        }
                         P::Recv(m, dir, d) => {
                             let from = if dir == FWD { r.stage - 1 } else { r.stage + 1 };
-                            let Some(&se) = sends.get(&(r.dp, r.tp, m, dir, from)) else {
+                            let key = (r.dp, r.tp, m, dir, from);
+                            if let std::collections::hash_map::Entry::Vacant(e) = posted.entry(key) {
+                                e.insert(t);
+                                progress = true;
+                            }
+                            let Some(&se) = sends.get(&key) else {
                                 break;
                             };
                             let end = t.max(se) + d;
@@ -241,6 +261,25 @@ fn varying_input_blames_no_single_worker() {
 
 /// dp x pp ranks, GPipe over `micro` micro-batches, one rank per node.
 fn pipeline(dp: u32, pp: u32, micro: u32, fwd: impl Fn(&R) -> u64, send: impl Fn(&R) -> u64) -> Vec<Op> {
+    pipeline_sending(dp, pp, micro, fwd, send, false)
+}
+
+/// The same, with sends that block until their receive is posted when `blocking`.
+fn pipeline_sending(
+    dp: u32,
+    pp: u32,
+    micro: u32,
+    fwd: impl Fn(&R) -> u64,
+    send: impl Fn(&R) -> u64,
+    blocking: bool,
+) -> Vec<Op> {
+    let sent = |m, dir, d| {
+        if blocking {
+            P::SendBlocking(m, dir, d)
+        } else {
+            P::Send(m, dir, d)
+        }
+    };
     let ranks: Vec<R> = (0..dp)
         .flat_map(|d| {
             (0..pp).map(move |s| R {
@@ -261,7 +300,7 @@ fn pipeline(dp: u32, pp: u32, micro: u32, fwd: impl Fn(&R) -> u64, send: impl Fn
             }
             p.push(P::Local(OpKind::Forward, Some(m), fwd(r)));
             if r.stage < last {
-                p.push(P::Send(m, FWD, send(r)));
+                p.push(sent(m, FWD, send(r)));
             }
         }
         for m in 0..micro {
@@ -270,7 +309,7 @@ fn pipeline(dp: u32, pp: u32, micro: u32, fwd: impl Fn(&R) -> u64, send: impl Fn
             }
             p.push(P::Local(OpKind::Backward, Some(m), 2 * fwd(r)));
             if r.stage > 0 {
-                p.push(P::Send(m, BWD, send(r)));
+                p.push(sent(m, BWD, send(r)));
             }
         }
         p.push(P::Coll(OpKind::DpCollective, 5));
@@ -341,6 +380,58 @@ fn a_long_stage_is_the_split_not_a_straggler() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_long_stage_behind_blocking_sends_is_the_split_not_the_sends() {
+    // gloo's send returns once its receive is posted: stage 0's sends last
+    // as long as stage 1 takes to come for them. A send and its receive
+    // meet: only what follows the later arrival is the transfer's.
+    let ops = pipeline_sending(2, 4, 4, |r| if r.stage == 1 { 30 } else { 10 }, |_| 1, true);
+    let sends_waited = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::PpSend && o.stage == 0)
+        .any(|o| o.end_ns - o.start_ns > 10);
+    assert!(sends_waited, "the trace has stage 0's sends waiting");
+    let (a, d) = diagnosis(&ops);
+    assert!(
+        a.steps.iter().all(|s| s.measured_ns == s.actual_ns),
+        "the replay reproduces the trace"
+    );
+    assert_eq!(a.stage_costs[0].stage, 1, "{:?}", a.stage_costs);
+    match d.culprit {
+        Culprit::Stage { stage, excess } => {
+            assert_eq!(stage, 1);
+            assert!((excess - 2.0).abs() < 1e-9, "{excess}");
+        }
+        other => panic!("{other:?}: {}", d.sentence),
+    }
+}
+
+#[test]
+fn a_slow_worker_behind_blocking_sends_is_named_not_its_senders() {
+    // The same slow worker, but every send waits for its receiver: rank 8
+    // (stage 0 of its replica) sends to rank 9 and so waits as long as 9 is
+    // late. Read as its own time, that wait made rank 8's sends the culprit.
+    let ops = pipeline_sending(4, 4, 4, |r| if r.rank == 9 { 25 } else { 10 }, |_| 1, true);
+    let (a, d) = diagnosis(&ops);
+    assert!(
+        a.steps.iter().all(|s| s.measured_ns == s.actual_ns),
+        "the replay reproduces the trace"
+    );
+    assert!(a.slowdown > 1.2, "{}", a.slowdown);
+    assert_eq!(
+        d.culprit,
+        Culprit::Worker {
+            rank: 9,
+            dp: 2,
+            stage: 1,
+            cause: OpKind::Backward
+        },
+        "{}",
+        d.sentence
+    );
+    assert!(d.gain > 0.9, "{}", d.gain);
 }
 
 #[test]
