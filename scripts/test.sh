@@ -109,12 +109,22 @@ cat "$tmp/inputs.out"
 cat "$inputs_log" >>"$log"
 [ "$deps_rc" = 0 ] && [ "$inputs_rc" = 0 ] || { report; exit 1; }
 stage build cargo test --workspace --no-run || { report; exit 1; }
+# The end-to-end test binary just built, for the Python stage to run directly
+# (SONDE_E2E_BIN, the test-python recipe): through cargo it would wait for the
+# lock the Rust tests in front hold on target/ until they end.
+SONDE_E2E_BIN="$(cargo test -p sonde-e2e --test e2e --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json, sys
+for line in sys.stdin:
+    j = json.loads(line)
+    if j.get("reason") == "compiler-artifact" and j.get("executable") and j["target"]["name"] == "e2e":
+        print(j["executable"])')"
+[ -x "$SONDE_E2E_BIN" ] || { echo "the end-to-end test binary was not found"; report; exit 1; }
+export SONDE_E2E_BIN
 # `cargo test --no-run` above built target/debug/sonde too (cargo builds a
 # package's binaries for its integration tests), with the same dependency
 # features as the tests, so no later step compiles sonde a second time.
 
-# The side line. The Python stage runs `cargo test` too, so cargo's lock on
-# target/ holds it until the Rust tests are done: it comes last.
+# The side line, one stage after another; its output is printed when it ends.
 side() {
     STAGE_LOG="$side_log"
     stage "plugin tests" cargo test --manifest-path plugins/Cargo.toml --workspace
