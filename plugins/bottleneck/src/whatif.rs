@@ -45,11 +45,12 @@
 //! Limits of the model, which the sentence cannot show:
 //! - a rank's operations run one after another: work that overlaps on a
 //!   rank (communication hidden behind compute) replays longer than it ran;
-//! - a send still running when its receive was posted (after the send
-//!   began) is taken for a rendezvous (gloo's `send`, NCCL's on its stream):
-//!   it waits for what its receiver did before, and owns only the rest. A
-//!   long asynchronous send that its receiver happened to meet is read the
-//!   same way, so part of a slow link's transfer there counts as waiting;
+//! - sends block until their receive is posted (gloo's `send`, NCCL's on
+//!   its stream) when, in a step, at least 90 % of the sends whose receive
+//!   was posted after they began were still running then; such a send waits
+//!   for what its receiver did before, and owns only the rest. In a step of
+//!   buffered sends (isend) a send waits for nothing; a mix of both in one
+//!   step is read as the majority;
 //! - a slowness every instance of an operation shares is its typical
 //!   duration: a node in every data-parallel group of its stage (tp = 1)
 //!   slows all of that stage's collectives alike, and only its pipeline

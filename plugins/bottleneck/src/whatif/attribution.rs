@@ -12,9 +12,10 @@ use super::{Analysis, Op, OpKind, StageCost, StepTimes, SubsetGain, Thresholds, 
 /// - a pipeline receive: from when both it was posted and its matching send
 ///   had finished, to its end (before that it waits for the sender);
 /// - a pipeline send that was still running when its receive was posted,
-///   after the send began (a rendezvous: gloo's send returns only once the
-///   receiver is there): from that posting to its end; the replay has it
-///   wait for what the receiving rank did before the receive;
+///   after the send began, in a step whose sends block (a rendezvous:
+///   gloo's send returns only once the receiver is there; see `graph.rs`):
+///   from that posting to its end; the replay has it wait for what the
+///   receiving rank did before the receive;
 /// - a collective instance: from the last member's arrival to the last
 ///   member's end (before that the early members wait);
 /// - anything else: end minus start.
