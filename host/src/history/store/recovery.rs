@@ -67,6 +67,9 @@ impl Inner {
                 dir: wal_dir,
                 gen_: 0,
                 file: None,
+                rolled: None,
+                unwritten: Vec::new(),
+                unwritten_points: 0,
                 started: Instant::now(),
                 started_t: 0,
                 files: VecDeque::new(),
@@ -76,6 +79,7 @@ impl Inner {
                 path: slog_path,
                 file: slog_file,
                 pending: Vec::new(),
+                unsynced: false,
             },
             dirty: Vec::new(),
             to_sync: Vec::new(),
@@ -147,6 +151,7 @@ impl Inner {
                 next_id: 0,
                 evicted: [0; 3],
                 late: 0,
+                retry_at: None,
             });
         }
         for t in tiers.iter_mut() {
