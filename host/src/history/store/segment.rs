@@ -110,7 +110,12 @@ fn write_record(tier: &mut TierStore, rec: &[u8], to_sync: &mut Vec<Arc<File>>, 
     if let Err(e) = (&*seg.file).write_all(rec) {
         // Never append after a partial record: the next write starts a new segment.
         tier.writing = false;
-        if let Ok(m) = seg.file.metadata() {
+        if off == 0 {
+            // Nothing in it can be read: removed, so that a full disk's
+            // retries leave no empty segments (each an open file) behind.
+            let empty = tier.segs.pop_back().expect("writing");
+            let _ = std::fs::remove_file(&empty.path);
+        } else if let Ok(m) = seg.file.metadata() {
             seg.bytes = m.len();
         }
         return Err(e).context("appending to a history segment");
