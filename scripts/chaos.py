@@ -513,7 +513,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the faults this many times (a soak: RSS and open files of every sonde after each)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("--json", help="write the results here as JSON too")
+    ap.add_argument("--json", help="write the results here as JSON too (and each round's RSS and files to FILE.rounds)")
     args = ap.parse_args()
     if args.job:
         return job_main(args)
@@ -576,6 +576,10 @@ def main():
                     sample[n] = None
             soak.append(sample)
             log(f"round {rnd + 1}: RSS MB, open files, threads: {sample}")
+            if args.json:
+                # Written after every round: a soak stopped early keeps its figures.
+                with open(args.json + ".rounds", "w") as f:
+                    json.dump({"soak": soak, "timeline": timeline}, f, indent=1)
         log("faults done: stopping the jobs, draining the spools")
         for n in ("n1", "n2", "n3"):
             c.stop(f"job-{n}")
@@ -593,7 +597,7 @@ def main():
         history = storage.get("history")
         if history is not None:
             history = dict(history, batches_lagged=storage.get("batches_lagged"))
-        report(table, timeline, ingest, args, history)
+        report(table, timeline, ingest, args, history, soak)
         if args.rounds > 1:
             print()
             print("| round | at (s) | master RSS MB / fds / threads | n1 | n2 | n3 |")
@@ -606,7 +610,7 @@ def main():
         cleanup()
 
 
-def report(table, timeline, ingest, args, history=None):
+def report(table, timeline, ingest, args, history=None, soak=()):
     cols = ("", "sent", "acknowledged", "arrived", "duplicated", "lost", "refused", "retried")
     fmt = lambda v: "—" if v is None else str(v)  # noqa: E731
     print()
@@ -633,7 +637,8 @@ def report(table, timeline, ingest, args, history=None):
           f"failed {du.get('flush_errors')}, requests refused for it {du.get('refused')}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"table": table, "timeline": timeline, "ingest": ingest}, f, indent=1)
+            json.dump({"table": table, "timeline": timeline, "ingest": ingest, "history": history,
+                       "soak": list(soak)}, f, indent=1)
 
 
 if __name__ == "__main__":
