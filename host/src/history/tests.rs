@@ -262,6 +262,30 @@ fn a_synced_point_survives_a_kill_and_a_full_disk_loses_nothing() {
     assert_eq!(h.stats().points_lost_to_io, 0);
 }
 
+#[test]
+fn a_restart_writes_on_in_each_tiers_last_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = crate::model::now_ns();
+    let pts = points(now - 900 * S, 6_000);
+    let count = || ["raw", "1s", "60s"].map(|t| files(&dir.path().join("history").join(t), "seg").len());
+    let id;
+    {
+        let h = open(&cfg(), dir.path());
+        h.append(&key(3, "m"), &pts[..3_000]).unwrap();
+        id = h.id_of(&key(3, "m")).unwrap();
+    }
+    let first = count();
+    for part in [&pts[3_000..4_500], &pts[4_500..]] {
+        let h = open(&cfg(), dir.path());
+        h.append(&key(3, "m"), part).unwrap();
+    }
+    assert_eq!(count(), first, "no new segment file per tier per start");
+    let h = open(&cfg(), dir.path());
+    same_points(&h.raw(id, 0, u64::MAX), &pts);
+    same_buckets(&h.query(id, 0, u64::MAX / MS, 60_000), &brute(&pts, 60_000));
+    assert_eq!(h.stats().corrupt_records, 0);
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
