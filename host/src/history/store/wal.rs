@@ -74,8 +74,8 @@ impl Inner {
     /// `write()`, after what an earlier failed write left. On failure
     /// (ENOSPC) the records are kept in memory for the next try, which starts
     /// a new file (never appending after a partial record); past
-    /// `UNWRITTEN_MAX` bytes the oldest are given up, counted in
-    /// `points_lost_to_io`. While it fails, requests from sondes are refused
+    /// `UNWRITTEN_MAX` bytes they are given up, counted in
+    /// `points_lost_to_io` (the raw heads still hold them until sealed). While it fails, requests from sondes are refused
     /// (`ingest/durable.rs`), so what is kept here is what was taken before.
     fn write_wal(&mut self) -> Result<(), String> {
         let mut records = std::mem::take(&mut self.wal.unwritten);
@@ -130,7 +130,7 @@ impl Inner {
                 self.wal.file = None;
                 self.wal.gen_ += 1;
                 if records.len() > UNWRITTEN_MAX {
-                    // Kept for the next try no more than this; the oldest go.
+                    // Memory is bounded: past this the records go (the heads keep the points).
                     tracing::warn!("history: {points} points that could not be written are given up");
                     self.c.points_lost_to_io += points;
                 } else {
