@@ -308,6 +308,55 @@ fn a_job_posting_the_same_numbered_body_twice_is_taken_once() {
     assert_each_phase_once(&got);
 }
 
+#[test]
+fn a_body_an_agent_takes_twice_reaches_the_master_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let master = start_master(&tmp.path().join("master"), grpc, None);
+    let body = steps("train-twice", 0, 0, 3).to_string();
+    let post = |agent: &Sonde| {
+        http_with(
+            &agent.api,
+            "POST",
+            "/api/ingest",
+            &[
+                ("Content-Type", "application/json"),
+                ("sonde-producer", "job-0-777"),
+                ("sonde-seq", "5"),
+            ],
+            body.as_bytes(),
+        )
+    };
+    let mut first = quiet_agent(&tmp.path().join("agent-1"), grpc, &[]);
+    let (code, text) = post(&first);
+    assert_eq!(code, 202, "{text}");
+    let arrived = wait_for(Duration::from_secs(30), || {
+        job_steps(&master, "train-twice", 100).is_some_and(|s| s.len() == 3)
+    });
+    assert!(arrived, "the body never reached the master:\n{}", first.output());
+    let _ = first.proc.child.kill();
+    let _ = first.proc.child.wait();
+    // An agent that does not know it took the body (its window lost, as when
+    // it is killed after forwarding it and before answering): the job posts
+    // it again, with its number, and this agent takes it.
+    let second = quiet_agent(&tmp.path().join("agent-2"), grpc, &[]);
+    let (code, text) = post(&second);
+    assert_eq!(code, 202, "{text}");
+    assert!(!text.contains("repeat"), "new to this agent: {text}");
+    let dropped = wait_for(Duration::from_secs(30), || {
+        master.json("/api/ingest")["dedup"]["repeats"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(
+        dropped,
+        "the master did not know the body again: {}\n{}",
+        master.json("/api/ingest")["dedup"],
+        second.output()
+    );
+    let got = job_steps(&master, "train-twice", 100).unwrap();
+    assert_eq!(got.len(), 3);
+    assert_each_phase_once(&got);
+}
+
 fn export_stat(agent: &Sonde, name: &str) -> u64 {
     agent.json("/api/status")["export"]["stats"][name].as_u64().unwrap_or(0)
 }
