@@ -441,6 +441,13 @@ def timing_counts(view):
     return out
 
 
+# Sample times are compared at full resolution, which both sides keep for the history's raw
+# window (15 min): a longer run (a soak) compares its last RAW_CHECK_MS only.
+RAW_CHECK_MS = 14 * 60_000
+# A query returns at most 10 000 buckets: 50 ms buckets in slices of 8 minutes.
+SLICE_MS = 8 * 60_000
+
+
 def series_times(node, on_master, frm, to):
     api = "master" if on_master else node
     flt = f"&node={node}" if on_master else ""
@@ -449,8 +456,14 @@ def series_times(node, on_master, frm, to):
     if not s:
         return set()
     sid = s[0]["id"]
-    d = get(api, f"/api/series/data?ids={sid}&from={frm}&to={to}&max_points={max(1, (to - frm) // 50)}", timeout=60)
-    return set(d["data"][0]["t"]) if d.get("data") else set()
+    out = set()
+    for a in range(frm, to, SLICE_MS):
+        b = min(to, a + SLICE_MS - 1)
+        d = get(api, f"/api/series/data?ids={sid}&from={a}&to={b}&max_points={max(1, (b - a) // 50)}",
+                timeout=60)
+        if d.get("data"):
+            out.update(d["data"][0]["t"])
+    return out
 
 
 def account(c, t_start, t_end):
@@ -483,6 +496,9 @@ def account(c, t_start, t_end):
     table.append(("mpi_samples rows, all ranks", None, rows_acked, min(rows_in, rows_acked),
                   max(0, rows_in - rows_acked), max(0, rows_acked - rows_in), None, None))
     frm, to = int(t_start * 1000) + 5000, int(t_end * 1000) - 5000
+    if to - frm > RAW_CHECK_MS:
+        frm = to - RAW_CHECK_MS
+        print(f"  cpu samples compared over the last {RAW_CHECK_MS // 60_000} minutes only (the raw window)")
     for node in ("n1", "n2", "n3"):
         sent = series_times(node, False, frm, to)
         arr = series_times(node, True, frm, to)
@@ -513,7 +529,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the faults this many times (a soak: RSS and open files of every sonde after each)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
-    ap.add_argument("--json", help="write the results here as JSON too")
+    ap.add_argument("--json", help="write the results here as JSON too (and each round's RSS and files to FILE.rounds)")
     args = ap.parse_args()
     if args.job:
         return job_main(args)
@@ -576,6 +592,10 @@ def main():
                     sample[n] = None
             soak.append(sample)
             log(f"round {rnd + 1}: RSS MB, open files, threads: {sample}")
+            if args.json:
+                # Written after every round: a soak stopped early keeps its figures.
+                with open(args.json + ".rounds", "w") as f:
+                    json.dump({"soak": soak, "timeline": timeline}, f, indent=1)
         log("faults done: stopping the jobs, draining the spools")
         for n in ("n1", "n2", "n3"):
             c.stop(f"job-{n}")
@@ -593,7 +613,7 @@ def main():
         history = storage.get("history")
         if history is not None:
             history = dict(history, batches_lagged=storage.get("batches_lagged"))
-        report(table, timeline, ingest, args, history)
+        report(table, timeline, ingest, args, history, soak)
         if args.rounds > 1:
             print()
             print("| round | at (s) | master RSS MB / fds / threads | n1 | n2 | n3 |")
@@ -606,7 +626,7 @@ def main():
         cleanup()
 
 
-def report(table, timeline, ingest, args, history=None):
+def report(table, timeline, ingest, args, history=None, soak=()):
     cols = ("", "sent", "acknowledged", "arrived", "duplicated", "lost", "refused", "retried")
     fmt = lambda v: "—" if v is None else str(v)  # noqa: E731
     print()
@@ -633,7 +653,8 @@ def report(table, timeline, ingest, args, history=None):
           f"failed {du.get('flush_errors')}, requests refused for it {du.get('refused')}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"table": table, "timeline": timeline, "ingest": ingest}, f, indent=1)
+            json.dump({"table": table, "timeline": timeline, "ingest": ingest, "history": history,
+                       "soak": list(soak)}, f, indent=1)
 
 
 if __name__ == "__main__":

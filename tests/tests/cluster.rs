@@ -523,7 +523,7 @@ fn an_agent_with_a_spool_fills_the_gap_of_a_master_outage() {
 
 /// The times (ms) of one CPU series' points between `from` and `to`: on a
 /// master for `node`, on the agent itself with an empty `node`.
-fn node_cpu_times(s: &Sonde, node: &str, from: u64, to: u64) -> Vec<u64> {
+pub(crate) fn node_cpu_times(s: &Sonde, node: &str, from: u64, to: u64) -> Vec<u64> {
     let filter = if node.is_empty() {
         String::new()
     } else {

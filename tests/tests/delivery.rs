@@ -1,13 +1,17 @@
 //! Delivery between sondes under faults: a request re-sent after the master
 //! took it is taken once, a master restart keeps its jobs, and a gateway
 //! whose spool is full refuses (so its sender keeps the request) instead of
-//! answering success and dropping it.
+//! answering success and dropping it. A point the master acknowledged
+//! survives its `kill -9`, and a master whose disk is full refuses until it
+//! can write, after which its agent delivers everything.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use sonde_e2e::proxy::HoldProxy;
 use sonde_e2e::*;
+
+use crate::cluster::node_cpu_times;
 
 fn start_master(dir: &std::path::Path, grpc: u16, port: Option<u16>) -> Sonde {
     let args = master_args(grpc, &[]);
@@ -302,4 +306,240 @@ fn a_job_posting_the_same_numbered_body_twice_is_taken_once() {
     let got = job_steps(&s, "train-once", 100).unwrap();
     assert_eq!(got.len(), 3);
     assert_each_phase_once(&got);
+}
+
+#[test]
+fn a_body_an_agent_takes_twice_reaches_the_master_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let grpc = free_port();
+    let master = start_master(&tmp.path().join("master"), grpc, None);
+    let body = steps("train-twice", 0, 0, 3).to_string();
+    let post = |agent: &Sonde| {
+        http_with(
+            &agent.api,
+            "POST",
+            "/api/ingest",
+            &[
+                ("Content-Type", "application/json"),
+                ("sonde-producer", "job-0-777"),
+                ("sonde-seq", "5"),
+            ],
+            body.as_bytes(),
+        )
+    };
+    let mut first = quiet_agent(&tmp.path().join("agent-1"), grpc, &[]);
+    let (code, text) = post(&first);
+    assert_eq!(code, 202, "{text}");
+    let arrived = wait_for(Duration::from_secs(30), || {
+        job_steps(&master, "train-twice", 100).is_some_and(|s| s.len() == 3)
+    });
+    assert!(arrived, "the body never reached the master:\n{}", first.output());
+    let _ = first.proc.child.kill();
+    let _ = first.proc.child.wait();
+    // An agent that does not know it took the body (its window lost, as when
+    // it is killed after forwarding it and before answering): the job posts
+    // it again, with its number, and this agent takes it.
+    let second = quiet_agent(&tmp.path().join("agent-2"), grpc, &[]);
+    let (code, text) = post(&second);
+    assert_eq!(code, 202, "{text}");
+    assert!(!text.contains("repeat"), "new to this agent: {text}");
+    let dropped = wait_for(Duration::from_secs(30), || {
+        master.json("/api/ingest")["dedup"]["repeats"].as_u64().unwrap_or(0) >= 1
+    });
+    assert!(
+        dropped,
+        "the master did not know the body again: {}\n{}",
+        master.json("/api/ingest")["dedup"],
+        second.output()
+    );
+    let got = job_steps(&master, "train-twice", 100).unwrap();
+    assert_eq!(got.len(), 3);
+    assert_each_phase_once(&got);
+}
+
+fn export_stat(agent: &Sonde, name: &str) -> u64 {
+    agent.json("/api/status")["export"]["stats"][name].as_u64().unwrap_or(0)
+}
+
+/// A sampling agent with a disk spool that retries quickly.
+fn spooling_agent(dir: &std::path::Path, master: u16) -> Sonde {
+    cluster_agent_with(
+        dir,
+        "node-s",
+        master,
+        &[
+            "--set",
+            "export.spool_max_bytes=16777216",
+            "--set",
+            "export.retry_max_ms=300",
+            "--set",
+            "export.self_metrics_interval_ms=0",
+        ],
+        &[],
+    )
+}
+
+/// Every sample the agent took in `[from, to]` is at the master, once its
+/// spool has drained; the missing ones, if not.
+fn missing_at_master(master: &Sonde, agent: &Sonde, from: u64, to: u64) -> Vec<u64> {
+    let ok = export_stat(agent, "requests_ok");
+    let drained = wait_for(Duration::from_secs(60), || {
+        export_stat(agent, "spooled_requests") == 0 && export_stat(agent, "requests_ok") > ok + 2
+    });
+    assert!(drained, "the agent's spool never drained:\n{}", agent.output());
+    let sent = node_cpu_times(agent, "", from, to);
+    assert!(sent.len() > 20, "the agent sampled in the window: {}", sent.len());
+    let arrived: std::collections::BTreeSet<u64> = node_cpu_times(master, "node-s", from, to).into_iter().collect();
+    sent.into_iter().filter(|t| !arrived.contains(t)).collect()
+}
+
+fn now_ms() -> u64 {
+    now_ns() / 1_000_000
+}
+
+/// A master and a spooling agent whose exports it has acknowledged a few times.
+struct Pair {
+    master: Sonde,
+    agent: Sonde,
+    mdir: std::path::PathBuf,
+    grpc: u16,
+    port: u16,
+    /// When the agent was up (ms).
+    from: u64,
+}
+
+impl Pair {
+    fn start(dir: &std::path::Path, mdir: &std::path::Path) -> Pair {
+        let grpc = free_port();
+        let master = start_master(mdir, grpc, None);
+        let port: u16 = master.api.rsplit(':').next().unwrap().parse().unwrap();
+        let agent = spooling_agent(dir, grpc);
+        let from = now_ms();
+        assert!(
+            wait_for(Duration::from_secs(60), || export_stat(&agent, "requests_ok") >= 5),
+            "the agent's exports were never acknowledged:\n{}",
+            agent.output()
+        );
+        Pair {
+            master,
+            agent,
+            mdir: mdir.to_path_buf(),
+            grpc,
+            port,
+            from,
+        }
+    }
+
+    /// `kill -9` of the master, and a new one on the same ports and data.
+    fn kill_master_and_restart(&mut self) {
+        let _ = self.master.proc.child.kill();
+        let _ = self.master.proc.child.wait();
+        self.master = start_master(&self.mdir, self.grpc, Some(self.port));
+    }
+}
+
+#[test]
+fn a_point_the_master_acknowledged_survives_its_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Pair::start(tmp.path(), &tmp.path().join("master"));
+    // Killed right after an acknowledgement: before the fix, the points of
+    // the last second's acknowledged requests were only in the history's
+    // memory, and the agent, told OK, did not send them again.
+    let n = export_stat(&c.agent, "requests_ok");
+    assert!(wait_for(Duration::from_secs(30), || export_stat(
+        &c.agent,
+        "requests_ok"
+    ) > n));
+    c.kill_master_and_restart();
+    // Everything sampled until now: what the first master acknowledged, and
+    // what the agent kept in its spool meanwhile.
+    let missing = missing_at_master(&c.master, &c.agent, c.from, now_ms());
+    assert!(
+        missing.is_empty(),
+        "{} samples taken before now are not at the restarted master (first: {:?}); history {}",
+        missing.len(),
+        &missing[..missing.len().min(10)],
+        c.master.json("/api/status")["storage"]["history"]
+    );
+}
+
+/// Unmounts a tmpfs when dropped (after the processes using it, declared later, are gone).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// None where mounting is not allowed (not root): the test says so and passes.
+    fn mount(at: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(at).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_master_whose_disk_is_full_refuses_and_its_agent_delivers_later() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mdir = tmp.path().join("master");
+    // The master's data directory on a small disk of its own.
+    let Some(_disk) = Tmpfs::mount(&mdir.join("data"), "48m") else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let mut c = Pair::start(tmp.path(), &mdir);
+
+    // Every free block taken.
+    let filler = mdir.join("data/filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 1 << 20];
+        while f.write_all(&block).is_ok() {}
+    }
+    let refused = wait_for(Duration::from_secs(60), || {
+        c.master.json("/api/ingest")["durable"]["refused"].as_u64().unwrap_or(0) >= 3
+    });
+    assert!(
+        refused,
+        "the master went on taking requests it could not keep: {}\nhistory {}",
+        c.master.json("/api/ingest")["durable"],
+        c.master.json("/api/status")["storage"]["history"]
+    );
+    let last_error = c.agent.json("/api/status")["export"]["stats"]["last_error"].to_string();
+    assert!(
+        last_error.contains("retry"),
+        "the agent was told to retry: {last_error}"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let freed = now_ms();
+
+    // Once the agent has delivered, a kill -9: what the master took before,
+    // during and after the full disk must be on its disk, not only in its
+    // memory (the WAL records of the failed writes written again).
+    let missing = missing_at_master(&c.master, &c.agent, c.from, freed);
+    assert!(missing.is_empty(), "{} samples missing before the kill", missing.len());
+    let history = c.master.json("/api/status")["storage"]["history"].clone();
+    assert!(
+        history["io_errors"].as_u64().unwrap() > 0,
+        "the disk was full: {history}"
+    );
+    assert_eq!(history["points_lost_to_io"], 0, "{history}");
+    c.kill_master_and_restart();
+    let missing = missing_at_master(&c.master, &c.agent, c.from, freed);
+    assert!(
+        missing.is_empty(),
+        "{} samples taken before the disk was freed are not at the restarted master (first: {:?}); history {}",
+        missing.len(),
+        &missing[..missing.len().min(10)],
+        c.master.json("/api/status")["storage"]["history"]
+    );
 }

@@ -51,6 +51,7 @@ use prost::Message;
 
 use crate::export::client::Signal;
 use crate::export::otlp::key_values;
+use crate::export::sequence::RequestId;
 use crate::ingest::otlp::events::{FORWARDED, TABLE};
 use crate::ingest::tables::{Cell, TableRows};
 use crate::ingest::{Origin, Report, ReportTap};
@@ -337,6 +338,19 @@ pub fn encode(reports: &[Report], node: &str) -> Encoded {
     e
 }
 
+/// The identity one signal (`k`: 0 metrics, 1 traces, 2 logs) of a job's
+/// request is forwarded under: the job's producer, its number times four
+/// plus `k` (one request becomes up to three). The same request gets the
+/// same ones however often it is taken. None, so this agent's own numbers,
+/// for a request without an identity or a number past the range.
+fn forwarded_id(id: Option<&RequestId>, k: u64) -> Option<RequestId> {
+    let id = id?;
+    Some(RequestId {
+        producer: id.producer.clone(),
+        seq: id.seq.checked_mul(4)?.checked_add(k)?,
+    })
+}
+
 /// The agent's tap on its hub: every accepted report goes to the master.
 pub struct Forwarder {
     pipeline: PipelineHandle,
@@ -365,6 +379,14 @@ impl ReportTap for Forwarder {
     }
 
     fn observe(&self, reports: &[Report]) {
+        self.observe_request(reports, None);
+    }
+
+    /// A job's request with its identity is forwarded under identities
+    /// derived from it ([`forwarded_id`]): this agent, killed after it had
+    /// forwarded a body but before it answered, takes the body again when
+    /// the job posts it again, and the master then drops the repeat.
+    fn observe_request(&self, reports: &[Report], id: Option<&RequestId>) {
         let rows: usize = reports.iter().map(Report::rows).sum();
         if rows == 0 {
             return;
@@ -374,19 +396,19 @@ impl ReportTap for Forwarder {
         if let Some((m, n)) = e.metrics {
             ok &= self
                 .pipeline
-                .forward(Signal::Metrics, Bytes::from(m.encode_to_vec()), n, None)
+                .forward(Signal::Metrics, Bytes::from(m.encode_to_vec()), n, forwarded_id(id, 0))
                 .is_ok();
         }
         if let Some((t, n)) = e.traces {
             ok &= self
                 .pipeline
-                .forward(Signal::Traces, Bytes::from(t.encode_to_vec()), n, None)
+                .forward(Signal::Traces, Bytes::from(t.encode_to_vec()), n, forwarded_id(id, 1))
                 .is_ok();
         }
         if let Some((l, n)) = e.logs {
             ok &= self
                 .pipeline
-                .forward(Signal::Logs, Bytes::from(l.encode_to_vec()), n, None)
+                .forward(Signal::Logs, Bytes::from(l.encode_to_vec()), n, forwarded_id(id, 2))
                 .is_ok();
         }
         let counter = if ok {
@@ -629,5 +651,33 @@ mod tests {
             "heartbeat, node event, custom, 3 table rows"
         );
         assert!(encode(&[Report::default()], "n").metrics.is_none());
+    }
+}
+
+#[cfg(test)]
+mod forwarded_id_tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_forwarded_under_the_same_identities_each_time_one_per_signal() {
+        let job = RequestId {
+            producer: "job-7-4242".into(),
+            seq: 9,
+        };
+        let ids: Vec<_> = (0..3).map(|k| forwarded_id(Some(&job), k).unwrap()).collect();
+        assert_eq!(ids.iter().map(|i| i.seq).collect::<Vec<_>>(), [36, 37, 38]);
+        assert!(ids.iter().all(|i| i.producer == job.producer));
+        // Taken again (a repost after a restart): the same identities.
+        assert_eq!(forwarded_id(Some(&job), 1), Some(ids[1].clone()));
+        // The next request's never meet this one's.
+        let next = RequestId { seq: 10, ..job.clone() };
+        assert!(forwarded_id(Some(&next), 0).unwrap().seq > ids[2].seq);
+        // Without an identity, or past the range: the agent's own numbers.
+        assert_eq!(forwarded_id(None, 0), None);
+        let huge = RequestId {
+            seq: u64::MAX / 2,
+            ..job
+        };
+        assert_eq!(forwarded_id(Some(&huge), 0), None);
     }
 }

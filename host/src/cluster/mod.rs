@@ -75,6 +75,9 @@ pub struct Parts<'a> {
     /// The host's state store: a master and a standalone sonde keep their
     /// jobs in it (`jobs/store.rs`).
     pub state: Option<crate::state::StateStore>,
+    /// A master's embedded history: its agents' points are appended to it
+    /// before they are answered (`remote_points.rs`).
+    pub history: Option<Arc<crate::history::History>>,
     pub stop: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -123,8 +126,10 @@ impl Cluster {
                     p.cfg.max_nodes,
                 ));
                 p.hub.add_tap(n.clone());
-                p.hub
-                    .add_tap(Arc::new(remote_points::RemotePoints::new(p.pipeline.clone())));
+                p.hub.add_tap(Arc::new(remote_points::RemotePoints::new(
+                    p.pipeline.clone(),
+                    p.history,
+                )));
                 c.tasks.push(tokio::spawn(watch_nodes(
                     n.clone(),
                     p.pipeline.clone(),

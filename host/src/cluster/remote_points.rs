@@ -5,28 +5,38 @@
 //!
 //! ```text
 //!  IngestHub ──(reports with points)──► RemotePoints::observe
-//!     ─► MetricBatch (scope `sonde.cluster.remote`) ─► PipelineHandle::publish_live
-//!     ─► the live store and history (never exported again: the agent did)
+//!     ─► MetricBatch (scope `sonde.cluster.remote`)
+//!          ├─► the history, appended here, on the receiver's thread (`storage::append_direct`)
+//!          └─► PipelineHandle::publish_live ─► the live store (never exported again: the agent did)
 //! ```
+//! Appended here rather than by the history's tap task: the receiver then
+//! waits for a group commit (`ingest/durable.rs`) that writes the history's
+//! write-ahead log before the agent is answered, and only points already
+//! appended are in it. So a point the master acknowledged survives its
+//! `kill -9`.
 
 use std::sync::Arc;
 
+use crate::history::History;
 use crate::ingest::{Report, ReportTap};
 use crate::model::{AttrValue, MetricBatch, MetricKind, MetricSeries, Point, Scope, SeriesKind};
 use crate::pipeline::PipelineHandle;
 
 /// The scope the master's copies of remote points carry.
-pub const SCOPE: &str = "sonde.cluster.remote";
+pub const SCOPE: &str = crate::storage::DIRECT_SCOPE;
 
 pub struct RemotePoints {
     pipeline: PipelineHandle,
+    /// The master's embedded history, when it has one.
+    history: Option<Arc<History>>,
     scope: Arc<Scope>,
 }
 
 impl RemotePoints {
-    pub fn new(pipeline: PipelineHandle) -> Self {
+    pub fn new(pipeline: PipelineHandle, history: Option<Arc<History>>) -> Self {
         RemotePoints {
             pipeline,
+            history,
             scope: Arc::new(Scope {
                 name: SCOPE.into(),
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -79,7 +89,11 @@ impl RemotePoints {
 impl ReportTap for RemotePoints {
     fn observe(&self, reports: &[Report]) {
         for r in reports.iter().filter(|r| !r.points.is_empty()) {
-            self.pipeline.publish_live(self.batch(r));
+            let batch = self.batch(r);
+            if let Some(h) = &self.history {
+                crate::storage::append_direct(h, &batch);
+            }
+            self.pipeline.publish_live(batch);
         }
     }
 }

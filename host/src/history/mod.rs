@@ -25,8 +25,12 @@
 //!   counted per tier and reason.
 //! - Durability: a SIGKILL loses at most the last flush interval of raw points
 //!   (they are in the WAL otherwise; open rollup chunks are rebuilt from the
-//!   tier below at open). A torn or corrupt record is skipped and counted; a
-//!   file is never appended to after one (the next write starts a new file).
+//!   tier below at open), and none that [`History::sync_wal`] returned Ok
+//!   after: a master answers its agents only then. A torn or corrupt record
+//!   is skipped and counted; a file is never appended to after one (the next
+//!   write starts a new file). A write the disk refuses (full) loses
+//!   nothing: WAL records and head chunks are kept in memory and written
+//!   again later, and the WAL files a head still needs are kept.
 //! - Limits: at most `max_series` series (refused past it, counted); points of
 //!   a series must come in increasing time (others are dropped, counted);
 //!   NaN is kept raw but left out of rollups. Storage choice and measured
@@ -349,6 +353,21 @@ impl History {
         let mut st = self.shared.inner.lock().stats();
         st.query_cache = self.shared.query_cache.stats();
         st
+    }
+
+    /// Every point appended so far written to the write-ahead log and synced
+    /// to disk (`fdatasync`). The master answers a sonde's request only
+    /// after this (`ingest/durable.rs`), so an acknowledged point survives
+    /// a `kill -9` of the master and a machine crash. Err when the disk
+    /// refuses (full): what it could not write stays in memory and is
+    /// written by the next call or flush; the caller refuses meanwhile.
+    pub fn sync_wal(&self) -> Result<(), String> {
+        let files = self.shared.inner.lock().write_for_sync()?;
+        for f in files {
+            f.sync_data()
+                .map_err(|e| format!("the history cannot sync its write-ahead log: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Writes what is pending now (what the flush thread does every interval).

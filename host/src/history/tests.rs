@@ -220,6 +220,72 @@ fn a_crash_loses_at_most_what_was_not_flushed() {
     same_points(&c.raw(id, 0, u64::MAX), &pts);
 }
 
+#[test]
+fn a_synced_point_survives_a_kill_and_a_full_disk_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = crate::model::now_ns();
+    // 100 s of points: the raw tier seals a 60 s chunk, so every file kind is in use.
+    let pts = points(now - 600 * S, 3_000);
+    let h = open(&cfg(), dir.path());
+    h.append(&key(1, "m"), &pts[..1_000]).unwrap();
+    let id = h.id_of(&key(1, "m")).unwrap();
+
+    // Synced: a SIGKILL now (a copy of the directory) keeps every point.
+    h.sync_wal().expect("writes");
+    let killed = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), killed.path());
+    same_points(&open(&cfg(), killed.path()).raw(id, 0, u64::MAX), &pts[..1_000]);
+
+    // The disk refuses: the WAL write and the chunk seal both fail.
+    h.with_inner(|i| i.point_writes_at(Path::new("/dev/full")));
+    h.append(&key(1, "m"), &pts[1_000..2_000]).unwrap();
+    let err = h.sync_wal().expect_err("a full disk is reported");
+    assert!(err.contains("write-ahead log"), "{err}");
+    let st = h.stats();
+    assert!(st.io_errors >= 2, "the WAL and the chunk: {st:?}");
+    assert_eq!(st.points_lost_to_io, 0);
+    // Nothing is lost meanwhile: queries still see every point.
+    same_points(&h.raw(id, 0, u64::MAX), &pts[..2_000]);
+
+    // Space again (the next file is a real one): the kept records are
+    // written, and the WAL files the unsealed chunk needs survive rolls.
+    h.append(&key(1, "m"), &pts[2_000..]).unwrap();
+    h.sync_wal().expect("writes again");
+    h.flush_rolling();
+    h.flush_rolling();
+    let killed = tempfile::tempdir().unwrap();
+    copy_dir(dir.path(), killed.path());
+    let c = open(&cfg(), killed.path());
+    same_points(&c.raw(id, 0, u64::MAX), &pts);
+    assert_eq!(c.stats().corrupt_records, 0);
+    same_points(&h.raw(id, 0, u64::MAX), &pts);
+    assert_eq!(h.stats().points_lost_to_io, 0);
+}
+
+#[test]
+fn a_restart_writes_on_in_each_tiers_last_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = crate::model::now_ns();
+    let pts = points(now - 900 * S, 6_000);
+    let count = || ["raw", "1s", "60s"].map(|t| files(&dir.path().join("history").join(t), "seg").len());
+    let id;
+    {
+        let h = open(&cfg(), dir.path());
+        h.append(&key(3, "m"), &pts[..3_000]).unwrap();
+        id = h.id_of(&key(3, "m")).unwrap();
+    }
+    let first = count();
+    for part in [&pts[3_000..4_500], &pts[4_500..]] {
+        let h = open(&cfg(), dir.path());
+        h.append(&key(3, "m"), part).unwrap();
+    }
+    assert_eq!(count(), first, "no new segment file per tier per start");
+    let h = open(&cfg(), dir.path());
+    same_points(&h.raw(id, 0, u64::MAX), &pts);
+    same_buckets(&h.query(id, 0, u64::MAX / MS, 60_000), &brute(&pts, 60_000));
+    assert_eq!(h.stats().corrupt_records, 0);
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();

@@ -22,6 +22,13 @@
 //! master answered OK survives a `kill -9`, and one it did not answer is
 //! taken again, once.
 //!
+//! Another store what a request brought goes to (the master's history of
+//! its agents' points) joins as a [`Barrier`]: each flush first has it
+//! write and sync what it was given, then writes the transaction; if it
+//! fails the flush fails the same way (waiters retry, new requests are
+//! refused), so an answered point is on disk in the history too, and a
+//! store that cannot write makes its senders keep what they sent.
+//!
 //! Only requests that carry an identity (`export/sequence.rs`, from a sonde)
 //! wait: the others have no exactly-once promise to keep, and an app's OTLP
 //! SDK is answered as soon as its request is taken. Limits: an answer waits
@@ -83,6 +90,14 @@ pub trait Durable: Send + Sync {
     fn failed(&self, undo: Box<dyn Any + Send>);
 }
 
+/// Another store that must have written what requests brought before they
+/// are answered (the history's write-ahead log).
+pub trait Barrier: Send + Sync {
+    /// Writes and syncs everything handed to it so far; Err (why) when it
+    /// cannot, keeping what it could not write for the next call.
+    fn sync(&self) -> Result<(), String>;
+}
+
 /// What `GET /api/ingest` shows under `durable`.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct DurableStats {
@@ -102,6 +117,7 @@ pub struct DurableStats {
 
 pub struct Commits {
     participants: RwLock<Vec<Arc<dyn Durable>>>,
+    barriers: RwLock<Vec<Arc<dyn Barrier>>>,
     store: Mutex<Option<StateStore>>,
     /// Flushes started; the next one to start is `started + 1`.
     started: AtomicU64,
@@ -124,6 +140,7 @@ impl Default for Commits {
     fn default() -> Self {
         Commits {
             participants: RwLock::default(),
+            barriers: RwLock::default(),
             store: Mutex::default(),
             started: AtomicU64::new(0),
             done: watch::channel((0, true)).0,
@@ -147,6 +164,11 @@ impl Commits {
 
     pub fn add(&self, p: Arc<dyn Durable>) {
         self.participants.write().push(p);
+    }
+
+    /// Each flush has `b` write and sync first (see the module's notes).
+    pub fn add_barrier(&self, b: Arc<dyn Barrier>) {
+        self.barriers.write().push(b);
     }
 
     pub fn enabled(&self) -> bool {
@@ -178,7 +200,7 @@ impl Commits {
             return format!("{w}: retry later");
         }
         let why = self.last_error.lock().clone().unwrap_or_default();
-        format!("the state store cannot write ({why}): retry later")
+        format!("{why}: retry later")
     }
 
     pub fn stats(&self) -> DurableStats {
@@ -226,6 +248,14 @@ impl Commits {
             .iter()
             .filter_map(|p| p.take_changes().map(|t| (p.clone(), t)))
             .collect();
+        // What the requests brought first: a window saying "taken" must
+        // never be on disk without the points it took.
+        let barriers = self.barriers.read().clone();
+        if let Err(why) = barriers.iter().try_for_each(|b| b.sync()) {
+            self.flushes.fetch_add(1, Relaxed);
+            self.failed(why, taken);
+            return false;
+        }
         if taken.is_empty() && self.healthy() {
             return true;
         }
@@ -249,17 +279,22 @@ impl Commits {
                 true
             }
             Err(e) => {
-                self.errors.fetch_add(1, Relaxed);
-                let msg = format!("{e:#}");
-                if self.healthy.swap(false, Relaxed) {
-                    tracing::warn!("the state store cannot write: {msg}; refusing requests from sondes until it can");
-                }
-                *self.last_error.lock() = Some(msg);
-                for (p, t) in taken {
-                    p.failed(t.undo);
-                }
+                self.failed(format!("the state store cannot write: {e:#}"), taken);
                 false
             }
+        }
+    }
+
+    /// A flush failed: its changes marked changed again, requests refused
+    /// until one succeeds.
+    fn failed(&self, msg: String, taken: Vec<(Arc<dyn Durable>, Taken)>) {
+        self.errors.fetch_add(1, Relaxed);
+        if self.healthy.swap(false, Relaxed) {
+            tracing::warn!("{msg}; refusing requests from sondes until it can");
+        }
+        *self.last_error.lock() = Some(msg);
+        for (p, t) in taken {
+            p.failed(t.undo);
         }
     }
 

@@ -48,6 +48,7 @@ use serde::Serialize;
 use self::batch::Pending;
 use self::error::Invalid;
 use self::tables::TableRegistry;
+use crate::export::sequence::RequestId;
 use crate::plugin::bindings::types;
 
 pub use self::report::{CustomEvent, ForeignPoint, ForeignSeries, NodeEvent, Origin, Progress, Report, Timing};
@@ -136,6 +137,15 @@ pub type Publish = Arc<dyn Fn(&types::EventBatch) -> usize + Send + Sync>;
 /// source's task: it must be quick and must not block.
 pub trait ReportTap: Send + Sync {
     fn observe(&self, reports: &[Report]);
+
+    /// The same for one request, with the sender's identity when it had one
+    /// (`export/sequence.rs`). A tap that passes reports on (an agent's
+    /// forwarder) sends them under numbers derived from it, so that a request
+    /// taken here twice (re-sent after this host was killed before it could
+    /// answer) is still known as one further on.
+    fn observe_request(&self, reports: &[Report], _id: Option<&RequestId>) {
+        self.observe(reports);
+    }
 
     /// Whether it could keep what it would observe now (an agent's
     /// forwarder: room in its export queue); Err says why not. Sources that
@@ -238,6 +248,12 @@ impl IngestHub {
 
     /// Adds several origins' rows (one request of a source), all or nothing.
     pub fn submit_all(&self, reports: &[Report]) -> Result<usize, Full> {
+        self.submit_request(reports, None)
+    }
+
+    /// The same, for a request that carried a sender's identity (the taps
+    /// see it: [`ReportTap::observe_request`]).
+    pub fn submit_request(&self, reports: &[Report], id: Option<&RequestId>) -> Result<usize, Full> {
         let n: usize = reports.iter().map(Report::rows).sum();
         if n == 0 {
             return Ok(0);
@@ -256,7 +272,7 @@ impl IngestHub {
         // rows (it flushes them at its next tick), and when a full batch waits.
         let wake = p.rows == n || p.rows >= EARLY_FLUSH_ROWS;
         drop(p);
-        self.tap(reports);
+        self.tap(reports, id);
         if wake {
             self.wake.notify_one();
         }
@@ -275,9 +291,9 @@ impl IngestHub {
         self.taps.write().push(tap);
     }
 
-    fn tap(&self, reports: &[Report]) {
+    fn tap(&self, reports: &[Report], id: Option<&RequestId>) {
         for t in self.taps.read().iter() {
-            t.observe(reports);
+            t.observe_request(reports, id);
         }
     }
 
@@ -316,7 +332,7 @@ impl IngestHub {
         };
         if lane_rows > 0 {
             self.agent.rows.fetch_add(lane_rows as u64, Relaxed);
-            self.tap(&reports);
+            self.tap(&reports, None);
         }
         let rows = pending.rows;
         if rows == 0 {

@@ -125,7 +125,6 @@ impl Host {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let (hub, hub_task) = start_hub(&cfg, &plugins, sampling.gpu_watch, &stop_rx);
 
-        let cluster = Arc::new(start_cluster(&cfg, &hub, &pipeline_handle, &plugins, stop_rx.clone()));
         let storage = Arc::new(crate::storage::Storage::start(
             &cfg.storage,
             cfg.cluster.role == Role::Master,
@@ -133,10 +132,20 @@ impl Host {
             &pipeline_handle,
             resource_attributes(&cfg),
         )?);
-
         if let Some(h) = storage.history.clone() {
+            // Every group commit writes and syncs the history's WAL first: an
+            // agent's points are on disk before the agent is answered.
+            hub.commits.add_barrier(Arc::new(HistoryWal(h.clone())));
             tokio::spawn(watch_history_writes(h, hub.commits.clone(), stop_rx.clone()));
         }
+        let cluster = Arc::new(start_cluster(
+            &cfg,
+            &hub,
+            &pipeline_handle,
+            &plugins,
+            storage.history.clone(),
+            stop_rx.clone(),
+        ));
         // Not ready until the receivers listen (they start last, below).
         let ready = Arc::new(AtomicBool::new(false));
         let (mut api_addr, mut server) = (None, None);
@@ -269,6 +278,15 @@ impl Host {
             &self.receivers,
             self.started,
         );
+    }
+}
+
+/// The history as a barrier of the group commit (`ingest/durable.rs`).
+struct HistoryWal(Arc<crate::history::History>);
+
+impl ingest::durable::Barrier for HistoryWal {
+    fn sync(&self) -> Result<(), String> {
+        self.0.sync_wal()
     }
 }
 
@@ -493,6 +511,7 @@ fn start_cluster(
     hub: &Arc<IngestHub>,
     pipeline: &PipelineHandle,
     plugins: &Arc<PluginManager>,
+    history: Option<Arc<crate::history::History>>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Cluster {
     let resource = resource_attributes(cfg);
@@ -528,6 +547,7 @@ fn start_cluster(
         master_client,
         resource,
         state: Some(plugins.state().clone()),
+        history,
         plugin_names: Arc::new(move || {
             let mut loaded = Vec::new();
             let mut unhealthy = Vec::new();

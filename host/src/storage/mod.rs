@@ -3,7 +3,9 @@
 //! ```text
 //!  PipelineHandle::subscribe (every metric batch: this host's plugins, and
 //!  on a master every agent's series)
-//!     ├─► the embedded history (`storage.history`, on by default on a master)
+//!     ├─► the embedded history (`storage.history`, on by default on a master);
+//!     │     an agent's series are appended by `cluster/remote_points.rs`
+//!     │     itself (`append_direct`), before the agent is answered
 //!     │     key = name, unit, attributes + `otel.scope.name`, `sonde.kind`
 //!     └─► remote-write (`storage.remote_write`) ─► Prometheus / VictoriaMetrics / Mimir …
 //!  GET /api/series, /api/series/data before the live store's start
@@ -57,6 +59,19 @@ pub fn kind_name(k: MetricKind) -> &'static str {
         MetricKind::Counter => "counter",
         MetricKind::UpDownCounter => "updowncounter",
     }
+}
+
+/// The scope of batches whose source appends them to the history itself
+/// ([`append_direct`]) before its sender is answered: a master's copies of
+/// its agents' points (`cluster/remote_points.rs`). The tap leaves them out.
+pub const DIRECT_SCOPE: &str = "sonde.cluster.remote";
+
+/// Appends a batch now, on the caller's thread, rather than when the tap's
+/// task gets to it: a master answers an agent only once its points are in
+/// the history's write-ahead log (`ingest/durable.rs`), which needs them
+/// appended before the answer is decided.
+pub fn append_direct(h: &History, batch: &MetricBatch) {
+    append_history(h, batch, &mut std::collections::HashMap::new());
 }
 
 /// Appends a batch to the history, one append per series; `ids` caches keys
@@ -128,6 +143,7 @@ impl Storage {
                 let mut ids = std::collections::HashMap::new();
                 loop {
                     match rx.recv().await {
+                        Ok(batch) if batch.scope.name == DIRECT_SCOPE => {}
                         Ok(batch) => append_history(&feed, &batch, &mut ids),
                         Err(RecvError::Lagged(n)) => {
                             lagged.fetch_add(n, Relaxed);

@@ -60,6 +60,10 @@ const IDLE_SEAL: Duration = Duration::from_secs(60);
 const CHUNK_HEAD: usize = 25;
 /// Largest WAL record written; a flush writes several if it has more.
 const WAL_RECORD_MAX: usize = 8 << 20;
+/// Most bytes of WAL records kept in memory while the disk refuses them.
+/// Sondes' requests are refused meanwhile, so only what is taken without
+/// waiting (the master's own samples, foreign OTLP) adds to it.
+const UNWRITTEN_MAX: usize = 64 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Reason {
@@ -264,6 +268,9 @@ struct TierStore {
     next_id: u64,
     evicted: [u64; 3],
     late: u64,
+    /// After a failed write (a full disk) heads are kept, not sealed, until
+    /// then: one failed attempt a second, not one per point.
+    retry_at: Option<Instant>,
 }
 
 impl TierStore {
@@ -280,7 +287,15 @@ impl TierStore {
 struct Wal {
     dir: PathBuf,
     gen_: u64,
-    file: Option<File>,
+    file: Option<Arc<File>>,
+    /// The file rolled last: synced by the flush that rolled it, after the
+    /// lock; [`Inner::write_for_sync`] syncs it too, so that a sync never
+    /// returns before what went to it is on disk.
+    rolled: Option<Arc<File>>,
+    /// Framed records a failed write left (a full disk): written first, to a
+    /// new file, at the next flush; their points are not lost meanwhile.
+    unwritten: Vec<u8>,
+    unwritten_points: u64,
     started: Instant,
     /// The newest point's time when this file was started.
     started_t: u64,
@@ -299,6 +314,8 @@ struct SeriesLog {
     file: File,
     pending: Vec<u8>,
     bytes: u64,
+    /// Written since the last sync.
+    unsynced: bool,
 }
 
 /// Work that must happen after the lock is released: fsyncs, then deletions.
@@ -421,6 +438,32 @@ impl Inner {
         (self.epoch.elapsed().as_secs() as u32).saturating_add(self.idle_skew_s)
     }
 
+    /// Points the files the history appends to now (the WAL's, each tier's
+    /// segment) at `dev`. A test hands `/dev/full`, which answers
+    /// every write with ENOSPC, as a full disk does; the next file the
+    /// history creates is a real one again.
+    #[cfg(test)]
+    pub(crate) fn point_writes_at(&mut self, dev: &std::path::Path) {
+        let f = Arc::new(std::fs::OpenOptions::new().append(true).open(dev).expect("opens"));
+        self.wal.file = Some(f.clone());
+        // A segment of its own per tier (the sealed ones must stay readable).
+        for t in &mut self.tiers {
+            let id = t.next_id;
+            t.next_id += 1;
+            t.segs.push_back(Segment {
+                id,
+                path: t.dir.join(format!("{id}.unwritable")),
+                file: f.clone(),
+                bytes: 0,
+                min_t: u64::MAX,
+                max_t: 0,
+                points: 0,
+                chunks: 0,
+            });
+            t.writing = true;
+        }
+    }
+
     pub(crate) fn note_corrupt(&mut self, n: u64) {
         self.c.corrupt_records += n;
     }
@@ -499,8 +542,8 @@ impl Inner {
                 after.sync.push(s.file.clone());
             }
         }
-        if let Some(f) = self.wal.file.as_ref().and_then(|f| f.try_clone().ok()) {
-            after.sync.push(Arc::new(f));
+        if let Some(f) = &self.wal.file {
+            after.sync.push(f.clone());
         }
         after
     }

@@ -67,6 +67,9 @@ impl Inner {
                 dir: wal_dir,
                 gen_: 0,
                 file: None,
+                rolled: None,
+                unwritten: Vec::new(),
+                unwritten_points: 0,
                 started: Instant::now(),
                 started_t: 0,
                 files: VecDeque::new(),
@@ -76,6 +79,7 @@ impl Inner {
                 path: slog_path,
                 file: slog_file,
                 pending: Vec::new(),
+                unsynced: false,
             },
             dirty: Vec::new(),
             to_sync: Vec::new(),
@@ -128,6 +132,7 @@ impl Inner {
             series,
             tiers,
             c,
+            seg_target,
             ..
         } = self;
         let mut next_seg = 0u64;
@@ -135,18 +140,34 @@ impl Inner {
             let tdir = dir.join(&spec.name);
             std::fs::create_dir_all(&tdir).with_context(|| format!("creating {}", tdir.display()))?;
             let mut segs = VecDeque::new();
+            let mut last_clean = false;
             for (id, path) in log::numbered_files(&tdir, "seg")? {
                 next_seg = next_seg.max(id + 1);
+                let before = c.corrupt_records;
                 segs.push_back(read_segment(ti, spec, id, path, series, c)?);
+                last_clean = c.corrupt_records == before;
+            }
+            // The last segment, whole and not full, is written on: a new file
+            // per tier at every start would leave a small file (and an open
+            // descriptor) per restart for the tier's whole retention.
+            let mut writing = false;
+            if let Some(last) = segs.back_mut()
+                && last_clean
+                && last.bytes < *seg_target
+                && let Ok(f) = std::fs::OpenOptions::new().read(true).append(true).open(&last.path)
+            {
+                last.file = Arc::new(f);
+                writing = true;
             }
             tiers.push(TierStore {
                 spec: spec.clone(),
                 dir: tdir,
                 segs,
-                writing: false,
+                writing,
                 next_id: 0,
                 evicted: [0; 3],
                 late: 0,
+                retry_at: None,
             });
         }
         for t in tiers.iter_mut() {

@@ -1,10 +1,14 @@
 //! Sealing: a head chunk written as one record to its tier's current
 //! segment file (a new file when it is full or after a failed write) and
 //! indexed in its series. Every path that writes chunks comes through here.
+//! A write that fails (a full disk) keeps the head in memory, where queries
+//! still read it and from where the next try writes it; its raw points stay
+//! in the WAL meanwhile (`wal.rs` keeps the files a head needs).
 
 use std::fs::File;
 use std::io::Write;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
@@ -27,6 +31,9 @@ pub(super) fn seal(
         if shrink {
             st.head.reset(true);
         }
+        return;
+    }
+    if tier.retry_at.is_some_and(|t| Instant::now() < t) {
         return;
     }
     let h = &st.head;
@@ -57,12 +64,21 @@ pub(super) fn seal(
         }
         Err(e) => {
             c.io_errors += 1;
-            c.points_lost_to_io += h.len() as u64;
-            tracing::warn!("history: writing a {} chunk: {e:#}", tier.spec.name);
+            tier.retry_at = Some(Instant::now() + SEAL_RETRY);
+            tracing::warn!(
+                "history: writing a {} chunk: {e:#}; kept in memory, tried again in {} s",
+                tier.spec.name,
+                SEAL_RETRY.as_secs()
+            );
+            return;
         }
     }
+    tier.retry_at = None;
     st.head.reset(shrink);
 }
+
+/// How long a tier waits after a failed write before it tries again.
+const SEAL_RETRY: Duration = Duration::from_secs(1);
 
 /// Appends a framed record to the tier's current segment (starting one when
 /// needed); returns (segment id, record offset).
@@ -94,7 +110,12 @@ fn write_record(tier: &mut TierStore, rec: &[u8], to_sync: &mut Vec<Arc<File>>, 
     if let Err(e) = (&*seg.file).write_all(rec) {
         // Never append after a partial record: the next write starts a new segment.
         tier.writing = false;
-        if let Ok(m) = seg.file.metadata() {
+        if off == 0 {
+            // Nothing in it can be read: removed, so that a full disk's
+            // retries leave no empty segments (each an open file) behind.
+            let empty = tier.segs.pop_back().expect("writing");
+            let _ = std::fs::remove_file(&empty.path);
+        } else if let Ok(m) = seg.file.metadata() {
             seg.bytes = m.len();
         }
         return Err(e).context("appending to a history segment");

@@ -234,7 +234,7 @@ async fn ingest(
     if tracked && !st.hub.commits.healthy() {
         return retry_later(st.hub.commits.refuse());
     }
-    let ticket = match st.hub.dedup.admit(id) {
+    let ticket = match st.hub.dedup.admit(id.clone()) {
         Admit::Repeat => {
             return match st.hub.commits.wait().await {
                 Ok(()) => (StatusCode::ACCEPTED, Json(json!({"accepted": 0, "repeat": true}))).into_response(),
@@ -253,7 +253,7 @@ async fn ingest(
             .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         return r;
     }
-    let n = match st.hub.submit(&report) {
+    let n = match st.hub.submit_request(std::slice::from_ref(&report), id.as_ref()) {
         Ok(n) => {
             counters.rows.fetch_add(n as u64, Relaxed);
             n

@@ -113,7 +113,7 @@ impl Receiver {
             Admit::New(t) => Some(t),
         };
         if let (Some(p), Some((signal, body, items))) = (&self.forward, forward) {
-            p.forward(signal, body, items, id).map_err(Refusal::Forward)?;
+            p.forward(signal, body, items, id.clone()).map_err(Refusal::Forward)?;
         }
         let cut: u64 = reports.iter_mut().map(|r| self.limits.clip(r)).sum();
         // Rows of event tables are typed here; what does not fit is skipped, never refused.
@@ -122,7 +122,7 @@ impl Receiver {
             tracing::debug!("OTLP row of an event table skipped: {e}");
         }
         let skipped = skipped + refused.len();
-        match self.hub.submit_all(&reports) {
+        match self.hub.submit_request(&reports, id.as_ref()) {
             Ok(n) => {
                 c.truncated.fetch_add(cut, Relaxed);
                 c.rows.fetch_add(n as u64, Relaxed)
