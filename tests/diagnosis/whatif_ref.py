@@ -8,7 +8,7 @@ deliberately simple rather than fast:
 - every operation gets its own duration: a pipeline receive counts from when
   it was posted and its send had finished; where a step's sends block (at
   least 90 % of those whose receive was posted after they began were still
-  running then), such a send met its receiver, counts from that posting, and
+  running then, of at least 4 and a fifth of the matched pairs), such a send met its receiver, counts from that posting, and
   waits for what the receiving rank did before it; a collective (all members of one
   group's k-th collective of that kind in the step) counts from its last
   member's arrival to its last member's end; an operation inside which
@@ -129,10 +129,12 @@ def build(rows):
             u.own = float(max(0, max(ends) - max(starts)))
             u.order_key = (max(ends), max(starts))
         # blocking sends: at least 90 % of the sends whose receive was posted
-        # after they began were still running at that posting (at least 2)
-        posted_after = [(k, start) for _, k, start, _, _ in pending_recvs if k in sends and start > sends[k][1]]
+        # after they began were still running at that posting, of at least
+        # 4 such pairs and a fifth of the matched ones
+        matched = [(k, start) for _, k, start, _, _ in pending_recvs if k in sends]
+        posted_after = [(k, start) for k, start in matched if start > sends[k][1]]
         met = sum(1 for k, start in posted_after if sends[k][2] > start)
-        blocking = len(posted_after) >= 2 and met * 10 >= len(posted_after) * 9
+        blocking = len(posted_after) >= 4 and len(posted_after) * 5 >= len(matched) and met * 10 >= len(posted_after) * 9
         for u, key, start, end, before in pending_recvs:
             if key in sends:
                 send, send_start, send_end = sends[key]

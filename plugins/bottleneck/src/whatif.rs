@@ -47,7 +47,8 @@
 //!   rank (communication hidden behind compute) replays longer than it ran;
 //! - sends block until their receive is posted (gloo's `send`, NCCL's on
 //!   its stream) when, in a step, at least 90 % of the sends whose receive
-//!   was posted after they began were still running then; such a send waits
+//!   was posted after they began were still running then (of at least 4 and
+//!   a fifth of the step's matched pairs); such a send waits
 //!   for what its receiver did before, and owns only the rest. In a step of
 //!   buffered sends (isend) a send waits for nothing; a mix of both in one
 //!   step is read as the majority;

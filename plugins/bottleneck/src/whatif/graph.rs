@@ -453,16 +453,20 @@ pub(super) fn build(ops: &[Op]) -> Built {
         // was posted after it began has ended before that posting. Where
         // sends are buffered (isend), most such sends are over by then, and
         // the few a late posting happened to meet did not wait for it.
-        let (mut posted_after, mut met) = (0u32, 0u32);
+        // Fewer than four such pairs, or a fifth of the matched pairs, are
+        // too few to tell: a step of buffered sends where a couple of late
+        // postings met short sends in flight read as blocking otherwise.
+        let (mut matched, mut posted_after, mut met) = (0u32, 0u32, 0u32);
         for &(_, key, start, _, _) in &recvs {
-            if let Some(&(_, send_start, send_end)) = sends.get(&key)
-                && start > send_start
-            {
-                posted_after += 1;
-                met += (send_end > start) as u32;
+            if let Some(&(_, send_start, send_end)) = sends.get(&key) {
+                matched += 1;
+                if start > send_start {
+                    posted_after += 1;
+                    met += (send_end > start) as u32;
+                }
             }
         }
-        let blocking = posted_after >= 2 && met * 10 >= posted_after * 9;
+        let blocking = posted_after >= 4 && posted_after * 5 >= matched && met * 10 >= posted_after * 9;
         for &(id, key, start, end, before_recv) in &recvs {
             if let Some(&(send, send_start, send_end)) = sends.get(&key) {
                 edges.push((id, send));
