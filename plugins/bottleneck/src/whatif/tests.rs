@@ -385,8 +385,10 @@ fn a_long_stage_is_the_split_not_a_straggler() {
 #[test]
 fn a_long_stage_behind_blocking_sends_is_the_split_not_the_sends() {
     // gloo's send returns once its receive is posted: stage 0's sends last
-    // as long as stage 1 takes to come for them. A send and its receive
-    // meet: only what follows the later arrival is the transfer's.
+    // as long as stage 1 takes to come for them. The stage excess counts
+    // compute only, so this holds with or without the rendezvous reading;
+    // it guards that reading the sends as blocking keeps the stage named
+    // (the slow worker below is the case the rendezvous decides).
     let ops = pipeline_sending(2, 4, 4, |r| if r.stage == 1 { 30 } else { 10 }, |_| 1, true);
     let sends_waited = ops
         .iter()
