@@ -105,14 +105,14 @@ test-browser: plugins web
 # Its unit tests, then real loops (pure Python, PyTorch, Lightning, Hugging Face
 # Trainer) against a running sonde. `./dev test` passes `--ignored no`: its cargo
 # stage already ran the pure-Python loop and built sonde, and it names the
-# built end-to-end binary in SONDE_E2E_BIN, run directly here so that this
+# built end-to-end binary in E2E_TEST_BIN, run directly here so that this
 # stage need not wait for cargo's lock on target/ (held by the Rust tests).
 [doc('the Python client: unit tests, then real training loops against sonde')]
 [group('test')]
 test-python WHICH="--include-ignored" BUILD="yes": setup python-frameworks python-client
     python3 clients/python/tests/run.py
     [ "{{BUILD}}" = no ] || cargo build -p sonde --bins
-    if [ -n "${SONDE_E2E_BIN:-}" ]; then "$SONDE_E2E_BIN" python_client:: {{WHICH}}; else cargo test -p sonde-e2e --test e2e python_client:: -- {{WHICH}}; fi
+    if [ -n "${E2E_TEST_BIN:-}" ]; then "$E2E_TEST_BIN" python_client:: {{WHICH}}; else cargo test -p sonde-e2e --test e2e python_client:: -- {{WHICH}}; fi
 
 # Rendered by `kubectl kustomize`, every object checked by kubernetes-validate
 # --strict, checkov's policies (what is skipped says why beside it).

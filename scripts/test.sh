@@ -110,16 +110,16 @@ cat "$inputs_log" >>"$log"
 [ "$deps_rc" = 0 ] && [ "$inputs_rc" = 0 ] || { report; exit 1; }
 stage build cargo test --workspace --no-run || { report; exit 1; }
 # The end-to-end test binary just built, for the Python stage to run directly
-# (SONDE_E2E_BIN, the test-python recipe): through cargo it would wait for the
+# (E2E_TEST_BIN, the test-python recipe): through cargo it would wait for the
 # lock the Rust tests in front hold on target/ until they end.
-SONDE_E2E_BIN="$(cargo test -p sonde-e2e --test e2e --no-run --message-format=json 2>/dev/null \
+E2E_TEST_BIN="$(cargo test -p sonde-e2e --test e2e --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json, sys
 for line in sys.stdin:
     j = json.loads(line)
     if j.get("reason") == "compiler-artifact" and j.get("executable") and j["target"]["name"] == "e2e":
         print(j["executable"])')"
-[ -x "$SONDE_E2E_BIN" ] || { echo "the end-to-end test binary was not found"; report; exit 1; }
-export SONDE_E2E_BIN
+[ -x "$E2E_TEST_BIN" ] || { echo "the end-to-end test binary was not found"; report; exit 1; }
+export E2E_TEST_BIN
 # `cargo test --no-run` above built target/debug/sonde too (cargo builds a
 # package's binaries for its integration tests), with the same dependency
 # features as the tests, so no later step compiles sonde a second time.

@@ -249,7 +249,8 @@ def analyse(trace, slowdown_only=False, exhaustive=128, candidates=16):
     workers = []
     for r in shortlist(by_rank, lambda u: len(u.ranks)):
         node, dp, stage, tp = coords[r]
-        workers.append({"rank": r, "node": node, "dp": dp, "stage": stage, "tp": tp,
+        workers.append({"rank": r, "node": node, "node_ranks": sum(1 for c in coords.values() if c[0] == node),
+                        "dp": dp, "stage": stage, "tp": tp,
                         "gain": gain_of({id(u) for u in by_rank[r]}), "cause": cause_of(by_rank[r])})
     workers.sort(key=lambda w: -w["gain"])
     nodes = []
@@ -311,7 +312,7 @@ def decide(a):
             n = None  # a node holding most of the job is not a place
         if n:
             return {"culprit": "link", "node": n["node"]}
-        if w:
+        if w and 2 * w["node_ranks"] <= a["ranks"]:
             return {"culprit": "link", "node": w["node"]}
         if a["compute_gain"] >= INPUT_EXPLAINS:
             return {"culprit": "input_imbalance"}

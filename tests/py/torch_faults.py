@@ -147,7 +147,10 @@ def main():
     recorded = ddp(a, rank, world) if a.mode == "ddp" else pipeline(a, rank, world)
     dist.barrier()
     dist.destroy_process_group()
-    print(json.dumps({"rank": rank, "steps": a.steps, "ops": recorded}), flush=True)
+    # One write of the whole line: the ranks share the launcher's stdout, and
+    # print() (unbuffered under PYTHONUNBUFFERED) writes the newline apart,
+    # so two ranks ending together ran their lines into one.
+    os.write(1, (json.dumps({"rank": rank, "steps": a.steps, "ops": recorded}) + "\n").encode())
 
 
 if __name__ == "__main__":

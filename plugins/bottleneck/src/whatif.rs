@@ -253,6 +253,10 @@ impl Default for Thresholds {
 pub struct WorkerGain {
     pub rank: u32,
     pub node: u32,
+    /// Ranks on its node, itself included: a node holding most of the job
+    /// is not a link to blame.
+    #[serde(default)]
+    pub node_ranks: u32,
     pub dp: u32,
     pub stage: u32,
     pub tp: u32,

@@ -105,6 +105,7 @@ pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
         out.workers.push(WorkerGain {
             rank: ri.rank,
             node: ri.node,
+            node_ranks: ranks.iter().filter(|o| o.node == ri.node).count() as u32,
             dp: ri.dp,
             stage: ri.stage,
             tp: ri.tp,

@@ -16,8 +16,8 @@ use super::{Analysis, Culprit, Diagnosis, StageCost, Thresholds};
 ///    on it is not communication.
 /// 4. A link (named by its node), when fixing one node holding at most half
 ///    the job leads the same way, or when the leading worker's excess is
-///    communication: a
-///    link's slowness shows on every rank behind it, and a rank whose own
+///    communication and its node holds at most half the job: a link's
+///    slowness shows on every rank behind it, and a rank whose own
 ///    communication is slow points at its link.
 /// 5. Input imbalance, when forward and backward together recover at least
 ///    `input_explains`: compute that varies with no rank, node or stage to
@@ -93,14 +93,19 @@ pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
                 ),
             };
         }
+        // A node holding most of the job is not a place: fixing it is fixing
+        // the job, and its "link" is the machine's own memory.
+        let a_place = |ranks: u32| 2 * ranks as usize <= a.ranks;
         let node = a
             .nodes
             .first()
-            // A node holding most of the job is not a place: fixing it is
-            // fixing the job.
-            .filter(|g| 2 * g.ranks as usize <= a.ranks && leads(g.gain, a.nodes.get(1).map(|n| n.gain)))
+            .filter(|g| a_place(g.ranks) && leads(g.gain, a.nodes.get(1).map(|n| n.gain)))
             .map(|g| (g.id, g.gain, g.cause));
-        let link = node.or_else(|| worker.map(|w| (w.node, w.gain, w.cause)));
+        let link = node.or_else(|| {
+            worker
+                .filter(|w| a_place(w.node_ranks))
+                .map(|w| (w.node, w.gain, w.cause))
+        });
         if let Some((id, g, cause)) = link {
             return Diagnosis {
                 culprit: Culprit::Link { node: id },

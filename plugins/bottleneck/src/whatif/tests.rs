@@ -560,3 +560,15 @@ fn a_collective_called_inside_backward_is_its_wait_not_compute() {
     }
     assert!(d.gain > 0.9, "{}", d.gain);
 }
+
+#[test]
+fn slow_sends_on_a_machine_holding_the_whole_job_are_no_link() {
+    // The same slow sender, but all eight ranks share one machine: its
+    // "link" is that machine's memory, and naming the machine names the job.
+    let mut ops = pipeline(4, 2, 4, |_| 10, |r| if r.rank == 5 { 30 } else { 1 });
+    ops.iter_mut().for_each(|o| o.node = 0);
+    let (a, d) = diagnosis(&ops);
+    assert_eq!(a.workers[0].rank, 5);
+    assert_eq!(a.workers[0].node_ranks, 8);
+    assert!(!matches!(d.culprit, Culprit::Link { .. }), "{d:?}");
+}
