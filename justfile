@@ -355,7 +355,8 @@ bench-diagnosis *ARGS:
 # The same diagnosis on real PyTorch jobs (tests/py/torch_faults.py, gloo on
 # CPU): a master and two agents in network namespaces, four ranks, one fault
 # per run (a slow dataloader, a CPU quota, a throttled link, an unbalanced
-# pipeline); the master's finding against the truth. Needs root; --runs, --steps.
+# pipeline); the master's finding against the truth. Needs root; --runs, --steps,
+# --rounds (the list again, for the rates).
 [doc('the diagnosis on real PyTorch jobs with injected faults, on a cluster in namespaces')]
 [group('bench')]
 bench-diagnosis-real *ARGS: setup python-frameworks plugins

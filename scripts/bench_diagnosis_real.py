@@ -2,7 +2,7 @@
 """`./dev bench-diagnosis-real`: the diagnosis on real PyTorch jobs, on a
 cluster made on this machine, one injected fault per run.
 
-    sudo python3 scripts/bench_diagnosis_real.py [--steps N] [--runs healthy,loader,cpu,link,pipeline]
+    sudo python3 scripts/bench_diagnosis_real.py [--steps N] [--runs healthy,loader,cpu,link,pipeline] [--rounds R]
 
 The cluster:
 
@@ -30,6 +30,9 @@ the link run throttles mid-run, and what counts is the fail-slow onset.
 
 After each run the master's What-if finding (`GET /api/jobs/<job>`) is read
 and compared with the truth; the table at the end says what each run got.
+`--rounds R` runs the list R times on the same cluster, and ends with the
+two rates issue 34 sets targets for: right culprits among injected runs,
+and no culprit among healthy ones.
 Needs root (namespaces, cgroups, tc), PyTorch (`./dev python-frameworks`)
 and a built sonde (SONDE_BIN, else target/release/sonde, else target/debug/sonde).
 Everything it creates (namespaces, bridge, cgroup) is removed at the end.
@@ -57,7 +60,7 @@ RUNS = {
     "loader": ("ddp", ["--slow-loader-rank", "2", "--loader-ms", "600"], ("rank", "2", "input")),
     "cpu": ("ddp", [], ("rank", "1", "compute")),
     "link": ("ddp", [], ("fail-slow", "", "")),
-    "pipeline": ("pipeline", ["--blocks", "1,3", "--micro", "4"], ("stage", "1", "")),
+    "pipeline": ("pipeline", ["--blocks", "2,6", "--micro", "4"], ("stage", "1", "")),
 }
 
 
@@ -215,10 +218,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--rounds", type=int, default=1, help="run the list this many times")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root: network namespaces, a cgroup and tc")
-    runs = a.runs.split(",")
+    runs = a.runs.split(",") * max(1, a.rounds)
     unknown = [r for r in runs if r not in RUNS]
     if unknown:
         sys.exit(f"unknown runs {unknown}; known: {list(RUNS)}")
@@ -237,7 +241,7 @@ def main():
         procs = start_sondes(work, log)
         for i, run in enumerate(runs):
             mode, args, expected = RUNS[run]
-            job = f"real-{run}"
+            job = f"real-{run}" if a.rounds <= 1 else f"real-{run}-{i // (len(runs) // a.rounds)}"
             t0 = time.time()
             rs = ranks(run, job, mode, args, a.steps, 29500 + i, log)
             throttled_at = a.steps // 3 if run == "link" and throttle_from(job, a.steps // 3) else None
@@ -284,7 +288,11 @@ def main():
         exp = "no culprit" if expected is None else f"{expected[0]} {expected[1]}".strip() + (f" ({expected[2]})" if expected[2] else "")
         print(f"| {run} | {' '.join(RUNS[run][1]) or '-'} | {exp} | {got[2]} | {'yes' if ok else '**no**'} |")
     n = sum(ok for *_, ok in results)
+    injected = [ok for _, expected, _, _, ok in results if expected is not None]
+    healthy = [ok for _, expected, _, _, ok in results if expected is None]
     print(f"\n{n} of {len(results)} runs right (log: {work}/log)")
+    print(f"injected runs with the right answer: {sum(injected)} of {len(injected)}; "
+          f"healthy runs with no culprit: {sum(healthy)} of {len(healthy)}")
     return 0 if n == len(results) else 1
 
 

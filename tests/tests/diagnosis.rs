@@ -178,13 +178,19 @@ fn the_job_view_shows_the_plugins_culprit_only_for_its_job_and_keeps_it_across_a
         "{body}"
     );
 
-    // A restart: the steps are gone with the process, the findings are not.
+    // A restart: the steps are gone with the process, the findings are not,
+    // nor the plugin's judged rows and straggler (its state store).
+    let plugin = sonde.json("/api/plugins/bottleneck/jobs/ddp-a?limit=100000");
     sonde.proc.terminate(Duration::from_secs(10));
     let sonde = start(dir.path(), port);
     let after = sonde.json("/api/jobs/ddp-a");
     let kept = after["findings"].as_array().expect("findings after the restart");
     assert_eq!(kept[0]["reason"], headline["reason"], "{after:#}");
     assert_eq!(kept[0]["finding"]["id"], "2");
+    let restored = sonde.json("/api/plugins/bottleneck/jobs/ddp-a?limit=100000");
+    assert_eq!(restored["rows"], plugin["rows"], "the judged rows after the restart");
+    assert_eq!(restored["straggler"], plugin["straggler"]);
+    assert_eq!(restored["steps"], plugin["steps"]);
 }
 
 /// A pipeline-parallel job (dp 2 × pp 4, 1F1B over 4 micro-batches) whose

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::rank::Rank;
 use crate::settings::Settings;
@@ -40,7 +40,7 @@ const TIE_S: f64 = 0.001;
 const TIE_SHARE: f64 = 0.02;
 
 /// The rank that finished last in one batch (-1: none, the ranks tied).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BatchStraggler {
     pub batch: i64,
     pub rank: i32,
@@ -50,7 +50,7 @@ pub struct BatchStraggler {
 }
 
 /// A rank that finished last in most recent batches.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Persistent {
     pub rank: i32,
     pub batches: usize,
@@ -105,6 +105,10 @@ pub struct Job {
     pub onset_said: Option<u64>,
     /// The last What-if replay of its operations, for the panel.
     pub whatif: Option<(crate::whatif::Analysis, crate::whatif::Diagnosis)>,
+    /// Rows judged since the last save (the newest of `rows`), and whether
+    /// anything else changed (`crate::persist`).
+    pub rows_unsaved: usize,
+    pub unsaved: bool,
 }
 
 impl Job {
@@ -126,6 +130,8 @@ impl Job {
         });
         entry.ranks.push((row.rank, own, row.verdict));
         self.rows.push_back(row);
+        self.rows_unsaved += 1;
+        self.unsaved = true;
         while self.rows.len() > s.max_rows_per_job {
             self.rows.pop_front();
         }

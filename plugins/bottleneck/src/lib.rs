@@ -30,6 +30,7 @@ pub mod node;
 pub mod onset;
 pub mod ops;
 pub mod panel;
+pub mod persist;
 pub mod plugin;
 pub mod rank;
 pub mod routes;
@@ -130,6 +131,10 @@ impl Plugin for Hooks {
 
     fn on_request(&mut self, _host: &mut impl Host, request: &HttpRequest) -> HttpResponse {
         routes::handle(&self.0, request)
+    }
+
+    fn stop(&mut self, host: &mut impl Host) {
+        self.0.save(host, true);
     }
 }
 

@@ -36,7 +36,7 @@ const PROCESS_CPU_TIME: &str = "process.cpu.time";
 pub const VERDICT_METRIC: &str = "bottleneck.steps";
 
 /// What the plugin did with what it was given.
-#[derive(Debug, Default, Clone, serde::Serialize)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Counters {
     pub steps_judged: u64,
     pub windows_judged: u64,
@@ -61,6 +61,11 @@ pub struct Bottleneck {
     /// Judging waits until then for the samples gathered before the first
     /// job, which come with the next delivery (see `follow_jobs`).
     hold_judging_until: Option<u64>,
+    /// Per job, the saved rows' chunks (`crate::persist`).
+    pub(crate) chunks: HashMap<String, crate::persist::Chunks>,
+    /// When the jobs were last saved (host time), and whether that failed.
+    pub(crate) saved_at: u64,
+    pub(crate) save_failing: bool,
 }
 
 /// The longest judging waits for the first delivery after the first job
@@ -73,8 +78,9 @@ fn rank_of(o: &sonde_plugin_sdk::types::Origin) -> i32 {
 }
 
 impl Bottleneck {
-    pub fn start(_host: &mut dyn Host, settings: Settings) -> Bottleneck {
-        Bottleneck {
+    /// A plugin with the jobs an earlier run saved (`crate::persist`).
+    pub fn start(host: &mut dyn Host, settings: Settings) -> Bottleneck {
+        let mut b = Bottleneck {
             node: NodeSamples::new(settings.min_peak_bytes_per_s),
             agents: AgentSeries::default(),
             agent_nodes: Vec::new(),
@@ -84,7 +90,18 @@ impl Bottleneck {
             handles: HashMap::new(),
             timer: 0,
             hold_judging_until: None,
+            chunks: HashMap::new(),
+            saved_at: 0,
+            save_failing: false,
+        };
+        let restored = b.restore(host);
+        if restored > 0 {
+            host.log(
+                Severity::Info,
+                &format!("bottleneck: {restored} jobs restored from the state store"),
+            );
         }
+        b
     }
 
     /// No emit timer without a job: the verdict shares it emits are per
@@ -310,6 +327,7 @@ impl Bottleneck {
         if !points.series.is_empty() {
             host.emit_points(&points);
         }
+        self.save(host, false);
     }
 
     /// The What-if diagnosis of every job that reports its operations and
@@ -348,6 +366,7 @@ impl Bottleneck {
                 ));
             }
             job.whatif = Some((a, d));
+            job.unsaved = true;
             let series: Vec<f64> = job.slowdowns.iter().map(|&(_, s)| s).collect();
             if let Some(e) = episodes(&series, &OnsetSettings::default()).last() {
                 let onset_step = job.slowdowns[e.onset].0;

@@ -185,7 +185,7 @@ impl MpiSpans {
 }
 
 /// A rank's verdicts in a row: the dominant one since `first`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Run {
     pub verdict: Verdict,
     pub first: i64,

@@ -416,3 +416,61 @@ fn on_a_master_a_rank_is_judged_by_its_own_nodes_samples() {
         assert!(r.reason.contains("node CPU at 60 %"), "{}", r.reason);
     }
 }
+
+#[test]
+fn a_restart_keeps_the_judged_rows_verdicts_and_panel() {
+    let settings = Settings {
+        max_rows_per_job: 50,
+        ..Settings::default()
+    };
+    let mut host = FakeHost {
+        now: T0,
+        ..FakeHost::default()
+    };
+    let mut p = Bottleneck::start(&mut host, settings.clone());
+    p.on_samples(&mut host, samples(0, 4000, 0.6, true)).unwrap();
+    p.on_events(&mut host, &steps(0, 39, 20..40));
+    host.now = T0 + 8000 * MS;
+    p.on_samples(&mut host, samples(4000, 8000, 0.6, false)).unwrap();
+    let timer = *host.timers.keys().next().expect("the emit timer");
+    p.on_timer(&mut host, timer);
+    let before = get(&p, "/jobs/job", "limit=100").1;
+    assert_eq!(before["rows"].as_array().unwrap().len(), 50, "the newest 50 of 80 rows");
+
+    // Saved by the timer (its first save is due at once): a kill -9 keeps it.
+    let mut killed = host.restarted(T0 + 9000 * MS);
+    let q = Bottleneck::start(&mut killed, settings.clone());
+    assert!(
+        get(&q, "/jobs/job", "limit=100").1 == before,
+        "the job's rows and verdicts after a kill"
+    );
+    assert!(
+        get(&q, "/panel", "job=job").1 == get(&p, "/panel", "job=job").1,
+        "its panel after a kill"
+    );
+
+    // More steps: saved only when the stop comes (the timer saves at most every 2 s).
+    p.on_events(&mut host, &steps(40, 59, 40..60));
+    host.now = T0 + 9500 * MS;
+    p.on_samples(&mut host, samples(8000, 9500, 0.6, false)).unwrap();
+    p.on_timer(&mut host, timer);
+    let after = get(&p, "/jobs/job", "limit=100").1;
+    assert_eq!(after["rows"][49]["batch"], 59);
+    let unsaved = get(
+        &Bottleneck::start(&mut host.restarted(host.now), settings.clone()),
+        "/jobs/job",
+        "limit=100",
+    )
+    .1;
+    assert!(unsaved == before, "a kill now loses what came after the last save");
+    p.save(&mut host, true);
+    let mut again = host.restarted(T0 + 15000 * MS);
+    let r = Bottleneck::start(&mut again, settings);
+    assert!(
+        get(&r, "/jobs/job", "limit=100").1 == after,
+        "the job's rows and verdicts after a stop"
+    );
+    // The stream keeps no more chunks than the newest 50 rows need.
+    let kept: usize = r.chunks["job"].iter().map(|c| c.1).sum();
+    assert!((50..=50 + 40).contains(&kept), "{kept}");
+}

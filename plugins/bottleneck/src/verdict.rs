@@ -36,11 +36,11 @@
 //! itself (its phases, the MPI probe) and hold whatever the node's noise;
 //! host-bound needs the node and the rank's own history to agree.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::settings::Settings;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     InputBound,
@@ -79,7 +79,7 @@ impl Verdict {
 
 /// What is known about one step (or one MPI window) of one rank. Shares are
 /// of the step's wall time; `None` / NaN where the evidence is missing.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     pub wall_s: f64,
     /// Whether the rank reports phases inside its steps (else the shares

@@ -24,8 +24,8 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
-use sonde_plugin_sdk::Host;
 use sonde_plugin_sdk::types::Severity;
+use sonde_plugin_sdk::{Host, saved};
 
 use crate::consistency::WorkerClock;
 use crate::detector::{Liveness, Watched};
@@ -58,7 +58,7 @@ struct Meta {
     next_incident: u32,
 }
 
-fn saved(j: &Job) -> SavedJob {
+fn saved_job(j: &Job) -> SavedJob {
     SavedJob {
         name: j.name.clone(),
         procs: j.detector.procs.clone(),
@@ -80,31 +80,12 @@ impl ParamServer {
     /// Reads back what an earlier run saved; returns how many jobs.
     pub fn restore(&mut self, host: &mut dyn Host) -> usize {
         let now = host.now();
-        if let Some(b) = host.state_get(META) {
-            match serde_json::from_slice::<Meta>(&b) {
-                Ok(m) => {
-                    self.counters = m.counters;
-                    self.next_incident = m.next_incident.max(1);
-                }
-                Err(e) => host.log(
-                    Severity::Warn,
-                    &format!("paramserver: the saved counters are unreadable ({e}); they start at 0"),
-                ),
-            }
+        if let Some(m) = saved::get::<Meta>(host, META, "paramserver's saved counters") {
+            self.counters = m.counters;
+            self.next_incident = m.next_incident.max(1);
         }
         let mut n = 0;
-        for key in host.state_keys(PREFIX) {
-            let Some(b) = host.state_get(&key) else { continue };
-            let s = match serde_json::from_slice::<SavedJob>(&b) {
-                Ok(s) => s,
-                Err(e) => {
-                    host.log(
-                        Severity::Warn,
-                        &format!("paramserver: the saved job `{key}` is unreadable ({e}); it starts afresh"),
-                    );
-                    continue;
-                }
-            };
+        for (_, s) in saved::all::<SavedJob>(host, PREFIX) {
             let mut j = Job::new(&s.name, &self.settings, s.first_ns);
             j.detector.procs = s.procs;
             for w in j.detector.procs.values_mut() {
@@ -137,9 +118,9 @@ impl ParamServer {
             counters: self.counters.clone(),
             next_incident: self.next_incident,
         };
-        let mut writes: Vec<(String, Vec<u8>)> = vec![(META.to_string(), to_json(&meta))];
+        let mut writes: Vec<(String, Vec<u8>)> = vec![(META.to_string(), saved::to_json(&meta))];
         for (name, j) in &self.jobs {
-            writes.push((format!("{PREFIX}{name}"), to_json(&saved(j))));
+            writes.push((format!("{PREFIX}{name}"), saved::to_json(&saved_job(j))));
         }
         for (key, bytes) in writes {
             if let Err(e) = host.state_put(&key, &bytes) {
@@ -156,8 +137,4 @@ impl ParamServer {
         self.save_failed = false;
         self.unsaved = false;
     }
-}
-
-fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
-    serde_json::to_vec(v).expect("plugin state serializes")
 }

@@ -24,6 +24,8 @@
 //!   (sentences, figures, tables, a strip, a flame graph) served at `GET /panel`.
 //! - `agents`: on a cluster master, agents' forwarded samples regrouped per
 //!   node into sample batches, so a plugin judges a rank by its own node.
+//! - `saved`: typed JSON values and streams in the host's state store, read
+//!   back at start with what no longer parses logged and left out.
 //!
 //! A plugin crate (`crate-type = ["cdylib"]`, built for `wasm32-wasip2`)
 //! implements [`Plugin`] for its state and ends with
@@ -87,6 +89,7 @@ pub mod panel;
 pub mod plugin;
 mod points;
 mod samples;
+pub mod saved;
 mod series;
 pub mod settings;
 mod tables;
