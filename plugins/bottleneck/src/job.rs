@@ -105,6 +105,9 @@ pub struct Job {
     pub onset_said: Option<u64>,
     /// The last What-if replay of its operations, for the panel.
     pub whatif: Option<(crate::whatif::Analysis, crate::whatif::Diagnosis)>,
+    /// The What-if analysis under way, spread over hook calls, and its
+    /// window's first start.
+    pub replaying: Option<(crate::whatif::Pending, u64)>,
 }
 
 impl Job {
