@@ -352,20 +352,23 @@ impl Bottleneck {
         let lag = self.settings.lag_ms * 1_000_000;
         let th = Thresholds::default();
         let deadline = host.now().saturating_add(REPLAY_BUDGET_NS);
-        let mut unfinished = false;
+        let (mut unfinished, mut worked) = (false, false);
         for (name, job) in &mut self.jobs {
+            // `advance` always does one piece: past the budget, a job's
+            // analysis waits for the next call, unless no job had a piece
+            // yet (a call makes progress however long what came before it).
+            if worked && host.now() >= deadline {
+                unfinished |= job.replaying.is_some() || job.ops.has_complete(now, lag);
+                continue;
+            }
             if job.replaying.is_none() {
-                if host.now() >= deadline {
-                    // Its window waits for the next call, with whatever completes by then.
-                    unfinished |= job.ops.has_complete(now, lag);
-                    continue;
-                }
                 let Some(ops) = job.ops.complete(now, lag) else {
                     continue;
                 };
                 let first_ns = ops[0].start_ns;
                 job.replaying = Some((Pending::new(ops, &th), first_ns));
             }
+            worked = true;
             let (pending, first_ns) = job.replaying.as_mut().expect("set above");
             let first_ns = *first_ns;
             let Some(a) = pending.advance(&mut || host.now() < deadline) else {
