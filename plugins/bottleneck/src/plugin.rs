@@ -61,6 +61,8 @@ pub struct Bottleneck {
     /// The one-shot timer that goes on with a What-if analysis left
     /// unfinished (0: none set).
     replay_timer: u64,
+    /// [`REPLAY_BUDGET_NS`]; a test sets 0 to have each call do one piece.
+    pub(crate) replay_budget_ns: u64,
     /// Judging waits until then for the samples gathered before the first
     /// job, which come with the next delivery (see `follow_jobs`).
     hold_judging_until: Option<u64>,
@@ -100,6 +102,7 @@ impl Bottleneck {
             handles: HashMap::new(),
             timer: 0,
             replay_timer: 0,
+            replay_budget_ns: REPLAY_BUDGET_NS,
             hold_judging_until: None,
         }
     }
@@ -351,7 +354,7 @@ impl Bottleneck {
     fn replay_ops(&mut self, host: &mut dyn Host, now: u64) {
         let lag = self.settings.lag_ms * 1_000_000;
         let th = Thresholds::default();
-        let deadline = host.now().saturating_add(REPLAY_BUDGET_NS);
+        let deadline = host.now().saturating_add(self.replay_budget_ns);
         let (mut unfinished, mut worked) = (false, false);
         for (name, job) in &mut self.jobs {
             // `advance` always does one piece: past the budget, a job's
