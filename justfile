@@ -399,6 +399,17 @@ bench-cluster *ARGS: build
     cargo build --release -p otlp-loadgen
     python3 scripts/bench_cluster.py {{ARGS}}
 
+# A release master with the bundled plugins taking otlp-loadgen --ops-ranks
+# 1024 (a step a second, about 47 operations per rank with their dp/pp/tp
+# coordinates, one rank made 2x slower halfway): its share of a core, RSS over
+# the run, each plugin's longest hook call, p99, timeouts, traps and memory,
+# and whether the What-if finding names the slow rank; --seconds N.
+[doc("a master's What-if diagnosis of a 1 024-rank job: CPU, memory, hook calls")]
+[group('bench')]
+bench-diagnosis-load *ARGS: build
+    cargo build --release -p otlp-loadgen
+    python3 scripts/bench_diagnosis_load.py {{ARGS}}
+
 # An hour-long job (8 ranks x 3 phases x 36 000 batches) and a 1 024-rank
 # job's first ten minutes (1 024 x 3 x 600) in chromium: first paint, all
 # batches in, zoom and pan per frame (Performance API).

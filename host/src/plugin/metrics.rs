@@ -22,6 +22,10 @@ pub struct PluginMetrics {
     pub points_emitted: AtomicU64,
     pub call_ns_total: AtomicU64,
     pub call_ns_max: AtomicU64,
+    /// The most CPU time the plugin's thread spent in one call: what the
+    /// deadline counts. `call_ns_max` also counts the time a call waited for
+    /// a core, which on a busy machine can be most of it.
+    pub call_cpu_ns_max: AtomicU64,
     pub memory_bytes: AtomicU64,
     pub memory_peak_bytes: AtomicU64,
     latency: [AtomicU64; BUCKETS],
@@ -35,6 +39,10 @@ impl PluginMetrics {
         let us = (ns / 1000).max(1);
         let b = (63 - us.leading_zeros() as usize).min(BUCKETS - 1);
         self.latency[b].fetch_add(1, Relaxed);
+    }
+
+    pub fn record_call_cpu(&self, ns: u64) {
+        self.call_cpu_ns_max.fetch_max(ns, Relaxed);
     }
 
     pub fn set_memory(&self, bytes: u64) {
@@ -61,6 +69,7 @@ impl PluginMetrics {
             call_us_p50: quantile_us(&hist, 0.50),
             call_us_p99: quantile_us(&hist, 0.99),
             call_us_max: self.call_ns_max.load(Relaxed) as f64 / 1000.0,
+            call_cpu_us_max: self.call_cpu_ns_max.load(Relaxed) as f64 / 1000.0,
             memory_bytes: self.memory_bytes.load(Relaxed),
             memory_peak_bytes: self.memory_peak_bytes.load(Relaxed),
         }
@@ -98,6 +107,8 @@ pub struct MetricsSnapshot {
     pub call_us_p50: f64,
     pub call_us_p99: f64,
     pub call_us_max: f64,
+    /// The most CPU time of the plugin's thread in one call.
+    pub call_cpu_us_max: f64,
     pub memory_bytes: u64,
     pub memory_peak_bytes: u64,
 }

@@ -109,6 +109,9 @@ pub struct Job {
     /// anything else changed (`crate::persist`).
     pub rows_unsaved: usize,
     pub unsaved: bool,
+    /// The What-if analysis under way, spread over hook calls, and its
+    /// window's first start.
+    pub replaying: Option<(crate::whatif::Pending, u64)>,
 }
 
 impl Job {

@@ -18,11 +18,13 @@
 //!
 //! ```text
 //!  ops rows ──OpsWindow::add──► per step: operations ──(step ended + lag)──► complete
-//!  every emit (1 s), when a step completed: the last `window` steps ──whatif::analyze/diagnose──► finding
-//!                                           per-step slowdowns ──onset::episodes──► fail-slow finding
+//!  every emit (1 s), when a step completed: the newest complete steps (≤ MAX_OPS operations)
+//!     ──whatif::Pending, ≤ 6 ms a hook call, the rest at the next (one-shot timer)──► diagnose ──► finding
+//!     per-step slowdowns ──onset::episodes──► fail-slow finding
 //! ```
-//! Limits: `ops_window_steps` steps, at most [`MAX_OPS`] operations in a
-//! window (the oldest steps go first); [`MAX_NODES`] node names per job.
+//! Limits: `ops_window_steps` steps and at most [`MAX_KEPT_OPS`] operations
+//! kept per job (the oldest steps go first); at most [`MAX_OPS`] of them in
+//! one analysis (the newest complete steps); [`MAX_NODES`] node names per job.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -46,11 +48,22 @@ pub const KINDS: [&str; 9] = [
     "other",
 ];
 
-/// Operations a job's window holds at most: a replay runs inside a hook
-/// call, whose deadline is 100 ms of CPU, and its time grows with the
-/// window's operations; this bound keeps a replay well inside the deadline
-/// (the time per window: `./dev bench-diagnosis`, docs/benchmarks.md).
-pub const MAX_OPS: usize = 100_000;
+/// Operations one analysis replays at most: the newest complete steps that
+/// fit (at least one). An analysis costs about 0.8 µs of CPU per operation
+/// in the sandbox (`./dev bench-diagnosis-load`), spread over hook calls
+/// (`plugin::REPLAY_BUDGET_NS`) whose largest pieces (placing the window's
+/// operations, ordering one step) grow with it: at 50 000 a piece stays
+/// near 10 ms, so a call stays under 25 ms. A 1 024-rank job of 48
+/// operations per rank and step gets a window of one step, a 256-rank job
+/// four.
+pub const MAX_OPS: usize = 50_000;
+/// Operations a job's window keeps at most. A step is replayed once its
+/// last operation is `lag_ms` old, so the window must hold the steps of the
+/// last `lag_ms` and the one arriving: a 1 024-rank job reporting a step a
+/// second of about 48 operations per rank needs five of its steps (250 000
+/// operations) before the oldest is complete. Keeping only as many as one
+/// analysis takes would drop every step before it could be replayed.
+pub const MAX_KEPT_OPS: usize = 300_000;
 /// Node names per job.
 pub const MAX_NODES: usize = 4096;
 
@@ -95,7 +108,9 @@ pub struct OpsWindow {
 }
 
 impl OpsWindow {
-    fn node(&mut self, name: &str) -> u32 {
+    /// The index of node `name` in [`OpsWindow::node_names`], added if new
+    /// (the first node's when there are [`MAX_NODES`] already).
+    pub fn node(&mut self, name: &str) -> u32 {
         if let Some(&i) = self.nodes.get(name) {
             return i;
         }
@@ -110,6 +125,12 @@ impl OpsWindow {
 
     /// Adds one operation of `rank` on `node`.
     pub fn add(&mut self, node: &str, rank: u32, row: &OpRow, keep_steps: usize) {
+        let node = self.node(node);
+        self.add_at(node, rank, row, keep_steps);
+    }
+
+    /// Adds one operation of `rank` on the node of index `node` (see [`OpsWindow::node`]).
+    pub fn add_at(&mut self, node: u32, rank: u32, row: &OpRow, keep_steps: usize) {
         let Some(&kind) = OpKind::ALL.get(row.kind as usize) else {
             self.skipped += 1;
             return;
@@ -126,7 +147,6 @@ impl OpsWindow {
         if self.analysed_through.is_some_and(|a| row.step <= a) {
             self.late = true;
         }
-        let node = self.node(node);
         self.steps.entry(row.step).or_default().push(Op {
             rank,
             node,
@@ -141,29 +161,54 @@ impl OpsWindow {
         });
         self.ops += 1;
         self.newest_ns = self.newest_ns.max(row.end_ns);
-        while self.steps.len() > keep_steps || (self.ops > MAX_OPS && self.steps.len() > 1) {
+        while self.steps.len() > keep_steps || (self.ops > MAX_KEPT_OPS && self.steps.len() > 1) {
             let (_, gone) = self.steps.pop_first().expect("not empty");
             self.ops -= gone.len();
         }
     }
 
-    /// The steps whose last operation ended `lag_ns` before `now`: the
-    /// window to replay (oldest first), or none when nothing completed, and
-    /// nothing arrived late for the steps replayed, since the last call.
+    /// The newest steps whose last operation ended `lag_ns` before `now`,
+    /// as many as [`MAX_OPS`] allows (at least one): the window to replay
+    /// (oldest first), or none when nothing completed, and nothing arrived
+    /// late for the steps replayed, since the last call.
     pub fn complete(&mut self, now: u64, lag_ns: u64) -> Option<Vec<Op>> {
-        let done: Vec<u64> = self
-            .steps
-            .iter()
-            .filter(|(_, ops)| ops.iter().map(|o| o.end_ns).max().unwrap_or(0) + lag_ns <= now)
-            .map(|(&s, _)| s)
-            .collect();
+        let done = self.done(now, lag_ns);
         let last = *done.last()?;
         if !self.late && self.analysed_through.is_some_and(|a| a >= last) {
             return None;
         }
         self.late = false;
         self.analysed_through = Some(self.analysed_through.map_or(last, |a| a.max(last)));
-        Some(done.iter().flat_map(|s| self.steps[s].iter().cloned()).collect())
+        let mut total = 0;
+        let from = done
+            .iter()
+            .rposition(|s| {
+                total += self.steps[s].len();
+                total > MAX_OPS
+            })
+            .map_or(0, |i| (i + 1).min(done.len() - 1));
+        Some(
+            done[from..]
+                .iter()
+                .flat_map(|s| self.steps[s].iter().cloned())
+                .collect(),
+        )
+    }
+
+    /// Whether [`OpsWindow::complete`] would give a window now.
+    pub fn has_complete(&self, now: u64, lag_ns: u64) -> bool {
+        self.done(now, lag_ns)
+            .last()
+            .is_some_and(|&last| self.late || self.analysed_through.is_none_or(|a| a < last))
+    }
+
+    /// The steps whose last operation ended `lag_ns` before `now`.
+    fn done(&self, now: u64, lag_ns: u64) -> Vec<u64> {
+        self.steps
+            .iter()
+            .filter(|(_, ops)| ops.iter().map(|o| o.end_ns).max().unwrap_or(0) + lag_ns <= now)
+            .map(|(&s, _)| s)
+            .collect()
     }
 }
 
@@ -259,5 +304,24 @@ mod tests {
         assert_eq!(again.len(), 8);
         assert!(again.iter().any(|o| o.rank == 1));
         assert!(w.complete(now, 0).is_none());
+    }
+
+    #[test]
+    fn a_large_job_keeps_its_steps_until_complete_and_replays_the_newest() {
+        // 60 000 operations a step: one analysis takes one step, but the
+        // window keeps five, so a step is still there once it is complete.
+        let mut w = OpsWindow::default();
+        let per_step = 60_000;
+        for step in 0..5u64 {
+            for rank in 0..per_step {
+                w.add("a", rank, &row(step, step * 1000), 16);
+            }
+        }
+        assert_eq!(w.steps.len(), 5, "kept for their lag");
+        // Steps 0-2 are complete (ended 10 ms after their start at 0, 1, 2 s).
+        let window = w.complete(3_000_000_000, 0).expect("complete steps");
+        assert_eq!(window.len() as u32, per_step);
+        assert!(window.iter().all(|o| o.step == 2), "the newest complete step");
+        assert!(w.complete(3_000_000_000, 0).is_none());
     }
 }

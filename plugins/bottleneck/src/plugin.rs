@@ -23,7 +23,7 @@ use crate::onset::{OnsetSettings, episodes};
 use crate::rank::{Rank, Run, classify};
 use crate::settings::Settings;
 use crate::verdict::{Verdict, judge};
-use crate::whatif::{Analysis, Culprit, Diagnosis, Thresholds, analyze, diagnose};
+use crate::whatif::{Analysis, Culprit, Diagnosis, Pending, Thresholds, diagnose};
 use sonde_plugin_sdk::agents::{AgentSeries, host_series};
 use sonde_plugin_sdk::{Finding, Host};
 
@@ -58,6 +58,11 @@ pub struct Bottleneck {
     handles: HashMap<(String, usize), u32>,
     /// The emit timer (0: not running yet, see `follow_jobs`).
     timer: u64,
+    /// The one-shot timer that goes on with a What-if analysis left
+    /// unfinished (0: none set).
+    replay_timer: u64,
+    /// [`REPLAY_BUDGET_NS`]; a test sets 0 to have each call do one piece.
+    pub(crate) replay_budget_ns: u64,
     /// Judging waits until then for the samples gathered before the first
     /// job, which come with the next delivery (see `follow_jobs`).
     hold_judging_until: Option<u64>,
@@ -67,6 +72,19 @@ pub struct Bottleneck {
     pub(crate) saved_at: u64,
     pub(crate) save_failing: bool,
 }
+
+/// How long one hook call works on What-if analyses before it leaves the
+/// rest to the next. A 1 024-rank job's window (one step of 48 000
+/// operations, see `ops::MAX_OPS`) takes about 40 ms of CPU in the sandbox
+/// and no hook call should take over 25 ms (the call deadline is 100 ms).
+/// The budget is checked between pieces (a few ranks' operations, one
+/// replay; the largest, placing the window's operations or ordering a
+/// step, near 10 ms there), so a call ends within about the budget and
+/// one piece: `./dev bench-diagnosis-load`.
+const REPLAY_BUDGET_NS: u64 = 6_000_000;
+/// When the rest of an unfinished analysis goes on: a one-shot timer, which
+/// the host fires at its next sample tick (within 100 ms).
+const REPLAY_CONTINUE_MS: u64 = 10;
 
 /// The longest judging waits for the first delivery after the first job
 /// (one delivery period, and a margin): a host that samples nothing does
@@ -89,6 +107,8 @@ impl Bottleneck {
             counters: Counters::default(),
             handles: HashMap::new(),
             timer: 0,
+            replay_timer: 0,
+            replay_budget_ns: REPLAY_BUDGET_NS,
             hold_judging_until: None,
             chunks: HashMap::new(),
             saved_at: 0,
@@ -233,13 +253,20 @@ impl Bottleneck {
         let (rows, bad) = crate::ops::read(batch);
         self.counters.malformed += bad;
         let keep = self.settings.ops_window_steps;
-        for (o, row) in rows {
+        // A sender's rows come together: its job, rank and node are looked
+        // up once per run of them, not per row (a master takes tens of
+        // thousands of rows a second from a large job).
+        for run in rows.chunk_by(|a, b| std::ptr::eq(a.0, b.0)) {
+            let o = run[0].0;
             let rank = rank_of(o).max(0) as u32;
             if self.rank(o).is_none() {
                 continue;
             }
             if let Some(job) = self.jobs.get_mut(&o.job) {
-                job.ops.add(&o.node, rank, &row, keep);
+                let node = job.ops.node(&o.node);
+                for (_, row) in run {
+                    job.ops.add_at(node, rank, row, keep);
+                }
             }
         }
         for t in batch.table(MPI_SAMPLES) {
@@ -301,6 +328,12 @@ impl Bottleneck {
     }
 
     pub fn on_timer(&mut self, host: &mut dyn Host, id: u64) {
+        if id != 0 && id == self.replay_timer {
+            self.replay_timer = 0;
+            let now = host.now();
+            self.replay_ops(host, now);
+            return;
+        }
         if id != self.timer {
             return;
         }
@@ -333,14 +366,37 @@ impl Bottleneck {
     /// The What-if diagnosis of every job that reports its operations and
     /// completed a step since the last replay: a finding when its culprit
     /// or its slowdown (by 10 %) changed, and one when a fail-slow began.
+    /// An analysis goes on for [`REPLAY_BUDGET_NS`] per call; what is left
+    /// continues at the next call (a one-shot timer), so a large window is
+    /// spread over several short calls instead of one long one.
     fn replay_ops(&mut self, host: &mut dyn Host, now: u64) {
         let lag = self.settings.lag_ms * 1_000_000;
+        let th = Thresholds::default();
+        let deadline = host.now().saturating_add(self.replay_budget_ns);
+        let (mut unfinished, mut worked) = (false, false);
         for (name, job) in &mut self.jobs {
-            let Some(ops) = job.ops.complete(now, lag) else {
+            // `advance` always does one piece: past the budget, a job's
+            // analysis waits for the next call, unless no job had a piece
+            // yet (a call makes progress however long what came before it).
+            if worked && host.now() >= deadline {
+                unfinished |= job.replaying.is_some() || job.ops.has_complete(now, lag);
+                continue;
+            }
+            if job.replaying.is_none() {
+                let Some(ops) = job.ops.complete(now, lag) else {
+                    continue;
+                };
+                let first_ns = ops[0].start_ns;
+                job.replaying = Some((Pending::new(ops, &th), first_ns));
+            }
+            worked = true;
+            let (pending, first_ns) = job.replaying.as_mut().expect("set above");
+            let first_ns = *first_ns;
+            let Some(a) = pending.advance(&mut || host.now() < deadline) else {
+                unfinished = true;
                 continue;
             };
-            let th = Thresholds::default();
-            let a = analyze(&ops, &th);
+            job.replaying = None;
             let d = diagnose(&a, &th);
             for st in &a.steps {
                 if job.slowdowns.back().is_none_or(|&(s, _)| s < st.step) {
@@ -362,7 +418,7 @@ impl Bottleneck {
                     &a,
                     &d,
                     &job.ops.node_names,
-                    (ops[0].start_ns, job.ops.newest_ns),
+                    (first_ns, job.ops.newest_ns),
                 ));
             }
             job.whatif = Some((a, d));
@@ -388,6 +444,9 @@ impl Bottleneck {
                     host.emit_decision(&d);
                 }
             }
+        }
+        if unfinished && self.replay_timer == 0 {
+            self.replay_timer = host.set_timer(REPLAY_CONTINUE_MS, false);
         }
     }
 

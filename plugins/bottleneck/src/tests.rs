@@ -474,3 +474,60 @@ fn a_restart_keeps_the_judged_rows_verdicts_and_panel() {
     let kept: usize = r.chunks["job"].iter().map(|c| c.1).sum();
     assert!((50..=50 + 40).contains(&kept), "{kept}");
 }
+
+#[test]
+fn a_what_if_analysis_past_its_budget_goes_on_in_later_calls() {
+    let mut host = FakeHost {
+        now: T0,
+        ..FakeHost::default()
+    };
+    let mut p = Bottleneck::start(&mut host, Settings::default());
+    // No time for analyses: each call does one piece of one, then leaves.
+    p.replay_budget_ns = 0;
+    // 4 data-parallel ranks, 4 steps a second apart: forward, backward, then
+    // the all-reduce, which ends 5 ms after the last rank arrives. Rank 2's
+    // compute takes three times as long.
+    let mut b = empty((0..4).map(|r| origin("dp", r)).collect(), &[]);
+    let decl = crate::ops::ops_table();
+    for step in 0..4u64 {
+        let start = T0 + step * 1000 * MS;
+        let f = |r: u32| if r == 2 { 60 * MS } else { 20 * MS };
+        let arrive = |r: u32| start + 3 * f(r);
+        let end = (0..4).map(arrive).max().unwrap() + 5 * MS;
+        for r in 0..4u32 {
+            let ops = [
+                ("forward", start, start + f(r)),
+                ("backward", start + f(r), arrive(r)),
+                ("dp_collective", arrive(r), end),
+            ];
+            for (kind, a, z) in ops {
+                let row = [
+                    ("step", Value::Int(step as i64)),
+                    ("dp", Value::Int(r.into())),
+                    ("kind", Value::Str(kind.into())),
+                    ("start_ns", Value::Int(a as i64)),
+                    ("end_ns", Value::Int(z as i64)),
+                ];
+                b.push_row(&decl, r, &row).unwrap();
+            }
+        }
+    }
+    host.now = T0 + 8000 * MS;
+    p.on_events(&mut host, &b);
+    let emit = *host.timers.keys().next().expect("the emit timer");
+    p.on_timer(&mut host, emit);
+    let whatif = |host: &FakeHost| host.decisions.iter().any(|d| d.kind == "what-if");
+    let mut calls = 1;
+    while !whatif(&host) {
+        assert!(calls < 1000, "the analysis never ended");
+        let next = host.last_timer;
+        assert!(!host.timers[&next].repeat, "a one-shot timer goes on with it");
+        p.on_timer(&mut host, next);
+        calls += 1;
+    }
+    // Placing, one piece of building and one of ordering per step, the
+    // replays' setup, then a replay per candidate and subset.
+    assert!(calls > 10, "{calls} calls");
+    let d = host.decisions.iter().find(|d| d.kind == "what-if").unwrap();
+    assert!(d.reason.contains("fixing rank 2"), "{}", d.reason);
+}

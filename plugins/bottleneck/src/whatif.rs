@@ -34,7 +34,9 @@
 //!    much as it gains: it would hide a stage that is 50 % too long.)
 //!
 //! Pure: no host calls, no clock, no allocation beyond the window's size. It
-//! builds for wasm32-wasip2 and natively. [`analyze`] does the replays,
+//! builds for wasm32-wasip2 and natively. [`analyze`] does the replays
+//! ([`Pending`] the same in pieces, for a caller that must return within a
+//! time budget and asks between pieces whether to go on),
 //! [`diagnose`] turns them into one culprit with its gain and a sentence;
 //! [`crate::onset`] reads the per-step slowdowns for a fail-slow's onset.
 //!
@@ -65,7 +67,7 @@ mod graph;
 
 use serde::{Deserialize, Serialize};
 
-pub use attribution::analyze;
+pub use attribution::{Pending, analyze};
 pub use diagnosis::diagnose;
 
 /// What an operation does. Compute kinds are what input size changes;

@@ -23,9 +23,15 @@
 //! takes them, so that a query over the last hour has an hour of data to read
 //! without waiting an hour. It reports those points separately.
 //!
+//! `--ops-ranks N` is a training job of N ranks reporting its operations as
+//! spans of the `ops` table instead, a step a second (see `ops.rs`):
+//!
+//!   otlp-loadgen --endpoint http://127.0.0.1:4317 --ops-ranks 1024 --seconds 120 --slow-rank 200 --slow-after-s 60
+//!
 //! `otlp-loadgen --sink 127.0.0.1:4417` is the other end instead: a blackhole
 //! receiver for an exporter under test (see `sink.rs`).
 
+mod ops;
 mod sink;
 
 use std::sync::Arc;
@@ -51,11 +57,12 @@ struct Args {
     concurrency: usize,
     backfill_seconds: u64,
     backfill_agents: usize,
+    ops: ops::OpsArgs,
 }
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "otlp-loadgen: {problem}\nusage: otlp-loadgen --endpoint URL [--seconds 10] [--points 1000] [--series 100] [--concurrency 4]\n       otlp-loadgen --endpoint URL --agents N [--series 40] [--interval-ms 5000] [--period-ms 100] [--seconds 60]\n       otlp-loadgen --sink ADDR"
+        "otlp-loadgen: {problem}\nusage: otlp-loadgen --endpoint URL [--seconds 10] [--points 1000] [--series 100] [--concurrency 4]\n       otlp-loadgen --endpoint URL --agents N [--series 40] [--interval-ms 5000] [--period-ms 100] [--seconds 60]\n       otlp-loadgen --endpoint URL --ops-ranks N [--ops-pp 4] [--ops-tp 8] [--ops-micro 4] [--ranks-per-node 8] [--job NAME] [--step-ms 1000] [--slow-rank R --slow-after-s S --slow-factor 2] [--seconds 60]\n       otlp-loadgen --sink ADDR"
     );
     std::process::exit(2)
 }
@@ -72,6 +79,20 @@ fn parse_args() -> Args {
         concurrency: 4,
         backfill_seconds: 0,
         backfill_agents: 8,
+        ops: ops::OpsArgs {
+            endpoint: String::new(),
+            ranks: 0,
+            pp: 4,
+            tp: 8,
+            micro: 4,
+            ranks_per_node: 8,
+            job: "ops-load".into(),
+            step_ms: 1000,
+            seconds: 0.0,
+            slow_rank: None,
+            slow_after_s: 0.0,
+            slow_factor: 2.0,
+        },
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -91,6 +112,16 @@ fn parse_args() -> Args {
             "--period-ms" => a.period_ms = num(&value) as u64,
             "--backfill-seconds" => a.backfill_seconds = num(&value) as u64,
             "--backfill-agents" => a.backfill_agents = num(&value) as usize,
+            "--ops-ranks" => a.ops.ranks = num(&value) as u32,
+            "--ops-pp" => a.ops.pp = num(&value) as u32,
+            "--ops-tp" => a.ops.tp = num(&value) as u32,
+            "--ops-micro" => a.ops.micro = num(&value) as u32,
+            "--ranks-per-node" => a.ops.ranks_per_node = num(&value) as u32,
+            "--job" => a.ops.job = value,
+            "--step-ms" => a.ops.step_ms = num(&value) as u64,
+            "--slow-rank" => a.ops.slow_rank = Some(num(&value) as u32),
+            "--slow-after-s" => a.ops.slow_after_s = num(&value),
+            "--slow-factor" => a.ops.slow_factor = num(&value),
             _ => usage(&format!("unknown flag {flag}")),
         }
     }
@@ -105,6 +136,20 @@ fn parse_args() -> Args {
         || a.period_ms == 0
     {
         usage("--points, --series, --concurrency and --seconds must be positive");
+    }
+    let o = &mut a.ops;
+    if o.ranks > 0 {
+        if o.pp == 0 || o.tp == 0 || o.micro == 0 || o.ranks_per_node == 0 || o.step_ms == 0 {
+            usage("--ops-pp, --ops-tp, --ops-micro, --ranks-per-node and --step-ms must be positive");
+        }
+        if !o.ranks.is_multiple_of(o.pp * o.tp) {
+            usage("--ops-ranks must be a multiple of --ops-pp × --ops-tp");
+        }
+        if o.slow_rank.is_some_and(|r| r >= o.ranks) {
+            usage("--slow-rank must be one of the job's ranks");
+        }
+        o.endpoint = a.endpoint.clone();
+        o.seconds = a.seconds;
     }
     a
 }
@@ -335,6 +380,9 @@ async fn main() {
         return sink::run(addr).await;
     }
     let a = parse_args();
+    if a.ops.ranks > 0 {
+        return ops::run(a.ops).await;
+    }
     let counts = Arc::new(Counts::default());
     if a.agents > 0 {
         let b0 = Instant::now();

@@ -20,7 +20,7 @@ use crate::plugin::bindings::types;
 use crate::plugin::config::{PluginConfig, PluginsConfig};
 use crate::plugin::deadline::CallTimer;
 use crate::plugin::host_api::{MetricRegistry, PluginState};
-use crate::plugin::limits::{self, Limits};
+use crate::plugin::limits::{self, Limited, Limits};
 use crate::plugin::mailbox::{Receiver, RecvError};
 use crate::plugin::metrics::PluginMetrics;
 use crate::plugin::sandbox::wasi_ctx;
@@ -230,6 +230,10 @@ impl Actor {
             f(&live.plugin, &mut live.store)
         };
         self.metrics.record_call(t0.elapsed().as_nanos() as u64);
+        if let Some(began) = live.store.data_mut().io().began {
+            let cpu = limits::thread_cpu().saturating_sub(began);
+            self.metrics.record_call_cpu(cpu.as_nanos() as u64);
+        }
         self.metrics.set_memory(live.store.data().memory.current as u64);
         self.flush_outbox();
         match result {

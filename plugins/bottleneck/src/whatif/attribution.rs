@@ -1,8 +1,9 @@
 //! The replays and the attribution: typical durations, the window replayed
 //! actual and ideal, then with one subset at a time (rank, node, stage,
-//! kind) made typical, and the stages balanced.
+//! kind) made typical, and the stages balanced; at once ([`analyze`]) or a
+//! piece at a time ([`Pending`]).
 
-use super::graph::{Graph, build};
+use super::graph::{Builder, Built, Graph, RankInfo};
 use super::{Analysis, Op, OpKind, StageCost, StepTimes, SubsetGain, Thresholds, WorkerGain, gain, ratio};
 
 /// Replays the window and attributes its slowdown. `ops` may come in any
@@ -31,211 +32,430 @@ use super::{Analysis, Op, OpKind, StageCost, StepTimes, SubsetGain, Thresholds, 
 /// among the same kind in the rank's step. A receive without a send, or a
 /// collective missing members, keeps what it has.
 pub fn analyze(ops: &[Op], th: &Thresholds) -> Analysis {
-    let mut out = Analysis {
-        ops: ops.len(),
-        ..Analysis::default()
-    };
-    if ops.is_empty() {
-        return out;
+    Pending::new(ops.to_vec(), th)
+        .advance(&mut || true)
+        .expect("an analysis never told to stop ends")
+}
+
+/// One window's [`analyze`] in pieces, for a caller that must return within
+/// a time budget (a plugin's hook call): the operations are placed by step
+/// and rank, the graph is built a few ranks at a time and ordered a step at
+/// a time, the actual and ideal replays and the candidates are one piece,
+/// then each subset's replay is one. The answer is the same as [`analyze`]'s.
+pub struct Pending {
+    th: Thresholds,
+    ops: usize,
+    state: State,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.state {
+            State::Placing(_) => "placing",
+            State::Building(_) => "building",
+            State::Replaying(_) => "replaying",
+            State::Done => "done",
+        };
+        f.debug_struct("Pending")
+            .field("ops", &self.ops)
+            .field("state", &state)
+            .finish()
     }
-    let (graph, ranks, steps, measured, skipped) = build(ops);
-    out.skipped_steps = skipped;
-    out.ranks = ranks.len();
-    let n = graph.info.len();
-    let n_steps = graph.step_ranges.len();
-    if n_steps == 0 {
-        return out;
-    }
+}
 
-    let (typical, others) = typicals(&graph);
-    let stages = ranks.iter().map(|r| r.stage).max().map_or(0, |s| s as usize + 1);
-    out.stages = stages;
+enum State {
+    /// The operations, not yet placed by step and rank.
+    Placing(Vec<Op>),
+    Building(Box<Builder>),
+    Replaying(Box<Replays>),
+    Done,
+}
 
-    let mut end = vec![0.0f64; n];
-    let mut per_step = vec![0.0f64; n_steps];
-    let mut act_steps = vec![0.0; n_steps];
-    let mut ideal_steps = vec![0.0; n_steps];
-    let actual = graph.replay(&graph.actual, &mut end, &mut act_steps);
-    let ideal = graph.replay(&typical, &mut end, &mut ideal_steps);
-    out.actual_ns = actual;
-    out.ideal_ns = ideal;
-    out.slowdown = ratio(actual, ideal);
-
-    // Excess of each node over typical: the candidates' ranking and each
-    // subset's cause.
-    let excess: Vec<f64> = (0..n).map(|i| graph.actual[i] - typical[i]).collect();
-
-    // Candidate ranks: own excess, a collective's shared by its members.
-    let k = th.candidates.max(1);
-    let mut rank_excess = vec![0.0f64; ranks.len()];
-    for (i, &e) in excess.iter().enumerate() {
-        let own = graph.owners_of(i);
-        for &r in own {
-            rank_excess[r as usize] += e / own.len() as f64;
+impl Pending {
+    /// The window's analysis, not begun: [`Pending::advance`] does it.
+    pub fn new(ops: Vec<Op>, th: &Thresholds) -> Pending {
+        Pending {
+            th: th.clone(),
+            ops: ops.len(),
+            state: if ops.is_empty() {
+                State::Done
+            } else {
+                State::Placing(ops)
+            },
         }
     }
-    let worker_picks = top(&rank_excess, k);
-    let rank_nodes = members(n, &worker_picks, ranks.len(), |i, f| {
-        graph.owners_of(i).iter().for_each(|&r| f(r as usize))
-    });
-    let mut scratch = graph.actual.clone();
-    let mut fixed = |subset: &mut dyn Iterator<Item = u32>, end: &mut [f64], per_step: &mut [f64]| -> f64 {
-        let touched: Vec<u32> = subset.collect();
-        for &i in &touched {
-            scratch[i as usize] = typical[i as usize];
+
+    /// Goes on, asking `more()` between pieces whether to continue: the
+    /// analysis once it is complete, else `None` (call again).
+    pub fn advance(&mut self, more: &mut dyn FnMut() -> bool) -> Option<Analysis> {
+        loop {
+            match &mut self.state {
+                State::Placing(ops) => {
+                    let b = Builder::new(ops);
+                    self.state = State::Building(Box::new(b));
+                    if !more() {
+                        return None;
+                    }
+                }
+                State::Building(b) => {
+                    // Ordering the last step was a piece: the replays begin in a call of their own if need be.
+                    if !b.done() && (!b.advance(more) || !more()) {
+                        return None;
+                    }
+                    let State::Building(b) = std::mem::replace(&mut self.state, State::Done) else {
+                        unreachable!()
+                    };
+                    match Replays::new(b.finish(), self.ops, &self.th) {
+                        Ok(r) => self.state = State::Replaying(Box::new(r)),
+                        Err(out) => return Some(*out),
+                    }
+                    if !more() {
+                        return None;
+                    }
+                }
+                State::Replaying(r) => {
+                    while r.next < r.tasks.len() {
+                        r.run(r.tasks[r.next]);
+                        r.next += 1;
+                        if r.next < r.tasks.len() && !more() {
+                            return None;
+                        }
+                    }
+                    let State::Replaying(r) = std::mem::replace(&mut self.state, State::Done) else {
+                        unreachable!()
+                    };
+                    return Some(r.finish());
+                }
+                State::Done => {
+                    return Some(Analysis {
+                        ops: self.ops,
+                        ..Analysis::default()
+                    });
+                }
+            }
         }
-        let t = graph.replay(&scratch, end, per_step);
-        for &i in &touched {
-            scratch[i as usize] = graph.actual[i as usize];
+    }
+}
+
+/// One replay of the window with a subset made typical (or a stage made
+/// like the others).
+#[derive(Clone, Copy)]
+enum Task {
+    /// The j-th candidate rank.
+    Worker(usize),
+    /// The j-th candidate node.
+    Node(usize),
+    Stage(u32),
+    Kind(OpKind),
+    /// Forward and backward together.
+    Compute,
+    /// Stage s's compute as long as the others'.
+    Balance(u32),
+}
+
+/// The built window, its actual and ideal replays, and the subsets still to
+/// replay.
+struct Replays {
+    graph: Graph,
+    ranks: Vec<RankInfo>,
+    steps: Vec<u64>,
+    measured: Vec<f64>,
+    typical: Vec<f64>,
+    others: Vec<f64>,
+    excess: Vec<f64>,
+    out: Analysis,
+    actual: f64,
+    ideal: f64,
+    act_steps: Vec<f64>,
+    ideal_steps: Vec<f64>,
+    end: Vec<f64>,
+    per_step: Vec<f64>,
+    scratch: Vec<f64>,
+    mixed: Vec<f64>,
+    bal: f64,
+    bal_steps: Vec<f64>,
+    worker_picks: Vec<usize>,
+    rank_nodes: Vec<Vec<u32>>,
+    host_picks: Vec<usize>,
+    host_nodes: Vec<Vec<u32>>,
+    by_stage: Vec<Vec<u32>>,
+    by_kind: Vec<Vec<u32>>,
+    excess_of: Vec<f64>,
+    compute_of: Vec<f64>,
+    tasks: Vec<Task>,
+    next: usize,
+}
+
+impl Replays {
+    /// Typical durations, the actual and ideal replays and the candidates;
+    /// `Err` with the answer when there is no step to replay.
+    fn new(built: Built, ops: usize, th: &Thresholds) -> Result<Replays, Box<Analysis>> {
+        let (graph, ranks, steps, measured, skipped) = built;
+        let mut out = Analysis {
+            ops,
+            skipped_steps: skipped,
+            ranks: ranks.len(),
+            ..Analysis::default()
+        };
+        let n = graph.info.len();
+        let n_steps = graph.step_ranges.len();
+        if n_steps == 0 {
+            return Err(Box::new(out));
+        }
+
+        let (typical, others) = typicals(&graph);
+        let stages = ranks.iter().map(|r| r.stage).max().map_or(0, |s| s as usize + 1);
+        out.stages = stages;
+
+        let mut end = vec![0.0f64; n];
+        let mut act_steps = vec![0.0; n_steps];
+        let mut ideal_steps = vec![0.0; n_steps];
+        let actual = graph.replay(&graph.actual, &mut end, &mut act_steps);
+        let ideal = graph.replay(&typical, &mut end, &mut ideal_steps);
+        out.actual_ns = actual;
+        out.ideal_ns = ideal;
+        out.slowdown = ratio(actual, ideal);
+
+        // Excess of each node over typical: the candidates' ranking and each
+        // subset's cause.
+        let excess: Vec<f64> = (0..n).map(|i| graph.actual[i] - typical[i]).collect();
+
+        // Candidate ranks: own excess, a collective's shared by its members.
+        let k = th.candidates.max(1);
+        let mut rank_excess = vec![0.0f64; ranks.len()];
+        for (i, &e) in excess.iter().enumerate() {
+            let own = graph.owners_of(i);
+            for &r in own {
+                rank_excess[r as usize] += e / own.len() as f64;
+            }
+        }
+        let worker_picks = top(&rank_excess, k);
+        let rank_nodes = members(n, &worker_picks, ranks.len(), |i, f| {
+            graph.owners_of(i).iter().for_each(|&r| f(r as usize))
+        });
+
+        // Candidate nodes: a node's excess counts each replayed node once and
+        // splits a collective's between the distinct nodes of its members.
+        let n_hosts = ranks.iter().map(|r| r.node).max().map_or(0, |m| m as usize + 1);
+        let mut host_excess = vec![0.0f64; n_hosts];
+        let mut hosts_here: Vec<u32> = Vec::new();
+        let hosts_of = |i: usize, here: &mut Vec<u32>| {
+            here.clear();
+            here.extend(graph.owners_of(i).iter().map(|&r| ranks[r as usize].node));
+            here.sort_unstable();
+            here.dedup();
+        };
+        for (i, &e) in excess.iter().enumerate() {
+            hosts_of(i, &mut hosts_here);
+            for &h in &hosts_here {
+                host_excess[h as usize] += e / hosts_here.len() as f64;
+            }
+        }
+        let host_picks = top(&host_excess, k);
+        let host_nodes = members(n, &host_picks, n_hosts, |i, f| {
+            graph
+                .owners_of(i)
+                .iter()
+                .for_each(|&r| f(ranks[r as usize].node as usize))
+        });
+
+        let mut by_stage: Vec<Vec<u32>> = vec![Vec::new(); stages];
+        let mut by_kind: Vec<Vec<u32>> = vec![Vec::new(); 9];
+        for (i, inf) in graph.info.iter().enumerate() {
+            by_stage[inf.stage as usize].push(i as u32);
+            by_kind[inf.kind.index()].push(i as u32);
+        }
+        let (compute_of, excess_of) = stage_excess(&graph, &typical, stages, ranks.len());
+
+        // The replays still to do, in the order `analyze` always did them.
+        let mut tasks: Vec<Task> = (0..worker_picks.len()).map(Task::Worker).collect();
+        tasks.extend((0..host_picks.len()).map(Task::Node));
+        tasks.extend((0..stages as u32).map(Task::Stage));
+        tasks.extend(
+            OpKind::ALL
+                .into_iter()
+                .filter(|k| !by_kind[k.index()].is_empty())
+                .map(Task::Kind),
+        );
+        tasks.push(Task::Compute);
+        tasks.extend((0..stages as u32).map(Task::Balance));
+
+        Ok(Replays {
+            scratch: graph.actual.clone(),
+            mixed: typical.clone(),
+            bal: ideal,
+            bal_steps: ideal_steps.clone(),
+            per_step: vec![0.0f64; n_steps],
+            graph,
+            ranks,
+            steps,
+            measured,
+            typical,
+            others,
+            excess,
+            out,
+            actual,
+            ideal,
+            act_steps,
+            ideal_steps,
+            end,
+            worker_picks,
+            rank_nodes,
+            host_picks,
+            host_nodes,
+            by_stage,
+            by_kind,
+            excess_of,
+            compute_of,
+            tasks,
+            next: 0,
+        })
+    }
+
+    /// The window replayed with `subset` at typical durations.
+    fn fixed(&mut self, subset: &[u32]) -> f64 {
+        for &i in subset {
+            self.scratch[i as usize] = self.typical[i as usize];
+        }
+        let t = self.graph.replay(&self.scratch, &mut self.end, &mut self.per_step);
+        for &i in subset {
+            self.scratch[i as usize] = self.graph.actual[i as usize];
         }
         t
-    };
-    let cause_of = |nodes: &mut dyn Iterator<Item = u32>| -> OpKind {
+    }
+
+    /// The kind whose own time exceeds typical the most among `nodes`.
+    fn cause_of(&self, nodes: &[u32]) -> OpKind {
         let mut by_kind = [0.0f64; 9];
-        for i in nodes {
-            by_kind[graph.info[i as usize].kind.index()] += excess[i as usize];
+        for &i in nodes {
+            by_kind[self.graph.info[i as usize].kind.index()] += self.excess[i as usize];
         }
         let best = (0..9).max_by(|&a, &b| by_kind[a].total_cmp(&by_kind[b])).unwrap_or(0);
         OpKind::ALL[best]
-    };
-
-    for (j, &r) in worker_picks.iter().enumerate() {
-        let t = fixed(&mut rank_nodes[j].iter().copied(), &mut end, &mut per_step);
-        let ri = ranks[r];
-        out.workers.push(WorkerGain {
-            rank: ri.rank,
-            node: ri.node,
-            node_ranks: ranks.iter().filter(|o| o.node == ri.node).count() as u32,
-            dp: ri.dp,
-            stage: ri.stage,
-            tp: ri.tp,
-            gain: gain(actual, ideal, t, n_steps),
-            cause: cause_of(&mut rank_nodes[j].iter().copied()),
-        });
     }
-    sort_by_gain(&mut out.workers, |w| w.gain);
 
-    // Candidate nodes: a node's excess counts each replayed node once and
-    // splits a collective's between the distinct nodes of its members.
-    let n_hosts = ranks.iter().map(|r| r.node).max().map_or(0, |m| m as usize + 1);
-    let mut host_excess = vec![0.0f64; n_hosts];
-    let mut hosts_here: Vec<u32> = Vec::new();
-    let hosts_of = |i: usize, here: &mut Vec<u32>| {
-        here.clear();
-        here.extend(graph.owners_of(i).iter().map(|&r| ranks[r as usize].node));
-        here.sort_unstable();
-        here.dedup();
-    };
-    for (i, &e) in excess.iter().enumerate() {
-        hosts_of(i, &mut hosts_here);
-        for &h in &hosts_here {
-            host_excess[h as usize] += e / hosts_here.len() as f64;
+    fn gain(&self, t: f64) -> f64 {
+        gain(self.actual, self.ideal, t, self.graph.step_ranges.len())
+    }
+
+    fn run(&mut self, task: Task) {
+        match task {
+            Task::Worker(j) => {
+                let nodes = std::mem::take(&mut self.rank_nodes[j]);
+                let t = self.fixed(&nodes);
+                let ri = self.ranks[self.worker_picks[j]];
+                self.out.workers.push(WorkerGain {
+                    rank: ri.rank,
+                    node: ri.node,
+                    node_ranks: self.ranks.iter().filter(|o| o.node == ri.node).count() as u32,
+                    dp: ri.dp,
+                    stage: ri.stage,
+                    tp: ri.tp,
+                    gain: self.gain(t),
+                    cause: self.cause_of(&nodes),
+                });
+                self.rank_nodes[j] = nodes;
+            }
+            Task::Node(j) => {
+                let nodes = std::mem::take(&mut self.host_nodes[j]);
+                let t = self.fixed(&nodes);
+                let h = self.host_picks[j];
+                self.out.nodes.push(SubsetGain {
+                    id: h as u32,
+                    ranks: self.ranks.iter().filter(|r| r.node == h as u32).count() as u32,
+                    gain: self.gain(t),
+                    cause: self.cause_of(&nodes),
+                });
+                self.host_nodes[j] = nodes;
+            }
+            Task::Stage(s) => {
+                let nodes = std::mem::take(&mut self.by_stage[s as usize]);
+                let t = self.fixed(&nodes);
+                self.out.stages_fixed.push(SubsetGain {
+                    id: s,
+                    ranks: self.ranks.iter().filter(|r| r.stage == s).count() as u32,
+                    gain: self.gain(t),
+                    cause: self.cause_of(&nodes),
+                });
+                self.by_stage[s as usize] = nodes;
+            }
+            Task::Kind(kind) => {
+                let nodes = std::mem::take(&mut self.by_kind[kind.index()]);
+                let t = self.fixed(&nodes);
+                self.out.kinds.push(SubsetGain {
+                    id: kind.index() as u32,
+                    ranks: self.ranks.len() as u32,
+                    gain: self.gain(t),
+                    cause: kind,
+                });
+                self.by_kind[kind.index()] = nodes;
+            }
+            Task::Compute => {
+                let compute: Vec<u32> = self.by_kind[OpKind::Forward.index()]
+                    .iter()
+                    .chain(&self.by_kind[OpKind::Backward.index()])
+                    .copied()
+                    .collect();
+                let t = self.fixed(&compute);
+                self.out.compute_gain = self.gain(t);
+            }
+            // Stage imbalance: each stage alone made like the others, the
+            // others at their own typical durations.
+            Task::Balance(s) => {
+                let of_stage: Vec<usize> = self.by_stage[s as usize]
+                    .iter()
+                    .map(|&i| i as usize)
+                    .filter(|&i| self.graph.info[i].kind.is_compute())
+                    .collect();
+                for &i in &of_stage {
+                    self.mixed[i] = self.others[i];
+                }
+                let t = self.graph.replay(&self.mixed, &mut self.end, &mut self.per_step);
+                for &i in &of_stage {
+                    self.mixed[i] = self.typical[i];
+                }
+                if t < self.bal {
+                    self.bal = t;
+                    self.bal_steps.copy_from_slice(&self.per_step);
+                }
+                self.out.stage_costs.push(StageCost {
+                    stage: s,
+                    cost: ratio(self.ideal, t) - 1.0,
+                    excess: self.excess_of[s as usize],
+                    compute_ns: self.compute_of[s as usize],
+                });
+            }
         }
     }
-    let host_picks = top(&host_excess, k);
-    let host_nodes = members(n, &host_picks, n_hosts, |i, f| {
-        graph
-            .owners_of(i)
-            .iter()
-            .for_each(|&r| f(ranks[r as usize].node as usize))
-    });
-    for (j, &h) in host_picks.iter().enumerate() {
-        let t = fixed(&mut host_nodes[j].iter().copied(), &mut end, &mut per_step);
-        out.nodes.push(SubsetGain {
-            id: h as u32,
-            ranks: ranks.iter().filter(|r| r.node == h as u32).count() as u32,
-            gain: gain(actual, ideal, t, n_steps),
-            cause: cause_of(&mut host_nodes[j].iter().copied()),
-        });
-    }
-    sort_by_gain(&mut out.nodes, |g| g.gain);
 
-    let mut by_stage: Vec<Vec<u32>> = vec![Vec::new(); stages];
-    let mut by_kind: Vec<Vec<u32>> = vec![Vec::new(); 9];
-    for (i, inf) in graph.info.iter().enumerate() {
-        by_stage[inf.stage as usize].push(i as u32);
-        by_kind[inf.kind.index()].push(i as u32);
-    }
-    for s in 0..stages as u32 {
-        let mut of_stage = by_stage[s as usize].iter().copied();
-        let t = fixed(&mut of_stage, &mut end, &mut per_step);
-        let cause = cause_of(&mut by_stage[s as usize].iter().copied());
-        out.stages_fixed.push(SubsetGain {
-            id: s,
-            ranks: ranks.iter().filter(|r| r.stage == s).count() as u32,
-            gain: gain(actual, ideal, t, n_steps),
-            cause,
-        });
-    }
-    sort_by_gain(&mut out.stages_fixed, |g| g.gain);
-
-    for kind in OpKind::ALL.into_iter().filter(|k| !by_kind[k.index()].is_empty()) {
-        let t = fixed(&mut by_kind[kind.index()].iter().copied(), &mut end, &mut per_step);
-        out.kinds.push(SubsetGain {
-            id: kind.index() as u32,
-            ranks: ranks.len() as u32,
-            gain: gain(actual, ideal, t, n_steps),
-            cause: kind,
-        });
-    }
-    sort_by_gain(&mut out.kinds, |g| g.gain);
-    let mut compute = by_kind[OpKind::Forward.index()]
-        .iter()
-        .chain(&by_kind[OpKind::Backward.index()])
-        .copied();
-    let t = fixed(&mut compute, &mut end, &mut per_step);
-    out.compute_gain = gain(actual, ideal, t, n_steps);
-
-    // Stage imbalance: each stage alone made like the others, the others at
-    // their own typical durations.
-    let (compute_of, excess_of) = stage_excess(&graph, &typical, stages, ranks.len());
-    let mut mixed = typical.clone();
-    let mut bal = ideal;
-    let mut bal_steps = ideal_steps.clone();
-    for s in 0..stages as u32 {
-        let of_stage: Vec<usize> = by_stage[s as usize]
-            .iter()
-            .map(|&i| i as usize)
-            .filter(|&i| graph.info[i].kind.is_compute())
+    fn finish(self) -> Analysis {
+        let mut out = self.out;
+        let (actual, ideal, bal) = (self.actual, self.ideal, self.bal);
+        let n_steps = self.graph.step_ranges.len();
+        sort_by_gain(&mut out.workers, |w| w.gain);
+        sort_by_gain(&mut out.nodes, |g| g.gain);
+        sort_by_gain(&mut out.stages_fixed, |g| g.gain);
+        sort_by_gain(&mut out.kinds, |g| g.gain);
+        out.stage_costs.sort_by(|a, b| b.cost.total_cmp(&a.cost));
+        out.balanced_ns = bal;
+        out.stage_slowdown = ratio(ideal, bal);
+        out.steps = (0..n_steps)
+            .map(|i| StepTimes {
+                step: self.steps[i],
+                measured_ns: self.measured[i],
+                actual_ns: self.act_steps[i],
+                ideal_ns: self.ideal_steps[i],
+                balanced_ns: self.bal_steps[i],
+            })
             .collect();
-        for &i in &of_stage {
-            mixed[i] = others[i];
-        }
-        let t = graph.replay(&mixed, &mut end, &mut per_step);
-        for &i in &of_stage {
-            mixed[i] = typical[i];
-        }
-        if t < bal {
-            bal = t;
-            bal_steps.copy_from_slice(&per_step);
-        }
-        out.stage_costs.push(StageCost {
-            stage: s,
-            cost: ratio(ideal, t) - 1.0,
-            excess: excess_of[s as usize],
-            compute_ns: compute_of[s as usize],
-        });
+        out.worker_share = out.workers.first().map_or(0.0, |w| w.gain);
+        out.stage_share = if actual - bal <= n_steps as f64 {
+            0.0
+        } else {
+            (ideal - bal) / (actual - bal)
+        };
+        out
     }
-    out.stage_costs.sort_by(|a, b| b.cost.total_cmp(&a.cost));
-    out.balanced_ns = bal;
-    out.stage_slowdown = ratio(ideal, bal);
-    out.steps = (0..n_steps)
-        .map(|i| StepTimes {
-            step: steps[i],
-            measured_ns: measured[i],
-            actual_ns: act_steps[i],
-            ideal_ns: ideal_steps[i],
-            balanced_ns: bal_steps[i],
-        })
-        .collect();
-
-    out.worker_share = out.workers.first().map_or(0.0, |w| w.gain);
-    out.stage_share = if actual - bal <= n_steps as f64 {
-        0.0
-    } else {
-        (ideal - bal) / (actual - bal)
-    };
-    out
 }
 
 /// The replayed nodes of each picked subset (rank or node), in the picks'

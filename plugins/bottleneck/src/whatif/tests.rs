@@ -465,6 +465,31 @@ fn slow_worker_in_a_pipeline_is_found_behind_its_neighbours() {
 }
 
 #[test]
+fn an_analysis_in_pieces_is_the_analysis_at_once() {
+    // 32 ranks of 4 stages, 4 steps: two pieces of building a step (16
+    // ranks each), then the replays, one piece per call.
+    let ops = pipeline(8, 4, 4, |r| if r.rank == 9 { 25 } else { 10 }, |_| 1);
+    let whole = analyze(&ops, &Thresholds::default());
+    let mut pending = Pending::new(ops.clone(), &Thresholds::default());
+    let mut calls = 0;
+    let pieces = loop {
+        calls += 1;
+        assert!(calls < 1000, "an analysis that never ends");
+        // Each call may do one piece: the first `more()` says stop.
+        if let Some(a) = pending.advance(&mut || false) {
+            break a;
+        }
+    };
+    assert_eq!(pieces, whole);
+    // Eight pieces of building, then 4 + 4 + 4 + the kinds + 1 + 4 replays.
+    assert!(calls > 20, "{calls} calls");
+    assert!(matches!(
+        diagnose(&pieces, &Thresholds::default()).culprit,
+        Culprit::Worker { rank: 9, .. }
+    ));
+}
+
+#[test]
 fn broken_traces_are_replayed_as_far_as_they_go() {
     assert_eq!(diagnosis(&[]).1.culprit, Culprit::None);
     // A receive with no send anywhere, and a collective missing a member.
