@@ -140,8 +140,14 @@ fn a_sonde_given_no_plugins_dir_runs_every_bundled_plugin() {
         Some(plugins_dir.clone()),
         "{status}"
     );
+    // Read with `get`, not `json`, so that a plugin missing here shows sonde's log.
+    let plugin = |s: &Sonde, name: &str| -> serde_json::Value {
+        let (code, body) = s.get(&format!("/api/plugins/{name}"));
+        assert_eq!(code, 200, "{name}: {body}\n{}", s.output());
+        serde_json::from_str(&body).unwrap()
+    };
     for (name, src) in &built {
-        let p = s.json(&format!("/api/plugins/{name}"));
+        let p = plugin(&s, name);
         assert_eq!(p["state"], "running", "{name}: {p}\n{}", s.output());
         assert_eq!(
             std::fs::read(plugins_dir.join(format!("{name}.wasm"))).unwrap(),
@@ -160,7 +166,7 @@ fn a_sonde_given_no_plugins_dir_runs_every_bundled_plugin() {
     assert!(!plugins_dir.join(format!("{gone}.wasm")).exists());
     assert_eq!(s.get(&format!("/api/plugins/{gone}")).0, 404, "{}", s.output());
     let (name, _) = &built[1];
-    assert_eq!(s.json(&format!("/api/plugins/{name}"))["state"], "running");
+    assert_eq!(plugin(&s, name)["state"], "running");
     assert!(
         s.output()
             .contains(&format!("left out: removed from the directory earlier: {gone}")),

@@ -807,7 +807,12 @@ async fn spool_with_a_record_cut_short_skips_it_counts_it_and_sends_the_rest() {
     assert!(st.spool_corrupt_bytes > 0);
     assert!(fc.state.wait_for(WAIT, |s| s.points() == 400).await);
     assert_eq!(times(&fc.state), (1000..1004).collect());
-    let st = wait_stats(&h, |s| s.points_exported == 400).await;
+    // The counters are separate atomics: "exported" goes up a moment before
+    // the queue's gauges come down, so the sum is checked once it is idle.
+    let st = wait_stats(&h, |s| {
+        s.points_exported == 400 && s.in_flight == 0 && s.queued_points == 0
+    })
+    .await;
     assert!(conserved(&st), "{st:?}");
     p.shutdown(Duration::from_secs(1)).await;
 }
