@@ -207,11 +207,17 @@ def verdict(f):
     return (f["finding"]["about"], str(f["finding"]["id"]), f["reason"])
 
 
+# A cause as the diagnosis names it: compute is a rank's forward or backward
+# (as `./dev bench-diagnosis` counts a slow worker).
+CAUSE_WORDS = {"compute": ("its forward is slow", "its backward is slow")}
+
+
 def right(expected, got):
     if expected is None:
         return got[0] is None
     about, ident, cause = expected
-    return got[0] == about and got[1] == ident and cause in got[2]
+    words = CAUSE_WORDS.get(cause, (cause,))
+    return got[0] == about and got[1] == ident and any(w in got[2] for w in words)
 
 
 def main():
