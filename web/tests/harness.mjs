@@ -44,7 +44,16 @@ export async function startSonde({ plugins = [], args = [] } = {}) {
   const cache = join(repo, 'target/test-plugin-cache');
   mkdirSync(cache, { recursive: true });
   symlinkSync(cache, join(dir, 'data/cache'));
-  const port = await freePort();
+  // A free port can be taken by another suite's process between our probe and
+  // sonde's bind; sonde then exits at once, and a new port is tried.
+  for (let attempt = 1; ; attempt++) {
+    const started = await spawnSonde(dir, await freePort(), args);
+    if (started.child) return started;
+    if (!started.portTaken || attempt === 3) throw new Error(`sonde did not become ready:\n${started.output}`);
+  }
+}
+
+async function spawnSonde(dir, port, args) {
   const out = [];
   const child = spawn(bin, [
     '--data-dir', join(dir, 'data'), '--plugins-dir', join(dir, 'plugins'), '--sinks-dir', join(dir, 'sinks'),
@@ -55,13 +64,16 @@ export async function startSonde({ plugins = [], args = [] } = {}) {
   ], { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv() });
   child.stdout.on('data', (d) => out.push(d));
   child.stderr.on('data', (d) => out.push(d));
+  let exited = false;
+  child.on('exit', () => { exited = true; });
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 600; i++) {
+  for (let i = 0; i < 600 && !exited; i++) {
     try { if ((await fetch(`${url}/api/ready`)).ok) return { child, url, dir, out }; } catch { /* not yet */ }
     await new Promise((r) => setTimeout(r, 100));
   }
   child.kill();
-  throw new Error(`sonde did not become ready:\n${Buffer.concat(out)}`);
+  const output = Buffer.concat(out).toString();
+  return { output, portTaken: exited && /address already in use/i.test(output) };
 }
 
 export const until = async (what, f, ms = 20000) => {
@@ -134,7 +146,8 @@ export async function suite(options, tests) {
     console.log(`\ntest result: ${failed ? 'FAILED' : 'ok'}. ${passed} passed; ${failed} failed; 0 ignored`);
     process.exit(failed ? 1 : 0);
   } catch (e) {
-    console.error(e);
+    // in the same form as a test's failure, so a summary that lists failed tests names this one too
+    console.log(`test ${name}::(starting the suite) ... FAILED\n    ${String(e.stack || e).split('\n').join('\n    ')}`);
     console.log('test result: FAILED. 0 passed; 1 failed; 0 ignored');
     process.exit(1);
   }
