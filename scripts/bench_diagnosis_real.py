@@ -188,15 +188,19 @@ def onset(job):
     return (f["body"].get("onset step"), f["reason"]) if f else (None, "no fail-slow finding")
 
 
-def throttle_from(job, step, seconds=300):
-    """Throttles node-b's link once the master has seen `step` of the job."""
+def throttle_at(pause_dir, ranks, seconds=300):
+    """Throttles node-b's link while every rank waits before the pause step
+    (torch_faults.py --pause-at), then lets them go: the fault begins at that
+    step exactly. Watching the master's view instead, the throttle landed as
+    many steps late as the agents' forwarding lagged (13 on a quiet run)."""
     end = time.time() + seconds
     while time.time() < end:
-        if any((r.get("last_batch") or 0) >= step for r in view(job).get("ranks", [])):
+        if all(os.path.exists(os.path.join(pause_dir, f"at-{r}")) for r in ranks):
             sh("ip", "netns", "exec", "sdb", "tc", "qdisc", "add", "dev", "sdb-n", "root",
                "tbf", "rate", "50mbit", "burst", "64kb", "latency", "100ms")
+            open(os.path.join(pause_dir, "go"), "w").close()
             return True
-        time.sleep(0.2)
+        time.sleep(0.02)
     return False
 
 
@@ -249,8 +253,13 @@ def main():
             mode, args, expected = RUNS[run]
             job = f"real-{run}" if a.rounds <= 1 else f"real-{run}-{i // (len(runs) // a.rounds)}"
             t0 = time.time()
+            pause_dir = os.path.join(work, f"pause-{i}")
+            if run == "link":
+                os.makedirs(pause_dir)
+                args = [*args, "--pause-at", str(a.steps // 3), "--pause-dir", pause_dir]
             rs = ranks(run, job, mode, args, a.steps, 29500 + i, log)
-            throttled_at = a.steps // 3 if run == "link" and throttle_from(job, a.steps // 3) else None
+            all_ranks = [r for _, _, ids in NODES.values() for r in ids]
+            throttled_at = a.steps // 3 if run == "link" and throttle_at(pause_dir, all_ranks) else None
             outs = [p.communicate(timeout=600)[0] for p in rs]
             took = time.time() - t0
             if run == "link":

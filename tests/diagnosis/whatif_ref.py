@@ -246,16 +246,25 @@ def analyse(trace, slowdown_only=False, exhaustive=128, candidates=16):
         score = {k: sum((u.own - typical[id(u)]) / share(u) for u in groups[k]) for k in keys}
         return sorted(keys, key=lambda k: -score[k])[:candidates]
 
+    def whole_stage(node):
+        """The stage `node` holds whole and alone, else None."""
+        stages = {c[2] for c in coords.values() if c[0] == node}
+        if len(stages) != 1:
+            return None
+        (s,) = stages
+        return s if all(c[0] == node for c in coords.values() if c[2] == s) else None
+
     workers = []
     for r in shortlist(by_rank, lambda u: len(u.ranks)):
         node, dp, stage, tp = coords[r]
         workers.append({"rank": r, "node": node, "node_ranks": sum(1 for c in coords.values() if c[0] == node),
+                        "node_whole_stage": whole_stage(node),
                         "dp": dp, "stage": stage, "tp": tp,
                         "gain": gain_of({id(u) for u in by_rank[r]}), "cause": cause_of(by_rank[r])})
     workers.sort(key=lambda w: -w["gain"])
     nodes = []
     for n in shortlist(by_node, lambda u: len({coords[r][0] for r in u.ranks})):
-        nodes.append({"node": n, "ranks": sum(1 for c in coords.values() if c[0] == n),
+        nodes.append({"node": n, "ranks": sum(1 for c in coords.values() if c[0] == n), "whole_stage": whole_stage(n),
                       "gain": gain_of({id(u) for u in by_node[n]}), "cause": cause_of(by_node[n])})
     nodes.sort(key=lambda g: -g["gain"])
     kinds = []
@@ -310,10 +319,14 @@ def decide(a):
         n = leader(a["nodes"])
         if n and 2 * n["ranks"] > a["ranks"]:
             n = None  # a node holding most of the job is not a place
-        if n:
-            return {"culprit": "link", "node": n["node"]}
-        if w and 2 * w["node_ranks"] <= a["ranks"]:
-            return {"culprit": "link", "node": w["node"]}
+        link = (n["node"], n["whole_stage"]) if n else None
+        if not link and w and 2 * w["node_ranks"] <= a["ranks"]:
+            link = (w["node"], w["node_whole_stage"])
+        if link:
+            # A node holding one whole stage alone is that stage: with a costly split, the stage.
+            if split and costliest and link[1] is not None and link[1] == costliest["stage"]:
+                return {"culprit": "stage", "stage": costliest["stage"]}
+            return {"culprit": "link", "node": link[0]}
         if a["compute_gain"] >= INPUT_EXPLAINS:
             return {"culprit": "input_imbalance"}
         for k in a["kinds"]:

@@ -5,6 +5,7 @@ communication by the client's hooks. One process per rank; the launcher
 sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and the client's variables.
 
     python3 torch_faults.py ddp      --steps N [--slow-loader-rank R --loader-ms MS]
+                                     [--pause-at STEP --pause-dir DIR]
     python3 torch_faults.py pipeline --steps N --micro M --blocks A,B
 
 ddp:       DistributedDataParallel over all ranks; its gradient all-reduce
@@ -17,6 +18,10 @@ pipeline:  two stages (ranks 0..W/2-1 are stage 0, the rest stage 1; data-
            stage all-reduces its gradients across its replicas (timed by
            `sonde.ops.time_collectives`). Stage s runs blocks[s] blocks of
            layers, so an uneven split makes one stage longer.
+
+--pause-at: before step STEP each rank writes DIR/at-RANK and waits for
+DIR/go, so that a fault injected from outside (a throttled link) begins at
+that step exactly, however fast or slow the steps run.
 
 Compute is matrix arithmetic sized so a block takes a few milliseconds; a
 CPU quota or a busy neighbour makes it last longer, as in a real job.
@@ -52,6 +57,18 @@ def batches(rank, slow_rank, loader_ms, n=64):
         yield torch.randn(n, WIDTH, generator=g)
 
 
+def pause(a, rank, step):
+    """At `--pause-at`: says so, then waits for the injector's go."""
+    if step != a.pause_at or not a.pause_dir:
+        return
+    open(os.path.join(a.pause_dir, f"at-{rank}"), "w").close()
+    deadline = time.monotonic() + 300
+    while not os.path.exists(os.path.join(a.pause_dir, "go")):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"rank {rank}: no go at step {step} within 300 s")
+        time.sleep(0.01)
+
+
 def ddp(a, rank, world):
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[block() for _ in range(4)])
@@ -62,6 +79,7 @@ def ddp(a, rank, world):
         ops = sonde.ops.Ops.from_env(agent)
         net.register_comm_hook(None, sonde.ops.ddp_comm_hook(ops))
         for step in range(a.steps):
+            pause(a, rank, step)
             agent.update_batch_idx(step)
             with ops.op("input"):
                 x = next(loader)
@@ -140,6 +158,8 @@ def main():
     ap.add_argument("--loader-ms", type=float, default=0.0)
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--blocks", default="2,2", help="blocks of layers per stage, stage 0 first")
+    ap.add_argument("--pause-at", type=int, default=-1, help="wait for DIR/go before this step (ddp)")
+    ap.add_argument("--pause-dir", default="")
     a = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)

@@ -259,6 +259,10 @@ pub struct WorkerGain {
     /// is not a link to blame.
     #[serde(default)]
     pub node_ranks: u32,
+    /// The stage its node holds whole and alone, if it does: that node and
+    /// that stage are the same ranks, which placement cannot tell apart.
+    #[serde(default)]
+    pub node_whole_stage: Option<u32>,
     pub dp: u32,
     pub stage: u32,
     pub tp: u32,
@@ -279,6 +283,9 @@ pub struct SubsetGain {
     pub gain: f64,
     /// The kind whose own time exceeds typical the most in this subset.
     pub cause: OpKind,
+    /// For a node: the stage it holds whole and alone, if it does.
+    #[serde(default)]
+    pub whole_stage: Option<u32>,
 }
 
 /// What one pipeline stage's length costs.

@@ -334,6 +334,16 @@ impl Replays {
         OpKind::ALL[best]
     }
 
+    /// The stage `node` holds whole and alone: every rank on the node is of
+    /// that stage, and every rank of the stage is on the node.
+    fn whole_stage(&self, node: u32) -> Option<u32> {
+        let on_node = || self.ranks.iter().filter(move |r| r.node == node);
+        let stage = on_node().next()?.stage;
+        let alone = on_node().all(|r| r.stage == stage);
+        let whole = self.ranks.iter().filter(|r| r.stage == stage).all(|r| r.node == node);
+        (alone && whole).then_some(stage)
+    }
+
     fn gain(&self, t: f64) -> f64 {
         gain(self.actual, self.ideal, t, self.graph.step_ranges.len())
     }
@@ -348,6 +358,7 @@ impl Replays {
                     rank: ri.rank,
                     node: ri.node,
                     node_ranks: self.ranks.iter().filter(|o| o.node == ri.node).count() as u32,
+                    node_whole_stage: self.whole_stage(ri.node),
                     dp: ri.dp,
                     stage: ri.stage,
                     tp: ri.tp,
@@ -365,6 +376,7 @@ impl Replays {
                     ranks: self.ranks.iter().filter(|r| r.node == h as u32).count() as u32,
                     gain: self.gain(t),
                     cause: self.cause_of(&nodes),
+                    whole_stage: self.whole_stage(h as u32),
                 });
                 self.host_nodes[j] = nodes;
             }
@@ -376,6 +388,7 @@ impl Replays {
                     ranks: self.ranks.iter().filter(|r| r.stage == s).count() as u32,
                     gain: self.gain(t),
                     cause: self.cause_of(&nodes),
+                    whole_stage: None,
                 });
                 self.by_stage[s as usize] = nodes;
             }
@@ -387,6 +400,7 @@ impl Replays {
                     ranks: self.ranks.len() as u32,
                     gain: self.gain(t),
                     cause: kind,
+                    whole_stage: None,
                 });
                 self.by_kind[kind.index()] = nodes;
             }

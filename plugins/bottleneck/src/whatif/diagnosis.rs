@@ -18,7 +18,13 @@ use super::{Analysis, Culprit, Diagnosis, StageCost, Thresholds};
 ///    the job leads the same way, or when the leading worker's excess is
 ///    communication and its node holds at most half the job: a link's
 ///    slowness shows on every rank behind it, and a rank whose own
-///    communication is slow points at its link.
+///    communication is slow points at its link. But when that node holds
+///    one whole stage and nothing else, and the split costs at least
+///    `min_stage_slowdown`, the stage: node and stage are the same ranks,
+///    the stage's length is the steady cause, and what exceeds typical on
+///    its ranks is the long stage's jitter on the critical path (two
+///    stages of two ranks on two machines, a gloo pipeline on a quiet
+///    machine, got "node b's dp_collective" before this rule).
 /// 5. Input imbalance, when forward and backward together recover at least
 ///    `input_explains`: compute that varies with no rank, node or stage to
 ///    blame varies with its input.
@@ -100,13 +106,19 @@ pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
             .nodes
             .first()
             .filter(|g| a_place(g.ranks) && leads(g.gain, a.nodes.get(1).map(|n| n.gain)))
-            .map(|g| (g.id, g.gain, g.cause));
+            .map(|g| (g.id, g.gain, g.cause, g.whole_stage));
         let link = node.or_else(|| {
             worker
                 .filter(|w| a_place(w.node_ranks))
-                .map(|w| (w.node, w.gain, w.cause))
+                .map(|w| (w.node, w.gain, w.cause, w.node_whole_stage))
         });
-        if let Some((id, g, cause)) = link {
+        if let Some((_, _, _, Some(whole))) = link
+            && split
+            && let Some(g) = stage_pick.filter(|g| g.stage == whole)
+        {
+            return stage_answer(g);
+        }
+        if let Some((id, g, cause, _)) = link {
             return Diagnosis {
                 culprit: Culprit::Link { node: id },
                 slowdown: s,

@@ -597,3 +597,67 @@ fn slow_sends_on_a_machine_holding_the_whole_job_are_no_link() {
     assert_eq!(a.workers[0].node_ranks, 8);
     assert!(!matches!(d.culprit, Culprit::Link { .. }), "{d:?}");
 }
+
+#[test]
+fn a_node_holding_one_whole_long_stage_is_named_as_the_stage() {
+    // Two replicas of two stages on two machines, each machine one whole
+    // stage: stage 1 has three times stage 0's layers, and as on a busy
+    // machine its long operations jitter (every other step a quarter
+    // longer), on the critical path. Fixing node 1 recovers most of the
+    // jitter, but node 1 is stage 1: the split is the cause.
+    let (pp, micro) = (2u32, 4u32);
+    let ranks: Vec<R> = (0..2)
+        .flat_map(|d| {
+            (0..pp).map(move |s| R {
+                rank: d * pp + s,
+                node: s,
+                dp: d,
+                stage: s,
+                tp: 0,
+            })
+        })
+        .collect();
+    let ops = run(&ranks, 8, |step, r| {
+        let jitter = [1, 4, 6].contains(&step);
+        let fwd = match (r.stage, jitter) {
+            (1, true) => 90 + 10 * r.dp as u64,
+            (1, false) => 30,
+            _ => 10,
+        };
+        let mut p = Vec::new();
+        for m in 0..micro {
+            if r.stage > 0 {
+                p.push(P::Recv(m, FWD, 1));
+            }
+            p.push(P::Local(OpKind::Forward, Some(m), fwd));
+            if r.stage == 0 {
+                p.push(P::SendBlocking(m, FWD, 1));
+            }
+        }
+        for m in 0..micro {
+            if r.stage == 0 {
+                p.push(P::Recv(m, BWD, 1));
+            }
+            p.push(P::Local(OpKind::Backward, Some(m), 2 * fwd));
+            if r.stage > 0 {
+                p.push(P::SendBlocking(m, BWD, 1));
+            }
+        }
+        p.push(P::Coll(OpKind::DpCollective, if r.stage == 1 { 15 } else { 5 }));
+        p
+    });
+    let (a, d) = diagnosis(&ops);
+    assert_eq!(a.nodes[0].id, 1, "{:?}", a.nodes);
+    assert_eq!(a.nodes[0].whole_stage, Some(1), "{:?}", a.nodes);
+    assert!(
+        a.actual_ns - a.ideal_ns > a.ideal_ns - a.balanced_ns,
+        "the jitter's gap is the larger, so the split alone would not be named first: {} {} {}",
+        a.actual_ns,
+        a.ideal_ns,
+        a.balanced_ns
+    );
+    match d.culprit {
+        Culprit::Stage { stage, .. } => assert_eq!(stage, 1, "{}", d.sentence),
+        other => panic!("{other:?}: {}", d.sentence),
+    }
+}
