@@ -223,8 +223,9 @@ def setup_network():
 # ---------------------------------------------------------------- processes
 
 class Cluster:
-    def __init__(self, work, sonde, bundled):
+    def __init__(self, work, sonde, bundled, master_settings=()):
         self.work, self.sonde, self.bundled = work, sonde, bundled
+        self.master_settings = list(master_settings)
         self.procs = {}
         self.faketime_file = os.path.join(work, "n1.faketime")
         with open(self.faketime_file, "w") as f:
@@ -262,7 +263,7 @@ class Cluster:
             "--set", f'ingest.otlp_grpc_listen="0.0.0.0:{GRPC_PORT}"',
             "--set", 'ingest.otlp_http_listen="off"',
             "--set", "cluster.node_timeout_ms=3000",
-        ]
+        ] + [a for kv in self.master_settings for a in ("--set", kv)]
         t0 = time.monotonic()
         self.popen("master", "master", args)
         self.wait_ready("master")
@@ -529,6 +530,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the faults this many times (a soak: RSS and open files of every sonde after each)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--master-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a setting for the master (repeatable), e.g. cluster.max_steps_per_rank=6000 "
+                         "so that a soak fills the job registry's bound within its first ten minutes")
     ap.add_argument("--json", help="write the results here as JSON too (and each round's RSS and files to FILE.rounds)")
     args = ap.parse_args()
     if args.job:
@@ -567,7 +571,7 @@ def main():
         setup_network()
         os.makedirs(os.path.join(work, "master-data"))
         run("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", os.path.join(work, "master-data"))
-        c = Cluster(work, os.path.abspath(args.sonde), h.BUNDLED)
+        c = Cluster(work, os.path.abspath(args.sonde), h.BUNDLED, args.master_set)
         log("starting the master, rotel and three agents")
         c.start_master()
         c.start_rotel()

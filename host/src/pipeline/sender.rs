@@ -209,7 +209,20 @@ async fn deliver(s: &Shared, item: Encoded) -> Outcome {
         // to be fixed (a reconfigure restarts the backoff) instead of losing the data.
         let keep = err.retryable || (durable && err.refused);
         if !keep || (!durable && start.elapsed() + wait > tuning.retry_max_elapsed) {
-            tracing::debug!(items = item.items, "giving up on an export request: {}", err.msg);
+            // Data is lost here: said at warn, at most once a minute (shared with rejections).
+            let mut last = s.last_reject_warn.lock();
+            if last.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                tracing::warn!(
+                    items = item.items,
+                    retryable = err.retryable,
+                    "giving up on an export request: {} (further ones are logged at debug for a minute)",
+                    err.msg
+                );
+                *last = Some(Instant::now());
+            } else {
+                tracing::debug!(items = item.items, "giving up on an export request: {}", err.msg);
+            }
+            drop(last);
             s.failed(item.signal, item.items);
             s.c.requests_failed.fetch_add(1, Ordering::Relaxed);
             return Outcome::Done;
