@@ -474,12 +474,25 @@ def account(c, t_start, t_end):
     summary = next((j for j in get("master", "/api/jobs")["jobs"] if j["job"] == JOB), {})
     table = []
     rows_acked = 0
+    evicted_total = 0
     for rank, node in enumerate(("n1", "n2", "n3")):
         sent, acked, refused, retried, unanswered = job_account(os.path.join(c.work, f"job-{node}.jsonl"))
-        arrived = sum(1 for b in acked if got.get((rank, b), 0) >= 1)
+        # The registry keeps `cluster.max_steps_per_rank` batches per rank and counts the
+        # older ones it drops (`steps_dropped`): those are checked by count only.
+        kept = [b for (r, b) in got if r == rank]
+        oldest = min(kept) if kept else 0
+        evicted = next((r.get("steps_dropped", 0) for r in view.get("ranks", []) if r.get("rank") == rank), 0)
+        evicted_total += evicted
+        old_acked = [b for b in acked if b < oldest]
+        lost_old = max(0, len(old_acked) - evicted)
+        if old_acked:
+            print(f"  {node}: {len(old_acked)} acknowledged batches older than the registry's bound; "
+                  f"it dropped {evicted} (checked by count only: {lost_old} missing)")
+        new_acked = [b for b in acked if b >= oldest]
+        arrived = len(old_acked) - lost_old + sum(1 for b in new_acked if got.get((rank, b), 0) >= 1)
         dup = sum(got.get((rank, b), 0) - 1 for b in sent if got.get((rank, b), 0) > 1)
-        lost = sum(1 for b in acked if got.get((rank, b), 0) == 0)
-        missing = sorted(b for b in acked if got.get((rank, b), 0) == 0)
+        missing = sorted(b for b in new_acked if got.get((rank, b), 0) == 0)
+        lost = lost_old + len(missing)
         if missing:
             print(f"  {node}: acknowledged batches missing at the master (first 20): {missing[:20]}")
         twice = sorted(b for b in sent if got.get((rank, b), 0) > 1)
@@ -491,8 +504,9 @@ def account(c, t_start, t_end):
         table.append((f"{node} timings ({path})", 3 * len(sent), 3 * len(acked), 3 * arrived, 3 * dup, 3 * lost,
                       refused, 3 * retried))
         rows_acked += len(acked)
-    # The job's rows at the master: its timings (each time taken) and its table rows.
-    taken_timings = 3 * sum(got.values())
+    # The job's rows at the master: its timings (each time taken, the dropped batches' once)
+    # and its table rows.
+    taken_timings = 3 * (sum(got.values()) + evicted_total)
     rows_in = summary.get("rows", 0) - taken_timings
     table.append(("mpi_samples rows, all ranks", None, rows_acked, min(rows_in, rows_acked),
                   max(0, rows_in - rows_acked), max(0, rows_acked - rows_in), None, None))

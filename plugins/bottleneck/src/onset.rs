@@ -13,6 +13,12 @@
 //!   the slow level and the baseline; the end is declared when `down >
 //!   threshold` and dated the same way.
 //!
+//! - re-dated: the CUSUM dates a shift from where its evidence began to pile
+//!   up, so a burst of jitter just before the real change would date it
+//!   early; once declared, the onset is the step that best splits the
+//!   episode's steps so far into the baseline and one level (least squares),
+//!   moved only later, and detection is counted from there.
+//!
 //! `x` is the log of the slowdown, so that 1.2x over 1.0x weighs the same as
 //! 2.4x over 2.0x. Pure, no clock: the caller maps indices to steps.
 
@@ -126,6 +132,16 @@ pub fn episodes(slowdowns: &[f64], s: &OnsetSettings) -> Vec<Episode> {
                 j += 1;
             }
             let last = ep.end.unwrap_or(x.len());
+            // Re-dated by the best split of the episode so far: a burst of
+            // jitter just before the real change starts the evidence early
+            // (a real gloo job read 1.2x at steps 7-8, and its link was
+            // throttled at step 10: dated 7 before this).
+            let best = best_split(&x, base, onset, last);
+            if best > onset {
+                ep.onset = best;
+                ep.detected = first_crossing(&x, base, best, s).unwrap_or(ep.detected).max(best);
+            }
+            let onset = ep.onset;
             ep.factor = (median(&x[onset..last.max(onset + 1)]) - base).exp();
             let end = ep.end;
             out.push(ep);
@@ -139,6 +155,32 @@ pub fn episodes(slowdowns: &[f64], s: &OnsetSettings) -> Vec<Episode> {
         i += 1;
     }
     out
+}
+
+/// The step in `[from, to - 2]` that best splits `x[from..to]` into the
+/// baseline before it and one level from it on (least squares, the earliest
+/// of equals): where the episode's steps change, as opposed to where the
+/// CUSUM's evidence began.
+fn best_split(x: &[f64], base: f64, from: usize, to: usize) -> usize {
+    let mut best = (f64::INFINITY, from);
+    for k in from..to.saturating_sub(1) {
+        let level = x[k..to].iter().sum::<f64>() / (to - k) as f64;
+        let before: f64 = x[from..k].iter().map(|v| (v - base).powi(2)).sum();
+        let after: f64 = x[k..to].iter().map(|v| (v - level).powi(2)).sum();
+        if before + after < best.0 - 1e-12 {
+            best = (before + after, k);
+        }
+    }
+    best.1
+}
+
+/// Where the CUSUM started at `from` first passes the threshold.
+fn first_crossing(x: &[f64], base: f64, from: usize, s: &OnsetSettings) -> Option<usize> {
+    let mut up = 0.0f64;
+    (from..x.len()).find(|&i| {
+        up = (up + (x[i] - base - s.drift).min(s.cap)).max(0.0);
+        up > s.threshold
+    })
 }
 
 #[cfg(test)]
@@ -208,6 +250,22 @@ mod tests {
         assert!(eps[0].end_detected.unwrap().saturating_sub(45) <= 5, "{eps:?}");
         assert!(eps[1].onset.abs_diff(80) <= 1, "{eps:?}");
         assert!(eps[1].end.unwrap().abs_diff(100) <= 1, "{eps:?}");
+    }
+
+    #[test]
+    fn jitter_just_before_the_change_does_not_date_it_early() {
+        // Two steps of 1.25x jitter at 7 and 8, then the real change at 10
+        // (a throttled link: 5x). The CUSUM declares at 8 from 7; the
+        // episode's steps say 10.
+        let s = OnsetSettings::default();
+        let mut series = with(healthy(30), 10, 30, 5.0);
+        series[7] *= 1.25;
+        series[8] *= 1.25;
+        let eps = episodes(&series, &s);
+        assert_eq!(eps.len(), 1, "{eps:?}");
+        assert_eq!(eps[0].onset, 10, "{eps:?}");
+        assert_eq!(eps[0].detected, 11, "{eps:?}");
+        assert!((eps[0].factor / 5.0 - 1.0).abs() < 0.05, "{eps:?}");
     }
 
     #[test]
