@@ -8,6 +8,8 @@
 //! streams of records with ascending sequence numbers. Every write is one
 //! durable transaction: when `state-put` returns, the value is on disk.
 //!
+//! Memory: redb's page cache is capped at 16 MiB ([`CACHE_BYTES`]).
+//!
 //! A full disk: redb refuses every transaction after an I/O error until the
 //! database is opened again, so an operation that meets one closes it, and
 //! the next operation opens it again (which fails, and is retried by the one
@@ -45,8 +47,17 @@ struct Inner {
     failing: AtomicBool,
 }
 
+/// redb's page cache. Its default (1 GiB) let a master's resident memory
+/// grow with every page a start or a flush touched: a job registry of an
+/// hour of steps read back at start kept its pages cached. The store is
+/// written far more than read, and read whole only at start.
+const CACHE_BYTES: usize = 16 << 20;
+
 fn open_db(path: &Path) -> Result<Database> {
-    let db = Database::create(path).with_context(|| format!("opening the state store {}", path.display()))?;
+    let db = Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(path)
+        .with_context(|| format!("opening the state store {}", path.display()))?;
     // Create the tables once so readers never see "table does not exist".
     let w = db.begin_write()?;
     w.open_table(KV)?;
