@@ -419,6 +419,15 @@ bench-web: setup web
     cargo build -p sonde
     node web/bench/job-page.mjs
 
+# What a restart reads back costs in memory: a debug sonde with 20 000
+# batches x 3 ranks of timings in its job registry, killed and started again
+# (scripts/bench_restart_rss.py; BATCHES as its argument).
+[doc('RSS and time to ready of a sonde restarted over a full job registry')]
+[group('bench')]
+bench-restart-rss *ARGS:
+    cargo build -p sonde
+    python3 scripts/bench_restart_rss.py target/debug/sonde {{ARGS}}
+
 # From exec to `GET /api/ready` (every carried plugin loaded) for a release
 # sonde given no plugins directory: an empty data directory (written out and
 # compiled), then the same one again (the compile cache); the binary's size
