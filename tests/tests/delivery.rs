@@ -248,8 +248,15 @@ fn a_full_gateway_spool_refuses_and_its_sender_delivers_later() {
     );
     let st = &gateway.json("/api/status")["export"]["stats"];
     assert_eq!(st["spans_dropped"], 0, "refused, not dropped: {st}");
+    // The gateway counts its refusal before the agent has read the answer.
+    let retried = wait_for(Duration::from_secs(30), || {
+        agent.json("/api/status")["export"]["stats"]["retries"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
     let a = &agent.json("/api/status")["export"]["stats"];
-    assert!(a["retries"].as_u64().unwrap() > 0, "the agent was told to retry: {a}");
+    assert!(retried, "the agent was told to retry: {a}");
     assert_eq!(a["spans_failed"], 0, "{a}");
     assert_eq!(a["spans_dropped"], 0, "{a}");
 
