@@ -41,6 +41,8 @@ MIN_STAGE_SLOWDOWN = 1.02
 EXPLAINS = 0.5
 DOMINANCE = 0.5
 INPUT_EXPLAINS = 0.5
+# A node whose excess is compute must recover this much: one machine's ranks share its jitter.
+NODE_COMPUTE_EXPLAINS = 0.75
 COMPUTE = ("forward", "backward")
 COMMUNICATION = ("pp_send", "pp_recv", "dp_collective", "tp_collective")
 KINDS = ["forward", "backward", "pp_send", "pp_recv", "dp_collective", "tp_collective", "optimizer", "input", "other"]
@@ -319,14 +321,15 @@ def decide(a):
         n = leader(a["nodes"])
         if n and 2 * n["ranks"] > a["ranks"]:
             n = None  # a node holding most of the job is not a place
-        link = (n["node"], n["whole_stage"]) if n else None
+        link = (n["node"], n["whole_stage"], n["gain"], n["cause"]) if n else None
         if not link and w and 2 * w["node_ranks"] <= a["ranks"]:
-            link = (w["node"], w["node_whole_stage"])
+            link = (w["node"], w["node_whole_stage"], w["gain"], w["cause"])
         if link:
             # A node holding one whole stage alone is that stage: with a costly split, the stage.
             if split and costliest and link[1] is not None and link[1] == costliest["stage"]:
                 return {"culprit": "stage", "stage": costliest["stage"]}
-            return {"culprit": "link", "node": link[0]}
+            if link[3] not in COMPUTE or link[2] >= NODE_COMPUTE_EXPLAINS:
+                return {"culprit": "link", "node": link[0]}
         if a["compute_gain"] >= INPUT_EXPLAINS:
             return {"culprit": "input_imbalance"}
         for k in a["kinds"]:

@@ -197,11 +197,16 @@ impl Bottleneck {
         self.chunks.insert(name.to_string(), chunks);
     }
 
+    /// Whether the next [`Self::save`] at `now` writes.
+    pub fn save_due(&self, now: u64) -> bool {
+        now >= self.saved_at.saturating_add(SAVE_EVERY_NS)
+    }
+
     /// Writes what changed since the last save, at most every
     /// [`SAVE_EVERY_NS`] unless `now_or_never` (a stop).
     pub fn save(&mut self, host: &mut dyn Host, now_or_never: bool) {
         let now = host.now();
-        if !now_or_never && now < self.saved_at.saturating_add(SAVE_EVERY_NS) {
+        if !now_or_never && !self.save_due(now) {
             return;
         }
         self.saved_at = now;

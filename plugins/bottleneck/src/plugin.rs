@@ -339,7 +339,16 @@ impl Bottleneck {
         }
         self.judge_due(host);
         let now = host.now();
-        self.replay_ops(host, now);
+        // A save's durable writes (a few milliseconds on the wall) and an
+        // analysis' slice (up to REPLAY_BUDGET_NS) would add up in one call:
+        // a call that saves leaves the analysis to the one-shot timer.
+        if self.save_due(now) {
+            if self.replay_timer == 0 {
+                self.replay_timer = host.set_timer(REPLAY_CONTINUE_MS, false);
+            }
+        } else {
+            self.replay_ops(host, now);
+        }
         let mut points = PointBatch {
             series: Vec::new(),
             time: Vec::new(),

@@ -230,6 +230,15 @@ pub struct Thresholds {
     /// different lengths are the whole of this cause but their replay
     /// never quite recovers the barriers' waiting.
     pub input_explains: f64,
+    /// The share a node must recover to be named when what exceeds typical
+    /// on it is compute (forward, backward) rather than communication. The
+    /// ranks of one machine lose its cores together, so in a healthy job
+    /// one node's ranks can carry half of the jitter (a gloo job of four
+    /// ranks on two namespaces of one 2-core machine: node a recovering
+    /// 51 % and 60 %, "mostly its backward"); a machine that really runs
+    /// slow recovers nearly all of it. A slow link shows as communication
+    /// and keeps the plain `explains`.
+    pub node_compute_explains: f64,
     /// How many ranks and how many nodes are replayed as candidates, taken
     /// by their own excess over typical. Each candidate costs one replay of
     /// the window; a true culprit's excess stands far above the others', so
@@ -245,6 +254,7 @@ impl Default for Thresholds {
             explains: 0.5,
             dominance: 0.5,
             input_explains: 0.5,
+            node_compute_explains: 0.75,
             candidates: 4,
         }
     }
