@@ -18,7 +18,9 @@
 //!
 //! Limits: what a sonde sent (a request with an identity) is on disk before
 //! it is answered; what came otherwise (an app's OTLP SDK, `POST
-//! /api/ingest`) within the second before a `kill -9` may be missing. A
+//! /api/ingest`) since the last flush that finished may be missing after a
+//! `kill -9`: the last second, and longer when a flush was itself writing
+//! a large backlog (a burst of many thousands of steps) when it came. A
 //! write that fails (a full disk) is counted in `/api/ingest`'s `durable`
 //! and tried again, with everything still unwritten. A damaged entry is
 //! skipped with a warning at start. Steps are written as they change, not
