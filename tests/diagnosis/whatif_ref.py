@@ -41,7 +41,7 @@ MIN_STAGE_SLOWDOWN = 1.02
 EXPLAINS = 0.5
 DOMINANCE = 0.5
 INPUT_EXPLAINS = 0.5
-# A node whose excess is compute must recover this much: one machine's ranks share its jitter.
+# A node whose excess is not communication must recover this much: one machine's ranks share its jitter.
 NODE_COMPUTE_EXPLAINS = 0.75
 COMPUTE = ("forward", "backward")
 COMMUNICATION = ("pp_send", "pp_recv", "dp_collective", "tp_collective")
@@ -328,7 +328,7 @@ def decide(a):
             # A node holding one whole stage alone is that stage: with a costly split, the stage.
             if split and costliest and link[1] is not None and link[1] == costliest["stage"]:
                 return {"culprit": "stage", "stage": costliest["stage"]}
-            if link[3] not in COMPUTE or link[2] >= NODE_COMPUTE_EXPLAINS:
+            if link[3] in COMMUNICATION or link[2] >= NODE_COMPUTE_EXPLAINS:
                 return {"culprit": "link", "node": link[0]}
         if a["compute_gain"] >= INPUT_EXPLAINS:
             return {"culprit": "input_imbalance"}

@@ -231,7 +231,7 @@ pub struct Thresholds {
     /// never quite recovers the barriers' waiting.
     pub input_explains: f64,
     /// The share a node must recover to be named when what exceeds typical
-    /// on it is compute (forward, backward) rather than communication. The
+    /// on it is not communication (forward, backward, the optimizer). The
     /// ranks of one machine lose its cores together, so in a healthy job
     /// one node's ranks can carry half of the jitter (a gloo job of four
     /// ranks on two namespaces of one 2-core machine: node a recovering

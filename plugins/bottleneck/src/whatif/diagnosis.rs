@@ -25,8 +25,8 @@ use super::{Analysis, Culprit, Diagnosis, StageCost, Thresholds};
 ///    its ranks is the long stage's jitter on the critical path (two
 ///    stages of two ranks on two machines, a gloo pipeline on a quiet
 ///    machine, got "node b's dp_collective" before this rule). A node
-///    whose excess is compute must recover `node_compute_explains`: one
-///    machine's ranks share its jitter.
+///    whose excess is not communication (compute, its optimizer) must
+///    recover `node_compute_explains`: one machine's ranks share its jitter.
 /// 5. Input imbalance, when forward and backward together recover at least
 ///    `input_explains`: compute that varies with no rank, node or stage to
 ///    blame varies with its input.
@@ -120,7 +120,7 @@ pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
         {
             return stage_answer(g);
         }
-        if let Some((id, g, cause, _)) = link.filter(|l| !l.2.is_compute() || l.1 >= th.node_compute_explains) {
+        if let Some((id, g, cause, _)) = link.filter(|l| l.2.is_communication() || l.1 >= th.node_compute_explains) {
             return Diagnosis {
                 culprit: Culprit::Link { node: id },
                 slowdown: s,
