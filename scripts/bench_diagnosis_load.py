@@ -68,6 +68,7 @@ def plugin_stats(api):
             "errors": m.get("errors", 0),
             "dropped": m.get("dropped", 0),
             "memory_peak_bytes": m.get("memory_peak_bytes", 0),
+            "longest_call": m.get("longest_call"),
         }
     return out
 
@@ -179,6 +180,10 @@ def main():
         print(f"{name:12} {p['calls']:>7} {p['call_us_max'] / 1e3:>8.1f} {p['call_cpu_us_max'] / 1e3:>10.1f} "
               f"{min(p['call_us_p99'], p['call_us_max']) / 1e3:>9.1f} "
               f"{p['call_us_mean'] / 1e3:>8.2f} {p['timeouts']:>8} {p['traps']:>6} {p['memory_peak_bytes'] / 2**20:>12.1f}{flag}")
+    for name, p in sorted(r["plugins"].items()):
+        if (lc := p.get("longest_call")) and lc["wall_us"] > CALL_TARGET_US:
+            print(f"{name}: its longest call was {lc['hook']}: {lc['wall_us'] / 1e3:.1f} ms on the wall, "
+                  f"{lc['cpu_us'] / 1e3:.1f} ms of CPU, {lc['host_io_us'] / 1e3:.1f} ms in the host's state store and sinks")
     print(f"\nWhat-if before the slow rank: {r['whatif_healthy']!r}")
     print(f"What-if at the end: {r['whatif']!r} (about {r['whatif_about']}); names the slow rank {r['slow_rank']}: "
           f"{'yes' if r['whatif_names_slow_rank'] else 'NO'}")

@@ -29,6 +29,21 @@ pub struct PluginMetrics {
     pub memory_bytes: AtomicU64,
     pub memory_peak_bytes: AtomicU64,
     latency: [AtomicU64; BUCKETS],
+    /// What the longest call was, so a slow one can be told apart: the
+    /// plugin's own work (CPU), the host's state-store and sink writes
+    /// (`host_io_us`), or waiting for a core (the rest of the wall).
+    longest: parking_lot::Mutex<Option<LongestCall>>,
+}
+
+/// The longest call on the wall so far.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LongestCall {
+    /// `on-timer`, `on-samples`, `on-events`, `on-request`, `configure`, `start` or `stop`.
+    pub hook: &'static str,
+    pub wall_us: f64,
+    pub cpu_us: f64,
+    /// Time in the host's state store and sinks during the call.
+    pub host_io_us: f64,
 }
 
 impl PluginMetrics {
@@ -43,6 +58,14 @@ impl PluginMetrics {
 
     pub fn record_call_cpu(&self, ns: u64) {
         self.call_cpu_ns_max.fetch_max(ns, Relaxed);
+    }
+
+    /// Keeps `call` when it is the longest on the wall so far.
+    pub fn record_longest(&self, call: LongestCall) {
+        let mut l = self.longest.lock();
+        if l.as_ref().is_none_or(|l| call.wall_us > l.wall_us) {
+            *l = Some(call);
+        }
     }
 
     pub fn set_memory(&self, bytes: u64) {
@@ -72,6 +95,7 @@ impl PluginMetrics {
             call_cpu_us_max: self.call_cpu_ns_max.load(Relaxed) as f64 / 1000.0,
             memory_bytes: self.memory_bytes.load(Relaxed),
             memory_peak_bytes: self.memory_peak_bytes.load(Relaxed),
+            longest_call: self.longest.lock().clone(),
         }
     }
 }
@@ -111,6 +135,8 @@ pub struct MetricsSnapshot {
     pub call_cpu_us_max: f64,
     pub memory_bytes: u64,
     pub memory_peak_bytes: u64,
+    /// The longest call on the wall, its hook and where its time went.
+    pub longest_call: Option<LongestCall>,
 }
 
 #[cfg(test)]
@@ -131,6 +157,22 @@ mod tests {
         assert_eq!(s.call_us_p99, 1024.0);
         assert_eq!(s.call_us_max, 1000.0);
         assert!((s.call_us_mean - (98.0 * 3.0 + 2000.0) / 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_longest_call_is_kept_with_its_hook() {
+        let m = PluginMetrics::default();
+        let call = |hook, wall_us| LongestCall {
+            hook,
+            wall_us,
+            cpu_us: wall_us / 2.0,
+            host_io_us: 1.0,
+        };
+        m.record_longest(call("on-timer", 30.0));
+        m.record_longest(call("on-events", 20.0));
+        assert_eq!(m.snapshot().longest_call, Some(call("on-timer", 30.0)));
+        m.record_longest(call("on-samples", 40.0));
+        assert_eq!(m.snapshot().longest_call.map(|l| l.hook), Some("on-samples"));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::plugin::deadline::CallTimer;
 use crate::plugin::host_api::{MetricRegistry, PluginState};
 use crate::plugin::limits::{self, Limited, Limits};
 use crate::plugin::mailbox::{Receiver, RecvError};
-use crate::plugin::metrics::PluginMetrics;
+use crate::plugin::metrics::{LongestCall, PluginMetrics};
 use crate::plugin::sandbox::wasi_ctx;
 use crate::plugin::tables::{Owner, TableDecl};
 use crate::plugin::world::{World, WorldPre};
@@ -146,7 +146,7 @@ impl Actor {
             settings: self.cfg.settings.to_string(),
             restarts: self.restarts,
         };
-        match self.call(|p, s| p.start(s, &info)) {
+        match self.call("start", |p, s| p.start(s, &info)) {
             Ok(Ok(manifest)) => {
                 if let Err(refusal) = self.apply_manifest(manifest) {
                     self.kill_instance();
@@ -218,6 +218,7 @@ impl Actor {
     /// Runs one guest call under the deadline, then hands on what it emitted.
     fn call<R>(
         &mut self,
+        hook: &'static str,
         f: impl FnOnce(&World, &mut Store<PluginState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallFailure> {
         let Some(live) = self.live.as_mut() else {
@@ -229,10 +230,18 @@ impl Actor {
             let _armed = self.timer.arm(self.limits.call_timeout);
             f(&live.plugin, &mut live.store)
         };
-        self.metrics.record_call(t0.elapsed().as_nanos() as u64);
-        if let Some(began) = live.store.data_mut().io().began {
+        let wall = t0.elapsed();
+        self.metrics.record_call(wall.as_nanos() as u64);
+        let io = *live.store.data_mut().io();
+        if let Some(began) = io.began {
             let cpu = limits::thread_cpu().saturating_sub(began);
             self.metrics.record_call_cpu(cpu.as_nanos() as u64);
+            self.metrics.record_longest(LongestCall {
+                hook,
+                wall_us: wall.as_secs_f64() * 1e6,
+                cpu_us: cpu.as_secs_f64() * 1e6,
+                host_io_us: io.spent.as_secs_f64() * 1e6,
+            });
         }
         self.metrics.set_memory(live.store.data().memory.current as u64);
         self.flush_outbox();
@@ -425,7 +434,7 @@ impl Actor {
             let Some(id) = self.live.as_mut().and_then(|l| l.store.data_mut().timers.pop_due(now)) else {
                 return;
             };
-            if let Ok(Err(e)) = self.call(|p, s| p.on_timer(s, id)) {
+            if let Ok(Err(e)) = self.call("on-timer", |p, s| p.on_timer(s, id)) {
                 self.hook_error("on-timer", &e);
             }
         }
@@ -438,7 +447,7 @@ impl Actor {
                     return;
                 }
                 self.metrics.items.fetch_add(batch.values.len() as u64, Relaxed);
-                if let Ok(Err(e)) = self.call(|p, s| p.on_samples(s, &batch)) {
+                if let Ok(Err(e)) = self.call("on-samples", |p, s| p.on_samples(s, &batch)) {
                     self.hook_error("on-samples", &e);
                 }
             }
@@ -448,12 +457,12 @@ impl Actor {
                     return;
                 }
                 self.metrics.items.fetch_add(count, Relaxed);
-                if let Ok(Err(e)) = self.call(move |p, s| p.on_events(s, *batch)) {
+                if let Ok(Err(e)) = self.call("on-events", move |p, s| p.on_events(s, *batch)) {
                     self.hook_error("on-events", &e);
                 }
             }
             Work::Request(req, reply) => {
-                let resp = match self.call(|p, s| p.on_request(s, &req)) {
+                let resp = match self.call("on-request", |p, s| p.on_request(s, &req)) {
                     Ok(r) => r,
                     Err(CallFailure::Trapped) => json_response(
                         500,
@@ -465,7 +474,7 @@ impl Actor {
                 let _ = reply.send(resp);
             }
             Work::Configure(settings, reply) => {
-                let r = match self.call(|p, s| p.configure(s, &settings)) {
+                let r = match self.call("configure", |p, s| p.configure(s, &settings)) {
                     Ok(Ok(())) => {
                         if let Ok(v) = serde_json::from_str(&settings) {
                             self.cfg.settings = v;
@@ -506,7 +515,7 @@ impl Actor {
 
     pub(super) fn stop(&mut self) {
         if self.live.is_some() {
-            let _ = self.call(|p, s| p.stop(s));
+            let _ = self.call("stop", |p, s| p.stop(s));
         }
         self.kill_instance();
         self.shared.tables.withdraw(&self.owner);
