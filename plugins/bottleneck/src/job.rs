@@ -105,6 +105,8 @@ pub struct Job {
     pub onset_said: Option<u64>,
     /// The last What-if replay of its operations, for the panel.
     pub whatif: Option<(crate::whatif::Analysis, crate::whatif::Diagnosis)>,
+    /// The subjects its recent windows named (`crate::confirm`).
+    pub seen: crate::confirm::Seen,
     /// Rows judged since the last save (the newest of `rows`), and whether
     /// anything else changed (`crate::persist`).
     pub rows_unsaved: usize,

@@ -19,11 +19,13 @@
 //! - `routes`: `GET /panel`, `GET /jobs`, `GET /jobs/{job}`, `GET /counters`.
 //! - `panel`: the dashboard's view: the verdict strip, or the jobs judged.
 //! - `whatif`: What-if attribution over a window of operation-level steps (pure).
+//! - `confirm`: a What-if culprit said only once a window of other steps names it too.
 //! - `onset`: a fail-slow's onset and end from the per-step slowdown series (CUSUM, pure).
 //! - `gain`: what fixing the straggler gains: the judged steps replayed by `whatif`.
 //! - `ops`: the `ops` table (operations with parallel coordinates) and each
 //!   job's window of them, which `whatif` replays online.
 
+pub mod confirm;
 pub mod gain;
 pub mod job;
 pub mod node;
