@@ -21,7 +21,7 @@
 
 use std::collections::VecDeque;
 
-use crate::whatif::{Analysis, Culprit, Diagnosis};
+use crate::whatif::{Analysis, Culprit, Diagnosis, Thresholds, split_stage};
 
 /// Windows remembered: enough to reach back past a window's own length
 /// when analyses run every step.
@@ -45,8 +45,10 @@ fn subject(c: &Culprit) -> Option<String> {
 
 impl Seen {
     /// Records this window's answer and returns the one to say: `d` itself,
-    /// or, for a subject no disjoint earlier window named, no culprit.
-    pub fn confirm(&mut self, a: &Analysis, d: Diagnosis) -> Diagnosis {
+    /// or, for a subject no disjoint earlier window named, the stage when
+    /// the split alone is costly (what `diagnose` falls back to), else no
+    /// culprit.
+    pub fn confirm(&mut self, a: &Analysis, d: Diagnosis, th: &Thresholds) -> Diagnosis {
         let (Some(first), Some(last)) = (a.steps.first().map(|s| s.step), a.steps.last().map(|s| s.step)) else {
             return d;
         };
@@ -59,6 +61,9 @@ impl Seen {
         }
         if confirmed {
             return d;
+        }
+        if let Some(stage) = split_stage(a, th) {
+            return stage;
         }
         Diagnosis {
             culprit: Culprit::None,
@@ -75,7 +80,7 @@ impl Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::whatif::{OpKind, StepTimes};
+    use crate::whatif::{OpKind, StageCost, StepTimes};
 
     fn window(first: u64, last: u64) -> Analysis {
         Analysis {
@@ -109,43 +114,62 @@ mod tests {
     #[test]
     fn a_rank_is_named_once_a_window_of_other_steps_names_it_too() {
         let mut seen = Seen::default();
-        let first = seen.confirm(&window(0, 7), rank(2, OpKind::Forward));
+        let th = Thresholds::default();
+        let first = seen.confirm(&window(0, 7), rank(2, OpKind::Forward), &th);
         assert_eq!(first.culprit, Culprit::None, "{}", first.sentence);
         assert!(first.sentence.contains("fixing rank 2") && first.sentence.contains("steps 0–7 alone"));
         // Overlapping windows do not confirm it: they share the spike.
         assert_eq!(
-            seen.confirm(&window(4, 11), rank(2, OpKind::Forward)).culprit,
+            seen.confirm(&window(4, 11), rank(2, OpKind::Forward), &th).culprit,
             Culprit::None
         );
         // A window after step 7 does, whatever the cause now.
-        let d = seen.confirm(&window(8, 15), rank(2, OpKind::Backward));
+        let d = seen.confirm(&window(8, 15), rank(2, OpKind::Backward), &th);
         assert_eq!(d, rank(2, OpKind::Backward));
     }
 
     #[test]
     fn spikes_on_different_ranks_name_no_one() {
         let mut seen = Seen::default();
+        let th = Thresholds::default();
         for (i, r) in [1, 3, 1, 0, 2].into_iter().enumerate() {
             let s = 8 * i as u64;
-            let d = seen.confirm(&window(s, s + 7), rank(r, OpKind::Backward));
+            let d = seen.confirm(&window(s, s + 7), rank(r, OpKind::Backward), &th);
             assert_eq!(d.culprit, Culprit::None, "window {i}: {}", d.sentence);
         }
     }
 
     #[test]
+    fn an_unconfirmed_rank_in_a_costly_split_leaves_the_stage() {
+        let mut seen = Seen::default();
+        let th = Thresholds::default();
+        let mut a = window(0, 7);
+        a.stage_slowdown = 1.25;
+        a.stage_costs = vec![StageCost {
+            stage: 1,
+            cost: 0.25,
+            excess: 0.4,
+            compute_ns: 1.0,
+        }];
+        let d = seen.confirm(&a, rank(3, OpKind::Backward), &th);
+        assert_eq!(d.culprit, Culprit::Stage { stage: 1, excess: 0.4 }, "{}", d.sentence);
+    }
+
+    #[test]
     fn a_stage_and_no_culprit_are_said_at_once() {
         let mut seen = Seen::default();
+        let th = Thresholds::default();
         let stage = Diagnosis {
             culprit: Culprit::Stage { stage: 1, excess: 0.3 },
             slowdown: 1.2,
             gain: 1.0,
             sentence: "pipeline stage 1".into(),
         };
-        assert_eq!(seen.confirm(&window(0, 7), stage.clone()), stage);
+        assert_eq!(seen.confirm(&window(0, 7), stage.clone(), &th), stage);
         let calm = Diagnosis {
             culprit: Culprit::InputImbalance,
             ..stage
         };
-        assert_eq!(seen.confirm(&window(1, 8), calm.clone()), calm);
+        assert_eq!(seen.confirm(&window(1, 8), calm.clone(), &th), calm);
     }
 }

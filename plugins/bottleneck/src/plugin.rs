@@ -406,7 +406,7 @@ impl Bottleneck {
                 continue;
             };
             job.replaying = None;
-            let d = job.seen.confirm(&a, diagnose(&a, &th));
+            let d = job.seen.confirm(&a, diagnose(&a, &th), &th);
             for st in &a.steps {
                 if job.slowdowns.back().is_none_or(|&(s, _)| s < st.step) {
                     job.slowdowns.push_back((st.step, st.slowdown()));

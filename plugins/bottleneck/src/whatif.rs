@@ -68,7 +68,7 @@ mod graph;
 use serde::{Deserialize, Serialize};
 
 pub use attribution::{Pending, analyze};
-pub use diagnosis::diagnose;
+pub use diagnosis::{diagnose, split_stage};
 
 /// What an operation does. Compute kinds are what input size changes;
 /// communication kinds are what a link changes.

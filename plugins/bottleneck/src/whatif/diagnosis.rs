@@ -47,22 +47,7 @@ pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
     if a.steps.is_empty() {
         return none("no step to replay".into());
     }
-    let stage_answer = |g: &StageCost| Diagnosis {
-        culprit: Culprit::Stage {
-            stage: g.stage,
-            excess: g.excess,
-        },
-        slowdown: a.stage_slowdown,
-        gain: a.stage_share,
-        sentence: format!(
-            "pipeline stage {} is {:.0} % longer than the others: the steps would be {:.2}x faster with it \
-             like them ({:.0} % of the gap to that ideal)",
-            g.stage,
-            g.excess * 100.0,
-            a.stage_slowdown,
-            a.stage_share.min(1.0) * 100.0
-        ),
-    };
+    let stage_answer = |g: &StageCost| stage_diagnosis(a, g);
     if !straggling && !split {
         return none(format!("{:.2}x its ideal: within natural variation", a.slowdown));
     }
@@ -166,4 +151,32 @@ pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
         a.slowdown,
         th.explains * 100.0
     ))
+}
+
+/// The costliest stage's answer.
+fn stage_diagnosis(a: &Analysis, g: &StageCost) -> Diagnosis {
+    Diagnosis {
+        culprit: Culprit::Stage {
+            stage: g.stage,
+            excess: g.excess,
+        },
+        slowdown: a.stage_slowdown,
+        gain: a.stage_share,
+        sentence: format!(
+            "pipeline stage {} is {:.0} % longer than the others: the steps would be {:.2}x faster with it \
+             like them ({:.0} % of the gap to that ideal)",
+            g.stage,
+            g.excess * 100.0,
+            a.stage_slowdown,
+            a.stage_share.min(1.0) * 100.0
+        ),
+    }
+}
+
+/// The stage, when the split alone costs at least `min_stage_slowdown`:
+/// what a window says once the straggler it points at is not confirmed
+/// (`crate::confirm`).
+pub fn split_stage(a: &Analysis, th: &Thresholds) -> Option<Diagnosis> {
+    let g = a.stage_costs.first()?;
+    (a.stage_slowdown >= th.min_stage_slowdown).then(|| stage_diagnosis(a, g))
 }
