@@ -406,7 +406,13 @@ impl Bottleneck {
                 continue;
             };
             job.replaying = None;
-            let d = job.seen.confirm(&a, diagnose(&a, &th), &th);
+            // Named before confirming: an unconfirmed link's sentence is kept, with its node's name.
+            let d = diagnose(&a, &th);
+            let d = Diagnosis {
+                sentence: named_sentence(&d, &job.ops.node_names),
+                ..d
+            };
+            let d = job.seen.confirm(&a, d, &th);
             for st in &a.steps {
                 if job.slowdowns.back().is_none_or(|&(s, _)| s < st.step) {
                     job.slowdowns.push_back((st.step, st.slowdown()));
