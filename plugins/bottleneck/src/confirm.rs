@@ -10,8 +10,10 @@
 //! So a rank, a node or a kind of operation is the job's culprit only when
 //! the newest earlier window that shares no step with this one named the
 //! same subject (its cause may differ: a slow rank's excess can move from
-//! forward to backward). Until then the diagnosis says what this window
-//! alone points at, and names no culprit. A stage is not held back: its cost
+//! forward to backward). Until then the diagnosis names the stage when the
+//! split alone is costly (as `diagnose` would without the straggler), else
+//! says what this window alone points at and names no culprit. A stage is
+//! not held back: its cost
 //! is replayed from typical durations, which one step does not move.
 //!
 //! Cost: a culprit is named a window later (8 steps at the default
