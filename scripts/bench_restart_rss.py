@@ -9,15 +9,15 @@ time to ready, and the state store's size, as one JSON line.
 
 Run it twice with two binaries to compare them (`./dev bench-restart-rss`
 runs the debug build)."""
-import json, os, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import json, os, signal, subprocess, sys, tempfile, time, urllib.request
+
+import harness as h
 
 sonde, batches = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 20000
 RANKS = 3
-def free():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 d = tempfile.mkdtemp(prefix="rss-restart-")
 os.makedirs(f"{d}/plugins")
-port = free()
+port = h.free_port()
 def start():
     p = subprocess.Popen([sonde, "--data-dir", f"{d}/data", "--plugins-dir", f"{d}/plugins", "--sinks-dir", d,
                           "--listen", f"127.0.0.1:{port}", "--set", "ingest.otlp_grpc_listen=\"off\"",
@@ -29,9 +29,6 @@ def start():
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/ready", timeout=1); return p, time.time() - t0
         except Exception:
             time.sleep(0.05)
-def rss(pid):
-    for l in open(f"/proc/{pid}/status"):
-        if l.startswith("VmRSS"): return int(l.split()[1]) / 1024
 p, _ = start()
 t = 1_700_000_000_000_000_000
 for r in range(RANKS):
@@ -46,12 +43,12 @@ for r in range(RANKS):
                                      headers={"Content-Type": "application/json"})
         urllib.request.urlopen(req, timeout=30).read()
 time.sleep(12)  # the flusher writes every second (60 000 steps take it seconds)
-before = rss(p.pid)
+before = h.rss_mb(p.pid)
 p.send_signal(signal.SIGKILL); p.wait()
 p, ready = start()
 time.sleep(5)
 view = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/jobs/rss?batches=1", timeout=30).read())
-after = rss(p.pid)
+after = h.rss_mb(p.pid)
 size = os.path.getsize(f"{d}/data/state.redb") / 1e6
 p.kill()
 print(json.dumps({"batches": batches, "ranks": len(view.get("ranks", [])), "rss_before_kill_mb": round(before, 1),

@@ -143,8 +143,8 @@ pub fn diagnose(a: &Analysis, th: &Thresholds) -> Diagnosis {
             };
         }
     }
-    if split && let Some(g) = a.stage_costs.first() {
-        return stage_answer(g);
+    if let Some(stage) = split_stage(a, th) {
+        return stage;
     }
     none(format!(
         "{:.2}x slower than its ideal, spread thin: no rank, node, stage or kind recovers {:.0} % of it",
@@ -174,8 +174,8 @@ fn stage_diagnosis(a: &Analysis, g: &StageCost) -> Diagnosis {
 }
 
 /// The stage, when the split alone costs at least `min_stage_slowdown`:
-/// what a window says once the straggler it points at is not confirmed
-/// (`crate::confirm`).
+/// rule 7 above, and what a window says once the straggler it points at is
+/// not confirmed (`crate::confirm`).
 pub fn split_stage(a: &Analysis, th: &Thresholds) -> Option<Diagnosis> {
     let g = a.stage_costs.first()?;
     (a.stage_slowdown >= th.min_stage_slowdown).then(|| stage_diagnosis(a, g))
