@@ -16,7 +16,11 @@ through, one rank's forward and backward become 2× longer (`--slow-rank`).
 Reported, as a table and one JSON line:
 - the master's CPU seconds over the wall time of the measured window (from a
   quarter of the run, after the warm-up, to its end): its share of one core;
-- its RSS at 25, 50, 75 and 100 % of the run (bounded: flat);
+- its RSS at 25, 50, 75 and 100 % of the run, and every `--rss-every`
+  seconds: its range in each half after the warm-up and its slope over the
+  second half (bounded: flat);
+- the plugins' state writes (`GET /api/status` `plugin_state`): group
+  commits, the longest, and what still waits for the disk;
 - per plugin, from `GET /api/plugins`: calls, the longest hook call on the
   wall and in CPU time of the plugin's thread (what the call deadline counts;
   on a busy machine the wall also counts waiting for a core), p99 (its
@@ -97,6 +101,15 @@ def run(a):
             stdout=subprocess.PIPE, text=True)
         t0 = time.monotonic()
         rss, cpu_at, loads = {}, {}, []
+        # RSS every --rss-every seconds: bounded means flat, not just four points.
+        series, done = [], threading.Event()
+
+        def sample_rss():
+            while not done.wait(a.rss_every):
+                series.append((time.monotonic() - t0, h.rss_mb(master.pid)))
+
+        sampler = threading.Thread(target=sample_rss, daemon=True)
+        sampler.start()
 
         def at(frac):
             time.sleep(max(0.0, t0 + a.seconds * frac - time.monotonic()))
@@ -112,6 +125,7 @@ def run(a):
                 healthy = whatif(api, JOB)
             print(f"  {frac:.0%}: RSS {rss[frac]:.0f} MB, load {loads[-1]:.1f}", flush=True)
         out, _ = gen.communicate()
+        done.set()
         sent = json.loads(out.strip().splitlines()[-1])
         t_end, cpu_end = time.monotonic(), h.cpu_seconds(master.pid)
         rss[1.0] = h.rss_mb(master.pid)
@@ -120,6 +134,7 @@ def run(a):
         time.sleep(6)
         plugins = plugin_stats(api)
         ingest = h.get(api, "/api/ingest")
+        plugin_state = h.get(api, "/api/status").get("plugin_state")
         finding = whatif(api, JOB)
         hwm = h.rss_mb(master.pid, "VmHWM")
         h.stop(master)
@@ -147,6 +162,9 @@ def run(a):
         "master_core_share": (cpu_end - c0) / (t_end - w0),
         "master_rss_mb": {f"{int(k * 100)}%": round(v, 1) for k, v in sorted(rss.items())},
         "master_rss_peak_mb": round(hwm, 1),
+        "master_rss_series": [[round(t), round(v, 1)] for t, v in series],
+        "master_rss_halves": halves(series, a.seconds),
+        "plugin_state": plugin_state,
         "load_average": [round(x, 1) for x in loads],
         "plugins": plugins,
         "slow_rank": a.slow_rank,
@@ -159,11 +177,26 @@ def run(a):
     }
 
 
+def halves(series, seconds):
+    """The RSS's range in each half of the run after the first quarter (the
+    warm-up), and its slope over the second half in MB a minute."""
+    first = [v for t, v in series if seconds / 4 <= t < seconds * 5 / 8]
+    second = [(t, v) for t, v in series if t >= seconds * 5 / 8]
+    if len(first) < 2 or len(second) < 2:
+        return None
+    ts, vs = [t for t, _ in second], [v for _, v in second]
+    mt, mv = sum(ts) / len(ts), sum(vs) / len(vs)
+    slope = sum((t - mt) * (v - mv) for t, v in second) / max(sum((t - mt) ** 2 for t in ts), 1e-9)
+    return {"first_mb": [min(first), max(first)], "second_mb": [min(vs), max(vs)],
+            "second_slope_mb_per_min": round(slope * 60, 3)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--slow-rank", type=int, default=77)
+    ap.add_argument("--rss-every", type=float, default=10, help="seconds between RSS readings")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (sonde.log)")
     a = ap.parse_args()
     h.need_release_build(h.LOADGEN, recipe="./dev bench-diagnosis-load")
@@ -172,6 +205,13 @@ def main():
           f"load average {'/'.join(map(str, r['load_average']))}")
     print(f"master: {r['master_core_share']:.3f} of a core (target ≤ {CORE_TARGET}); RSS "
           + ", ".join(f"{k} {v:.0f} MB" for k, v in r["master_rss_mb"].items()) + f"; peak {r['master_rss_peak_mb']:.0f} MB")
+    if hv := r["master_rss_halves"]:
+        print(f"master RSS after the warm-up: {hv['first_mb'][0]:.0f}–{hv['first_mb'][1]:.0f} MB in the first half, "
+              f"{hv['second_mb'][0]:.0f}–{hv['second_mb'][1]:.0f} MB in the second, "
+              f"slope over the second {hv['second_slope_mb_per_min']:+.2f} MB a minute ({len(r['master_rss_series'])} readings)")
+    if ps := r["plugin_state"]:
+        print(f"plugins' state writes: {ps['commits']} group commits, longest {ps['longest_commit_ms']:.1f} ms; "
+              f"{ps['changes']} changes waiting at the end")
     print(f"ops: {r['ops_sent']} sent, {r['ops_ok']} taken by the receiver ({r['receiver_skipped_rows']} rows skipped, "
           f"{r['receiver_refused_rows']} refused; {r['requests_failed']} requests failed or dropped)")
     print(f"\n{'plugin':12} {'calls':>7} {'max ms':>8} {'CPU max ms':>10} {'p99 ≤ ms':>9} {'mean ms':>8} {'timeouts':>8} {'traps':>6} {'mem peak MB':>12}")

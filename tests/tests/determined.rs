@@ -425,7 +425,7 @@ fn collection_stops_at_the_cap_and_does_not_restart_otlp_http() {
     let last = *system
         .iter()
         .max()
-        .unwrap_or_else(|| panic!("no system rows arrived; counters: {before}"));
+        .unwrap_or_else(|| panic!("no system rows arrived; counters: {before}\n{}", sonde.output()));
     // Collected up to the cap: the last tick before it (100 ms period, plus jitter).
     assert!(last < ended_at, "a sample after the cap: {last} >= {ended_at}");
     assert!(

@@ -257,6 +257,7 @@ async fn status(State(st): State<AppState>) -> Json<serde_json::Value> {
         },
         "plugins": plugins,
         "recording": st.plugins.recorder().running(),
+        "plugin_state": st.plugins.state().backlog(),
         "cluster": {
             "role": st.cluster.role,
             "node": st.cluster.node,

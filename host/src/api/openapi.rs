@@ -127,7 +127,7 @@ fn operations() -> Vec<Op> {
         op(
             "get",
             "/api/status",
-            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief, the recording running (GET /api/record) or null, cluster, storage (history, remote_write, query: requests, errors, last_error)",
+            "version, sampling period and its error, export counters, ingest counters per source (with truncated), plugins in brief, the recording running (GET /api/record) or null, plugin_state (plugins' state writes not yet on disk: changes, bytes, commits, longest_commit_ms, last_error), cluster, storage (history, remote_write, query: requests, errors, last_error)",
         ),
         op(
             "get",

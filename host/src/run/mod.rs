@@ -252,6 +252,10 @@ impl Host {
                 p.shutdown(per_plugin);
                 // The findings the plugins published, on disk before the store closes.
                 p.decisions().close();
+                // Plugins' state writes, committed behind their calls.
+                if let Err(e) = p.state().flush(per_plugin) {
+                    tracing::warn!("{e:#}");
+                }
             }),
         )
         .await;

@@ -5,24 +5,37 @@
 //!
 //! One embedded redb database per host (`<data_dir>/state.redb`), with every
 //! plugin in its own namespace. Two shapes: a key/value map, and append-only
-//! streams of records with ascending sequence numbers. Every write is one
-//! durable transaction: when `state-put` returns, the value is on disk.
+//! streams of records with ascending sequence numbers.
 //!
-//! Memory: redb's page cache is capped at 16 MiB ([`CACHE_BYTES`]).
+//! Two ways in:
+//! - [`PluginState`], one namespace: its writes are committed behind the
+//!   caller by one writer thread, many in one transaction
+//!   ([`write_behind`]); its reads see them at once. A plugin's hook call
+//!   never waits for the disk.
+//! - [`StateStore::write_many`], the host's own: one durable transaction,
+//!   on disk when it returns (the ingest acknowledges a request only then).
+//!
+//! Memory: redb's page cache is capped at 16 MiB ([`CACHE_BYTES`]); writes
+//! not yet on disk at [`write_behind::MAX_PENDING_BYTES`].
 //!
 //! A full disk: redb refuses every transaction after an I/O error until the
 //! database is opened again, so an operation that meets one closes it, and
 //! the next operation opens it again (which fails, and is retried by the one
 //! after, while the disk stays full). Writes fail meanwhile; nothing written
-//! before is lost.
+//! before is lost: the writer keeps what it could not commit and tries again.
+
+pub mod write_behind;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use redb::{Database, ReadableTable, TableDefinition};
+
+use write_behind::{Backlog, Change, WriteBehind};
 
 /// (plugin, key) -> value
 const KV: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("kv");
@@ -39,7 +52,25 @@ pub struct StateStore {
     inner: Arc<Inner>,
 }
 
+/// Shared by every clone; the last one to go commits what is pending and
+/// ends the writer thread.
 struct Inner {
+    db: Arc<Db>,
+    behind: Arc<WriteBehind>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.behind.shut_down();
+        if let Some(t) = self.writer.lock().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The database, opened again after an I/O error.
+pub(crate) struct Db {
     path: PathBuf,
     /// None after an I/O error: opened again by the next operation.
     db: RwLock<Option<Arc<Database>>>,
@@ -68,32 +99,18 @@ fn open_db(path: &Path) -> Result<Database> {
     Ok(db)
 }
 
-impl StateStore {
-    pub fn open(path: &Path) -> Result<Self> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let db = open_db(path)?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                path: path.to_path_buf(),
-                db: RwLock::new(Some(Arc::new(db))),
-                failing: AtomicBool::new(false),
-            }),
-        })
-    }
-
-    fn db(&self) -> Result<Arc<Database>> {
-        if let Some(d) = self.inner.db.read().as_ref() {
+impl Db {
+    fn get(&self) -> Result<Arc<Database>> {
+        if let Some(d) = self.db.read().as_ref() {
             return Ok(d.clone());
         }
-        let mut slot = self.inner.db.write();
+        let mut slot = self.db.write();
         if let Some(d) = slot.as_ref() {
             return Ok(d.clone());
         }
-        let d = Arc::new(open_db(&self.inner.path)?);
-        if self.inner.failing.swap(false, Ordering::Relaxed) {
-            tracing::info!(path = %self.inner.path.display(), "the state store is open again");
+        let d = Arc::new(open_db(&self.path)?);
+        if self.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(path = %self.path.display(), "the state store is open again");
         }
         *slot = Some(d.clone());
         Ok(d)
@@ -101,8 +118,8 @@ impl StateStore {
 
     /// Runs `f` on the database; after an I/O error closes it, to be opened
     /// again by the next operation.
-    fn with<T>(&self, f: impl FnOnce(&Database) -> Result<T>) -> Result<T> {
-        let db = self.db()?;
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&Database) -> Result<T>) -> Result<T> {
+        let db = self.get()?;
         let r = f(&db);
         if let Err(e) = &r {
             // redb's I/O errors (its own and "Previous I/O error occurred")
@@ -110,17 +127,49 @@ impl StateStore {
             let text = format!("{e:#}");
             if text.contains("I/O error") {
                 drop(db);
-                self.inner.db.write().take();
-                if !self.inner.failing.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(path = %self.inner.path.display(), "the state store met an I/O error ({text}): closed, opened again at its next use");
+                self.db.write().take();
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(path = %self.path.display(), "the state store met an I/O error ({text}): closed, opened again at its next use");
                 }
             }
         }
         r
     }
+}
+
+impl StateStore {
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let db = Arc::new(Db {
+            path: path.to_path_buf(),
+            db: RwLock::new(Some(Arc::new(open_db(path)?))),
+            failing: AtomicBool::new(false),
+        });
+        let behind = Arc::new(WriteBehind::default());
+        let writer = {
+            let (db, behind) = (db.clone(), behind.clone());
+            std::thread::Builder::new()
+                .name("sonde-state".into())
+                .spawn(move || behind.run(&db))
+                .context("starting the state store's writer")?
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                db,
+                behind,
+                writer: Mutex::new(Some(writer)),
+            }),
+        })
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Database) -> Result<T>) -> Result<T> {
+        self.inner.db.with(f)
+    }
 
     /// Puts and deletes in several namespaces, (namespace, change), in one
-    /// durable transaction: all of them or none.
+    /// durable transaction: all of them or none, on disk when it returns.
     pub fn write_many(&self, writes: &[(&str, Write<'_>)]) -> Result<()> {
         for (_, w) in writes {
             if let Write::Put(_, v) = w {
@@ -147,6 +196,17 @@ impl StateStore {
             plugin: plugin.to_string(),
         }
     }
+
+    /// Waits until every namespace write made before this call is on disk
+    /// (at most `wait`): a host that stops calls it last.
+    pub fn flush(&self, wait: Duration) -> Result<()> {
+        self.inner.behind.flush(wait)
+    }
+
+    /// Namespace writes not yet on disk, and how the commits went.
+    pub fn backlog(&self) -> Backlog {
+        self.inner.behind.backlog()
+    }
 }
 
 /// One change of a [`PluginState::write_all`].
@@ -158,7 +218,8 @@ pub enum Write<'a> {
     DeletePrefix(&'a str),
 }
 
-/// One plugin's slice of the store.
+/// One plugin's slice of the store. Writes return once the change is
+/// pushed to the writer ([`write_behind`]); reads see them at once.
 #[derive(Clone)]
 pub struct PluginState {
     store: StateStore,
@@ -166,131 +227,69 @@ pub struct PluginState {
 }
 
 impl PluginState {
+    fn view(&self) -> Result<write_behind::View> {
+        self.store.with(|db| self.store.inner.behind.view(db, &self.plugin))
+    }
+
+    fn push(&self, changes: Vec<Change>) -> Result<()> {
+        self.store.inner.behind.push(&self.plugin, changes)
+    }
+
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.store.with(|db| {
-            let r = db.begin_read()?;
-            let t = r.open_table(KV)?;
-            Ok(t.get((self.plugin.as_str(), key))?.map(|v| v.value().to_vec()))
-        })
+        self.view()?.get(&self.plugin, key)
     }
 
     pub fn put(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.store.with(|db| {
-            check_size(value.len())?;
-            let w = db.begin_write()?;
-            w.open_table(KV)?.insert((self.plugin.as_str(), key), value)?;
-            w.commit()?;
-            Ok(())
-        })
+        check_size(value.len())?;
+        self.push(vec![Change::Put(key.to_string(), value.to_vec())])
     }
 
-    /// Several puts and deletes in one durable transaction: all of them or none.
+    /// Several puts and deletes, committed in one transaction: all of them or none.
     pub fn write_all(&self, writes: &[Write<'_>]) -> Result<()> {
-        let all: Vec<(&str, Write<'_>)> = writes.iter().map(|w| (self.plugin.as_str(), *w)).collect();
-        self.store.write_many(&all)
+        let mut changes = Vec::with_capacity(writes.len());
+        for w in writes {
+            changes.push(match *w {
+                Write::Put(k, v) => {
+                    check_size(v.len())?;
+                    Change::Put(k.to_string(), v.to_vec())
+                }
+                Write::Delete(k) => Change::Delete(k.to_string()),
+                Write::DeletePrefix(p) => Change::DeletePrefix(p.to_string()),
+            });
+        }
+        self.push(changes)
     }
 
     /// Every key starting with `prefix`, with its value, in key order.
     pub fn entries(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.store.with(|db| {
-            let r = db.begin_read()?;
-            let t = r.open_table(KV)?;
-            let mut out = Vec::new();
-            for item in t.range((self.plugin.as_str(), prefix)..)? {
-                let (k, v) = item?;
-                let (p, key) = k.value();
-                if p != self.plugin || !key.starts_with(prefix) {
-                    break;
-                }
-                out.push((key.to_string(), v.value().to_vec()));
-            }
-            Ok(out)
-        })
+        self.view()?.entries(&self.plugin, prefix)
     }
 
     pub fn delete(&self, key: &str) -> Result<()> {
-        self.store.with(|db| {
-            let w = db.begin_write()?;
-            w.open_table(KV)?.remove((self.plugin.as_str(), key))?;
-            w.commit()?;
-            Ok(())
-        })
+        self.push(vec![Change::Delete(key.to_string())])
     }
 
     pub fn keys(&self, prefix: &str) -> Result<Vec<String>> {
-        self.store.with(|db| {
-            let r = db.begin_read()?;
-            let t = r.open_table(KV)?;
-            let mut out = Vec::new();
-            for item in t.range((self.plugin.as_str(), prefix)..)? {
-                let (k, _) = item?;
-                let (p, key) = k.value();
-                if p != self.plugin || !key.starts_with(prefix) {
-                    break;
-                }
-                out.push(key.to_string());
-            }
-            Ok(out)
-        })
+        Ok(self.entries(prefix)?.into_iter().map(|(k, _)| k).collect())
     }
 
     /// Appends a record; sequence numbers start at 1 and only grow, even
     /// after trims.
     pub fn append(&self, stream: &str, record: &[u8]) -> Result<u64> {
-        self.store.with(|db| {
-            check_size(record.len())?;
-            let w = db.begin_write()?;
-            let seq;
-            {
-                let mut t = w.open_table(STREAMS)?;
-                // The high-water mark lives in its own table so numbers never go
-                // back, even after every record was trimmed.
-                let mut seqs = w.open_table(SEQ)?;
-                let last = seqs
-                    .get((self.plugin.as_str(), stream))?
-                    .map(|v| v.value())
-                    .unwrap_or(0);
-                seq = last + 1;
-                t.insert((self.plugin.as_str(), stream, seq), record)?;
-                seqs.insert((self.plugin.as_str(), stream), seq)?;
-            }
-            w.commit()?;
-            Ok(seq)
-        })
+        check_size(record.len())?;
+        let db = self.store.inner.db.get()?;
+        self.store
+            .inner
+            .behind
+            .append(&db, &self.plugin, stream, record.to_vec())
     }
 
     pub fn read(&self, stream: &str, from: u64, max: u32) -> Result<Vec<(u64, Vec<u8>)>> {
-        self.store.with(|db| {
-            let r = db.begin_read()?;
-            let t = r.open_table(STREAMS)?;
-            let mut out = Vec::new();
-            for item in t.range((self.plugin.as_str(), stream, from)..=(self.plugin.as_str(), stream, u64::MAX))? {
-                if out.len() >= max as usize {
-                    break;
-                }
-                let (k, v) = item?;
-                out.push((k.value().2, v.value().to_vec()));
-            }
-            Ok(out)
-        })
+        self.view()?.read(&self.plugin, stream, from, max)
     }
 
     pub fn trim(&self, stream: &str, before: u64) -> Result<()> {
-        self.store.with(|db| {
-            let w = db.begin_write()?;
-            {
-                let mut t = w.open_table(STREAMS)?;
-                let doomed: Vec<u64> = t
-                    .range((self.plugin.as_str(), stream, 0)..(self.plugin.as_str(), stream, before))?
-                    .map(|i| i.map(|(k, _)| k.value().2))
-                    .collect::<Result<_, _>>()?;
-                for seq in doomed {
-                    t.remove((self.plugin.as_str(), stream, seq))?;
-                }
-            }
-            w.commit()?;
-            Ok(())
-        })
+        self.push(vec![Change::Trim(stream.to_string(), before)])
     }
 }
 
@@ -415,6 +414,165 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("limit")
+        );
+    }
+}
+
+#[cfg(test)]
+mod write_behind_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// What the database itself holds for (ns, key), pending changes aside.
+    fn on_disk(s: &StateStore, ns: &str, key: &str) -> Option<Vec<u8>> {
+        let db = s.inner.db.get().unwrap();
+        let r = db.begin_read().unwrap();
+        let t = r.open_table(KV).unwrap();
+        t.get((ns, key)).unwrap().map(|v| v.value().to_vec())
+    }
+
+    #[test]
+    fn writes_are_read_back_at_once_and_reach_the_disk_behind_the_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let s = StateStore::open(&path).unwrap();
+        let p = s.namespace("p");
+        p.put("old", b"1").unwrap();
+        p.append("log", b"r1").unwrap();
+        s.flush(Duration::from_secs(10)).unwrap();
+        assert_eq!(on_disk(&s, "p", "old").as_deref(), Some(&b"1"[..]));
+
+        let held = s.inner.behind.hold.lock();
+        p.put("a", b"x").unwrap();
+        p.write_all(&[Write::Put("b", b"y"), Write::Delete("old")]).unwrap();
+        assert_eq!(p.append("log", b"r2").unwrap(), 2);
+        p.trim("log", 2).unwrap();
+        // The plugin sees its writes; the disk does not have them yet.
+        assert_eq!(p.get("a").unwrap().as_deref(), Some(&b"x"[..]));
+        assert_eq!(p.get("old").unwrap(), None);
+        assert_eq!(p.keys("").unwrap(), vec!["a", "b"]);
+        assert_eq!(p.read("log", 0, 10).unwrap(), vec![(2, b"r2".to_vec())]);
+        assert_eq!(on_disk(&s, "p", "a"), None);
+        assert_eq!(on_disk(&s, "p", "old").as_deref(), Some(&b"1"[..]));
+        assert!(s.backlog().changes >= 4, "{:?}", s.backlog());
+        assert_eq!(s.namespace("q").get("a").unwrap(), None, "namespaces stay apart");
+        drop(held);
+
+        s.flush(Duration::from_secs(10)).unwrap();
+        assert_eq!(s.backlog().changes, 0);
+        assert_eq!(on_disk(&s, "p", "a").as_deref(), Some(&b"x"[..]));
+        assert_eq!(on_disk(&s, "p", "old"), None);
+        // Closing commits what is still pending.
+        p.put("last", b"z").unwrap();
+        drop((p, s));
+        let s = StateStore::open(&path).unwrap();
+        let p = s.namespace("p");
+        assert_eq!(p.keys("").unwrap(), vec!["a", "b", "last"]);
+        assert_eq!(p.read("log", 0, 10).unwrap(), vec![(2, b"r2".to_vec())]);
+        assert_eq!(p.append("log", b"r3").unwrap(), 3, "numbers go on after a restart");
+    }
+
+    /// A model of one namespace: its keys and its stream.
+    #[derive(Default, Clone, PartialEq, Debug)]
+    struct Model {
+        kv: BTreeMap<String, Vec<u8>>,
+        log: BTreeMap<u64, Vec<u8>>,
+        last_seq: u64,
+    }
+
+    /// Random changes and reads, with commits held back and let go at random
+    /// points (and one reopen): every read equals the model's.
+    #[test]
+    fn reads_always_equal_a_model_whatever_is_still_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut model = Model::default();
+        let mut s = StateStore::open(&path).unwrap();
+        let mut held = None;
+        for step in 0..3000u32 {
+            if step == 1500 {
+                held = None;
+                drop(s);
+                s = StateStore::open(&path).unwrap();
+            }
+            let p = s.namespace("p");
+            let key = format!("k{}/{}", next(3), next(4));
+            match next(10) {
+                0..=2 => {
+                    let v = format!("v{step}").into_bytes();
+                    p.put(&key, &v).unwrap();
+                    model.kv.insert(key.clone(), v);
+                }
+                3 => {
+                    p.delete(&key).unwrap();
+                    model.kv.remove(&key);
+                }
+                4 => {
+                    let prefix = format!("k{}/", next(3));
+                    p.write_all(&[Write::DeletePrefix(&prefix), Write::Put(&key, b"w")])
+                        .unwrap();
+                    model.kv.retain(|k, _| !k.starts_with(&prefix));
+                    model.kv.insert(key.clone(), b"w".to_vec());
+                }
+                5 | 6 => {
+                    let r = format!("r{step}").into_bytes();
+                    let seq = p.append("log", &r).unwrap();
+                    model.last_seq += 1;
+                    assert_eq!(seq, model.last_seq);
+                    model.log.insert(seq, r);
+                }
+                7 => {
+                    let before = model.last_seq.saturating_sub(next(6));
+                    p.trim("log", before).unwrap();
+                    model.log.retain(|seq, _| *seq >= before);
+                }
+                8 => {
+                    held = if held.is_some() {
+                        None
+                    } else {
+                        Some(s.inner.behind.hold.lock())
+                    }
+                }
+                _ => {
+                    if held.is_none() && next(4) == 0 {
+                        s.flush(Duration::from_secs(10)).unwrap();
+                    }
+                }
+            }
+            let prefix = format!("k{}", next(3));
+            let want: Vec<(String, Vec<u8>)> = model
+                .kv
+                .iter()
+                .filter(|(k, _)| k.starts_with(&prefix))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            assert_eq!(p.entries(&prefix).unwrap(), want, "step {step}");
+            assert_eq!(p.get(&key).unwrap(), model.kv.get(&key).cloned(), "step {step}");
+            let from = model.last_seq.saturating_sub(next(8));
+            let max = 1 + next(4) as u32;
+            let want: Vec<(u64, Vec<u8>)> = model
+                .log
+                .range(from..)
+                .take(max as usize)
+                .map(|(k, v)| (*k, v.clone()))
+                .collect();
+            assert_eq!(p.read("log", from, max).unwrap(), want, "step {step}");
+        }
+        drop(held);
+        drop(s);
+        let s = StateStore::open(&path).unwrap();
+        let p = s.namespace("p");
+        assert_eq!(p.entries("").unwrap(), model.kv.into_iter().collect::<Vec<_>>());
+        assert_eq!(
+            p.read("log", 0, 10_000).unwrap(),
+            model.log.into_iter().collect::<Vec<_>>()
         );
     }
 }

@@ -39,7 +39,7 @@ pub trait Host {
     fn write_bytes(&mut self, sink: u32, data: &[u8]) -> Result<(), String>;
     /// Reads a value from the host's state store.
     fn state_get(&mut self, key: &str) -> Option<Vec<u8>>;
-    /// Stores a value durably.
+    /// Stores a value: read back at once, on disk a moment later (see the WIT's `state-put`).
     fn state_put(&mut self, key: &str, value: &[u8]) -> Result<(), String>;
     /// Removes a key; absent keys are ignored.
     fn state_delete(&mut self, key: &str);
