@@ -8,10 +8,14 @@ none), against the injected truth and the offline reference
 Prints a confusion table (injected cause x diagnosed culprit), the share of
 injected runs with the right culprit (target >= 95 %), the share of healthy
 and random-imbalance runs with no culprit (target >= 98 %), the slowdown's
-agreement with the reference (target within 5 %), and the time per window at
-the largest size. Standard library only.
+agreement with the reference (target within 5 %), the time per window at
+the largest size, the fail-slow onset's time to detect, and the same targets
+over two windows through the plugin's confirmation rule (a rank, node or
+kind of operation named only once two windows of different steps name it).
+Standard library only.
 
-  python3 scripts/bench_diagnosis.py [--runs 210] [--jobs 2] [--ref-max-ranks 128] [--onset-runs 40] [--json out.json]
+  python3 scripts/bench_diagnosis.py [--runs 210] [--jobs 2] [--ref-max-ranks 128] [--onset-runs 40]
+      [--confirm-runs 140] [--json out.json]
 """
 
 import argparse
@@ -109,6 +113,22 @@ def one(job):
     }
 
 
+def confirm_one(job):
+    """A run of two windows of 10 steps, diagnosed window by window through
+    the plugin's confirmation rule (a rank, node or kind is named only when
+    the window before names it too). A fail-slow starts in the first
+    window's first steps, so that both windows hold it."""
+    seed, cause, (dp, pp, tp, micro), schedule = job
+    onset = (1, 4) if cause == "fail_slow" else None
+    run = simulate.generate(seed, cause, dp, pp, tp, micro, 20, schedule, onset_range=onset)
+    p = subprocess.run([BINARY, "--windows", "2"], input=json.dumps(run, separators=(",", ":")).encode(),
+                       capture_output=True, check=True)
+    online = json.loads(p.stdout)
+    return {"seed": seed, "cause": cause, "ranks": dp * pp * tp, "truth": run["truth"],
+            "alone": online["windows"][-1]["alone"], "confirmed": online["confirmed"]["culprit"],
+            "first": online["windows"][0]["confirmed"], "sentence": online["confirmed"]["sentence"]}
+
+
 def onset_one(job):
     """A fail-slow run of 30 steps, analysed as one window: the step at
     which onset.rs declares the episode against the injected onset."""
@@ -137,6 +157,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="analyze runs per 1 024-rank window, the fastest counted")
     ap.add_argument("--onset-runs", type=int, default=40,
                     help="fail-slow runs of 30 steps (onset at step 10-20) for the time to detect; 0 to skip")
+    ap.add_argument("--confirm-runs", type=int, default=140,
+                    help="runs of two 10-step windows diagnosed through the confirmation rule; 0 to skip")
     ap.add_argument("--json", help="write every run's record here")
     a = ap.parse_args()
     if not os.path.exists(BINARY):
@@ -220,6 +242,29 @@ def main():
         if a.json:
             with open(a.json + ".onset.json", "w") as fh:
                 json.dump(onsets, fh, indent=1)
+
+    if a.confirm_runs:
+        cjobs = plan(a.confirm_runs, a.seed0 + 20000, a.max_ranks)
+        with ProcessPoolExecutor(max_workers=a.jobs) as pool:
+            confirmed = list(pool.map(confirm_one, cjobs))
+        c_inj = [r for r in confirmed if r["cause"] in INJECTED]
+        c_clean = [r for r in confirmed if r["cause"] in NO_CULPRIT]
+        ok = lambda rs, k: sum(1 for r in rs if right(r[k], r["truth"]))  # noqa: E731
+        held = sum(1 for r in confirmed if r["first"]["culprit"] in ("none", "input_imbalance")
+                   and r["cause"] in INJECTED and expected(r["truth"])["culprit"] != "stage")
+        print(f"- with the confirmation rule ({len(confirmed)} runs of two 10-step windows, up to "
+              f"{max(r['ranks'] for r in confirmed)} ranks; the second window's answer): right culprit in "
+              f"{ok(c_inj, 'confirmed')} / {len(c_inj)} injected runs (that window alone: {ok(c_inj, 'alone')}); "
+              f"no culprit in {ok(c_clean, 'confirmed')} / {len(c_clean)} healthy and random-imbalance runs "
+              f"(alone: {ok(c_clean, 'alone')}); a worker, link or kind held back in the first window in {held} "
+              f"injected runs")
+        for r in confirmed:
+            if not right(r["confirmed"], r["truth"]):
+                print(f"  - rule miss: seed {r['seed']} {r['cause']} {r['ranks']} ranks: truth {r['truth']} -> "
+                      f"{r['confirmed']} ({r['sentence']})")
+        if a.json:
+            with open(a.json + ".confirm.json", "w") as fh:
+                json.dump(confirmed, fh, indent=1)
 
     misses = [r for r in results if not right(r["diagnosis"], r["truth"])]
     if misses:

@@ -88,6 +88,8 @@ fn python_loop(dir: &Path, endpoint: &str, protocol: &str, job: &str, first: u64
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // What the SDK logged (an export it retried), for a test that fails later.
+    std::fs::write(record.with_extension("stderr"), &out.stderr).unwrap();
     let rows: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&record).unwrap()).unwrap();
     rows.iter()
         .map(|r| {
@@ -422,10 +424,13 @@ fn collection_stops_at_the_cap_and_does_not_restart_otlp_http() {
     let before = counters(&sonde);
     let rows = rows_of(&parse_profiler_batches(&rotel.received()), job);
     let system: Vec<u64> = rows.iter().filter(|r| r.1 == "SYSTEM").map(|r| r.2).collect();
-    let last = *system
-        .iter()
-        .max()
-        .unwrap_or_else(|| panic!("no system rows arrived; counters: {before}\n{}", sonde.output()));
+    let last = *system.iter().max().unwrap_or_else(|| {
+        let sdk = std::fs::read_to_string(tmp.path().join(format!("train-{job}-0.stderr"))).unwrap_or_default();
+        panic!(
+            "no system rows arrived; counters: {before}\n{}\nthe loop's stderr:\n{sdk}",
+            sonde.output()
+        )
+    });
     // Collected up to the cap: the last tick before it (100 ms period, plus jitter).
     assert!(last < ended_at, "a sample after the cap: {last} >= {ended_at}");
     assert!(

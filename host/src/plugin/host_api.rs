@@ -44,12 +44,12 @@ pub struct PluginState {
     pub sinks_cfg: SinksConfig,
     sinks: Vec<Sink>,
     pub metrics: Arc<PluginMetrics>,
-    /// Time the current call spent in durable host work, credited to its deadline.
+    /// Time the current call spent in host I/O (state store, sinks), credited to its deadline.
     pub io: HostIo,
 }
 
 impl PluginState {
-    /// Runs durable host work, counting its time for the call's deadline (see [`HostIo`]).
+    /// Runs host I/O, counting its time for the call's deadline (see [`HostIo`]).
     fn timed<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
         let t0 = Instant::now();
         let r = f(self);

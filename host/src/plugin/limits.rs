@@ -1,6 +1,6 @@
 //! What the host enforces on every plugin (the "What the host enforces"
 //! section of `wit/sonde-plugin.wit`), in one place: the linear-memory cap,
-//! the call deadline with its credit for durable host work, and the limits
+//! the call deadline with its credit for host I/O (state store, sinks), and the limits
 //! on traps, backoff and queued work that the instance's thread applies.
 //! The epoch that makes a running call check its deadline is advanced by
 //! `deadline.rs` (only once some call is late); WASI capabilities (denied
@@ -59,7 +59,7 @@ pub trait Limited: 'static {
 pub fn enforce<T: Limited>(store: &mut Store<T>, call_timeout: Duration) {
     store.limiter(|s| s.memory());
     // The epoch moved (some call is late, maybe this one): go on until this
-    // call's own deadline, extended by host time spent in durable writes; then trap.
+    // call's own deadline, extended by host time spent in state-store reads and sink writes; then trap.
     store.epoch_deadline_callback(move |mut cx| {
         Ok(match cx.data_mut().io().may_continue(thread_cpu(), call_timeout) {
             true => UpdateDeadline::Continue(1),
@@ -126,12 +126,13 @@ impl ResourceLimiter for MemoryCap {
 }
 
 /// Most host time one call can have credited to its deadline: a plugin that
-/// commits state in a loop still ends.
+/// reads state or writes a sink in a loop still ends.
 pub const HOST_IO_GRACE: Duration = Duration::from_secs(2);
 
-/// The deadline of a call measures the guest's own work. A state-store commit
-/// (a durable disk write) or a sink write can take longer than a whole call's
-/// budget on a slow disk, and that time is not the plugin running away, so it
+/// The deadline of a call measures the guest's own work. A state-store read
+/// that goes to the disk or a sink write can take longer than a whole call's
+/// budget on a slow disk (state writes are committed behind the call:
+/// `state::write_behind`), and that time is not the plugin running away, so it
 /// is credited: when the deadline strikes, it is extended by the host time not
 /// yet credited (up to [`HOST_IO_GRACE`] per call).
 #[derive(Debug, Default, Clone, Copy, PartialEq)]

@@ -34,6 +34,9 @@ use crate::model::{SeriesInfo, Tick};
 use crate::pipeline::PipelineHandle;
 use crate::state::StateStore;
 
+/// The longest a plugin's route answer waits for its writes to reach the disk.
+const ROUTE_STATE_WAIT: Duration = Duration::from_secs(10);
+
 /// A file's identity without reading it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct FileSig {
@@ -425,12 +428,28 @@ impl PluginManager {
             // Queue wait plus the call deadline, generously.
             Duration::from_millis(self.cfg.read().0.call_timeout_ms as u64 * 4 + 2000)
         };
-        match tokio::time::timeout(timeout, rx).await {
+        let resp = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(resp)) => resp,
             Ok(Err(_)) => {
-                instance::json_response(503, &serde_json::json!({"error": "plugin stopped before answering"}))
+                return instance::json_response(503, &serde_json::json!({"error": "plugin stopped before answering"}));
             }
-            Err(_) => instance::json_response(504, &serde_json::json!({"error": "plugin did not answer in time"})),
+            Err(_) => {
+                return instance::json_response(504, &serde_json::json!({"error": "plugin did not answer in time"}));
+            }
+        };
+        // What the call wrote is on disk before its answer leaves: a client
+        // told "this shard is yours" must not see the host forget it in a
+        // crash. Hook calls do not wait for the disk; a route's answer does.
+        let state = self.shared.state.clone();
+        let ns = name.to_string();
+        let kept = tokio::task::spawn_blocking(move || state.flush_namespace(&ns, ROUTE_STATE_WAIT)).await;
+        match kept {
+            Ok(Ok(())) => resp,
+            Ok(Err(e)) => instance::json_response(
+                503,
+                &serde_json::json!({"error": format!("the plugin answered, but what it wrote is not on disk; retry: {e:#}")}),
+            ),
+            Err(e) => instance::json_response(503, &serde_json::json!({"error": format!("{e}")})),
         }
     }
 

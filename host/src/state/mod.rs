@@ -203,6 +203,12 @@ impl StateStore {
         self.inner.behind.flush(wait)
     }
 
+    /// Waits until `ns`'s writes made before this call are on disk (at most
+    /// `wait`): a plugin's route answers only then.
+    pub fn flush_namespace(&self, ns: &str, wait: Duration) -> Result<()> {
+        self.inner.behind.flush_namespace(ns, wait)
+    }
+
     /// Namespace writes not yet on disk, and how the commits went.
     pub fn backlog(&self) -> Backlog {
         self.inner.behind.backlog()
@@ -470,6 +476,24 @@ mod write_behind_tests {
         assert_eq!(p.keys("").unwrap(), vec!["a", "b", "last"]);
         assert_eq!(p.read("log", 0, 10).unwrap(), vec![(2, b"r2".to_vec())]);
         assert_eq!(p.append("log", b"r3").unwrap(), 3, "numbers go on after a restart");
+    }
+
+    #[test]
+    fn a_namespace_flush_waits_for_its_own_writes_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StateStore::open(&dir.path().join("s.redb")).unwrap();
+        let short = Duration::from_millis(50);
+        s.namespace("quiet").put("k", b"v").unwrap();
+        s.flush(Duration::from_secs(10)).unwrap();
+        let held = s.inner.behind.hold.lock();
+        s.namespace("busy").put("k", b"v").unwrap();
+        assert!(s.flush_namespace("quiet", short).is_ok(), "nothing of it waits");
+        assert!(s.flush_namespace("never-wrote", short).is_ok());
+        let e = s.flush_namespace("busy", short).unwrap_err().to_string();
+        assert!(e.contains("not on disk"), "{e}");
+        drop(held);
+        s.flush_namespace("busy", Duration::from_secs(10)).unwrap();
+        assert_eq!(on_disk(&s, "busy", "k").as_deref(), Some(&b"v"[..]));
     }
 
     /// A model of one namespace: its keys and its stream.

@@ -90,6 +90,9 @@ struct Pending {
     committed: u64,
     /// The last sequence number given out per (namespace, stream).
     seqs: HashMap<(String, String), u64>,
+    /// Per namespace, the changes pushed up to its latest: it is on disk
+    /// once `committed` reaches this.
+    tickets: HashMap<String, u64>,
     /// The last commit failed with this; cleared by the next that succeeds.
     failing: Option<String>,
     /// Commits tried, successful or not.
@@ -99,7 +102,20 @@ struct Pending {
     stopping: bool,
 }
 
-/// What `/api/health` shows of the writer.
+impl Pending {
+    /// Notes that `ns`'s latest change is the last pushed.
+    fn ticket(&mut self, ns: &str) {
+        let pushed = self.committed + self.changes.len() as u64;
+        match self.tickets.get_mut(ns) {
+            Some(t) => *t = pushed,
+            None => {
+                self.tickets.insert(ns.to_string(), pushed);
+            }
+        }
+    }
+}
+
+/// What `/api/status` shows of the writer.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Backlog {
     /// Changes pushed and not yet on disk.
@@ -146,6 +162,7 @@ impl WriteBehind {
             p.bytes += pushed.bytes();
             p.changes.push_back(pushed);
         }
+        p.ticket(ns);
         drop(p);
         self.work.notify_one();
         Ok(())
@@ -173,6 +190,7 @@ impl WriteBehind {
         });
         p.bytes += pushed.bytes();
         p.changes.push_back(pushed);
+        p.ticket(ns);
         drop(p);
         self.work.notify_one();
         Ok(seq)
@@ -217,9 +235,23 @@ impl WriteBehind {
     /// Waits until every change pushed before this call is on disk, or a
     /// commit after it failed, or `wait` passed.
     pub fn flush(&self, wait: Duration) -> Result<()> {
+        let target = {
+            let p = self.pending.lock();
+            p.committed + p.changes.len() as u64
+        };
+        self.flush_through(target, wait)
+    }
+
+    /// [`Self::flush`] for the changes of one namespace only (and those
+    /// pushed before them): at once when none of its changes wait.
+    pub fn flush_namespace(&self, ns: &str, wait: Duration) -> Result<()> {
+        let target = self.pending.lock().tickets.get(ns).copied().unwrap_or(0);
+        self.flush_through(target, wait)
+    }
+
+    fn flush_through(&self, target: u64, wait: Duration) -> Result<()> {
         let until = Instant::now() + wait;
         let mut p = self.pending.lock();
-        let target = p.committed + p.changes.len() as u64;
         let attempts = p.attempts;
         loop {
             if p.committed >= target {

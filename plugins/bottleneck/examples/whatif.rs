@@ -6,13 +6,19 @@
 //! fastest of `--repeat N` runs, default 1). `scripts/bench_diagnosis.py`
 //! and `tests/whatif_agrees.rs` drive it.
 //!
+//! `--windows N` also cuts the trace's steps into N consecutive windows and
+//! diagnoses each in turn through the plugin's confirmation rule
+//! (`confirm::Seen`), as the plugin does over a running job: `confirmed` is
+//! what the last window says, `windows` what each said alone and confirmed.
+//!
 //! `cargo run --release --example whatif --manifest-path plugins/Cargo.toml -p sonde-bottleneck < trace.json`
 
 use std::io::Read;
 use std::time::Instant;
 
+use bottleneck::confirm::Seen;
 use bottleneck::onset::{OnsetSettings, episodes};
-use bottleneck::whatif::{Culprit, OpRow, Thresholds, analyze, diagnose};
+use bottleneck::whatif::{Culprit, Diagnosis, Op, OpRow, Thresholds, analyze, diagnose};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -31,12 +37,14 @@ fn on_cpu_ns() -> Option<u64> {
 
 fn main() {
     let mut repeat = 1usize;
+    let mut windows = 0usize;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--repeat" => repeat = args.next().and_then(|v| v.parse().ok()).expect("--repeat N"),
+            "--windows" => windows = args.next().and_then(|v| v.parse().ok()).expect("--windows N"),
             other => {
-                eprintln!("whatif: unknown argument {other}; usage: whatif [--repeat N] < trace.json");
+                eprintln!("whatif: unknown argument {other}; usage: whatif [--repeat N] [--windows N] < trace.json");
                 std::process::exit(2);
             }
         }
@@ -67,7 +75,10 @@ fn main() {
         Culprit::Link { node } => trace.nodes.get(node as usize).cloned(),
         _ => None,
     };
+    let (confirmed, per_window) = confirmed(&ops, windows, &th);
     let out = serde_json::json!({
+        "confirmed": confirmed,
+        "windows": per_window,
         "diagnosis": d,
         "node_name": node_name,
         "slowdown": a.slowdown,
@@ -89,4 +100,33 @@ fn main() {
         "parse_ms": parse_ms,
     });
     println!("{out}");
+}
+
+/// The trace's steps cut into `n` consecutive windows, each diagnosed and
+/// passed through the confirmation rule in turn: the last window's confirmed
+/// diagnosis, and per window (first step, last step, alone, confirmed).
+fn confirmed(ops: &[Op], n: usize, th: &Thresholds) -> (Option<Diagnosis>, Vec<serde_json::Value>) {
+    let mut steps: Vec<u64> = ops.iter().map(|o| o.step).collect();
+    steps.sort_unstable();
+    steps.dedup();
+    if n == 0 || steps.len() < n {
+        return (None, Vec::new());
+    }
+    let mut seen = Seen::default();
+    let mut last = None;
+    let mut out = Vec::new();
+    for chunk in steps.chunks(steps.len().div_ceil(n)) {
+        let (first, end) = (chunk[0], chunk[chunk.len() - 1]);
+        let window: Vec<Op> = ops
+            .iter()
+            .filter(|o| (first..=end).contains(&o.step))
+            .cloned()
+            .collect();
+        let a = analyze(&window, th);
+        let alone = diagnose(&a, th);
+        let said = seen.confirm(&a, alone.clone(), th);
+        out.push(serde_json::json!({"first": first, "last": end, "alone": alone.culprit, "confirmed": said.culprit}));
+        last = Some(said);
+    }
+    (last, out)
 }

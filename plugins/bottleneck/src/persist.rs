@@ -12,8 +12,9 @@
 //!  start ─► restore(): `meta`, every `job/…`, and its rows from `rows/<job>`
 //! ```
 //!
-//! Rows go as chunks in a stream because each store write is one durable
-//! transaction: a master judging 1 024 ranks a second writes one chunk per
+//! Rows go as chunks in a stream because each store write is a change the
+//! host keeps in memory until its next commit, and replays for every read
+//! until then: a master judging 1 024 ranks a second writes one chunk per
 //! job and save, not a thousand records.
 //!
 //! What is kept, per job: its judged rows (the newest `max_rows_per_job`),

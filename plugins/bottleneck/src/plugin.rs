@@ -339,7 +339,7 @@ impl Bottleneck {
         }
         self.judge_due(host);
         let now = host.now();
-        // A save's durable writes (a few milliseconds on the wall) and an
+        // A save's encoding (milliseconds of CPU at 1 024 ranks) and an
         // analysis' slice (up to REPLAY_BUDGET_NS) would add up in one call:
         // a call that saves leaves the analysis to the one-shot timer.
         if self.save_due(now) {
