@@ -222,8 +222,11 @@ def main():
               f"{p['call_us_mean'] / 1e3:>8.2f} {p['timeouts']:>8} {p['traps']:>6} {p['memory_peak_bytes'] / 2**20:>12.1f}{flag}")
     for name, p in sorted(r["plugins"].items()):
         if (lc := p.get("longest_call")) and lc["wall_us"] > CALL_TARGET_US:
+            queued = lc.get("queued_us")
+            waits = f", {queued / 1e3:.1f} ms waiting for a core" if queued is not None else ""
             print(f"{name}: its longest call was {lc['hook']}: {lc['wall_us'] / 1e3:.1f} ms on the wall, "
-                  f"{lc['cpu_us'] / 1e3:.1f} ms of CPU, {lc['host_io_us'] / 1e3:.1f} ms in the host's state store and sinks")
+                  f"{lc['cpu_us'] / 1e3:.1f} ms of CPU, {lc['host_io_us'] / 1e3:.1f} ms in the host's state store and sinks"
+                  f"{waits}")
     print(f"\nWhat-if before the slow rank: {r['whatif_healthy']!r}")
     print(f"What-if at the end: {r['whatif']!r} (about {r['whatif_about']}); names the slow rank {r['slow_rank']}: "
           f"{'yes' if r['whatif_names_slow_rank'] else 'NO'}")

@@ -79,6 +79,28 @@ pub fn start_call<T: Limited>(store: &mut Store<T>) {
     };
 }
 
+/// Time the calling thread has spent ready to run but waiting for a core
+/// (the second field of Linux's `/proc/thread-self/schedstat`), so a slow
+/// call can be told apart from a machine with too few cores for it. `None`
+/// where the kernel does not keep it. The file stays open per thread: a
+/// read from offset 0 is a fresh reading, a few microseconds.
+pub fn thread_run_delay() -> Option<Duration> {
+    use std::cell::RefCell;
+    use std::fs::File;
+    use std::os::unix::fs::FileExt;
+    thread_local! {
+        static SCHEDSTAT: RefCell<Option<File>> = RefCell::new(File::open("/proc/thread-self/schedstat").ok());
+    }
+    SCHEDSTAT.with(|f| {
+        let f = f.borrow();
+        let mut buf = [0u8; 96];
+        let n = f.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let ns: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+        Some(Duration::from_nanos(ns))
+    })
+}
+
 /// CPU time of the calling thread so far.
 pub fn thread_cpu() -> Duration {
     #[cfg(unix)]
@@ -173,6 +195,35 @@ impl HostIo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two threads spinning on one core: each waits for it about half the
+    /// time, and the reading says so.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn run_delay_counts_the_wait_for_a_shared_core() {
+        let spin = || {
+            // SAFETY: a zeroed cpu_set_t with CPU 0 set, for this thread (0).
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            }
+            let before = thread_run_delay().expect("schedstat");
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < Duration::from_millis(400) {
+                std::hint::spin_loop();
+            }
+            thread_run_delay().unwrap() - before
+        };
+        let other = std::thread::spawn(spin);
+        let mine = std::thread::spawn(spin).join().unwrap();
+        let theirs = other.join().unwrap();
+        let most = mine.max(theirs);
+        assert!(
+            most > Duration::from_millis(100),
+            "waited {mine:?} and {theirs:?} of 400 ms"
+        );
+    }
 
     #[test]
     fn host_io_extends_a_deadline_once_per_time_spent_and_within_the_grace() {

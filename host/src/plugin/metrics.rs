@@ -30,8 +30,8 @@ pub struct PluginMetrics {
     pub memory_peak_bytes: AtomicU64,
     latency: [AtomicU64; BUCKETS],
     /// What the longest call was, so a slow one can be told apart: the
-    /// plugin's own work (CPU), the host's state-store and sink writes
-    /// (`host_io_us`), or waiting for a core (the rest of the wall).
+    /// plugin's own work (CPU), the host's state store and sinks
+    /// (`host_io_us`), waiting for a core (`queued_us`), or blocked.
     longest: parking_lot::Mutex<Option<LongestCall>>,
 }
 
@@ -44,6 +44,9 @@ pub struct LongestCall {
     pub cpu_us: f64,
     /// Time in the host's state store and sinks during the call.
     pub host_io_us: f64,
+    /// Time the plugin's thread waited for a core during the call (Linux's
+    /// schedstat); the wall less CPU, host I/O and this is time blocked.
+    pub queued_us: Option<f64>,
 }
 
 impl PluginMetrics {
@@ -167,6 +170,7 @@ mod tests {
             wall_us,
             cpu_us: wall_us / 2.0,
             host_io_us: 1.0,
+            queued_us: Some(2.0),
         };
         m.record_longest(call("on-timer", 30.0));
         m.record_longest(call("on-events", 20.0));

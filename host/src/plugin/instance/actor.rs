@@ -225,6 +225,7 @@ impl Actor {
             return Err(CallFailure::NotRunning);
         };
         limits::start_call(&mut live.store);
+        let queued0 = limits::thread_run_delay();
         let t0 = Instant::now();
         let result = {
             let _armed = self.timer.arm(self.limits.call_timeout);
@@ -241,6 +242,9 @@ impl Actor {
                 wall_us: wall.as_secs_f64() * 1e6,
                 cpu_us: cpu.as_secs_f64() * 1e6,
                 host_io_us: io.spent.as_secs_f64() * 1e6,
+                queued_us: queued0
+                    .zip(limits::thread_run_delay())
+                    .map(|(a, b)| b.saturating_sub(a).as_secs_f64() * 1e6),
             });
         }
         self.metrics.set_memory(live.store.data().memory.current as u64);
