@@ -276,7 +276,7 @@ impl PluginState {
     }
 
     pub fn keys(&self, prefix: &str) -> Result<Vec<String>> {
-        Ok(self.entries(prefix)?.into_iter().map(|(k, _)| k).collect())
+        self.view()?.keys(&self.plugin, prefix)
     }
 
     /// Appends a record; sequence numbers start at 1 and only grow, even
@@ -578,6 +578,8 @@ mod write_behind_tests {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
             assert_eq!(p.entries(&prefix).unwrap(), want, "step {step}");
+            let keys: Vec<String> = want.iter().map(|(k, _)| k.clone()).collect();
+            assert_eq!(p.keys(&prefix).unwrap(), keys, "step {step}");
             assert_eq!(p.get(&key).unwrap(), model.kv.get(&key).cloned(), "step {step}");
             let from = model.last_seq.saturating_sub(next(8));
             let max = 1 + next(4) as u32;

@@ -395,20 +395,31 @@ impl View {
 
     /// Every key starting with `prefix`, with its value, in key order.
     pub fn entries(&self, ns: &str, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        Ok(self.scan(ns, prefix, |v| v.to_vec())?.into_iter().collect())
+    }
+
+    /// Every key starting with `prefix`, in order, no value read.
+    pub fn keys(&self, ns: &str, prefix: &str) -> Result<Vec<String>> {
+        Ok(self.scan(ns, prefix, |_| ())?.into_keys().collect())
+    }
+
+    /// The keys under `prefix` with `keep(value)` of each: the database's,
+    /// then the pending changes replayed over them.
+    fn scan<T>(&self, ns: &str, prefix: &str, keep: impl Fn(&[u8]) -> T) -> Result<BTreeMap<String, T>> {
         let t = self.txn.open_table(KV)?;
-        let mut out: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        let mut out: BTreeMap<String, T> = BTreeMap::new();
         for item in t.range((ns, prefix)..)? {
             let (k, v) = item?;
             let (p, key) = k.value();
             if p != ns || !key.starts_with(prefix) {
                 break;
             }
-            out.insert(key.to_string(), v.value().to_vec());
+            out.insert(key.to_string(), keep(v.value()));
         }
         for c in &self.changes {
             match &c.change {
                 Change::Put(k, v) if k.starts_with(prefix) => {
-                    out.insert(k.clone(), v.clone());
+                    out.insert(k.clone(), keep(v));
                 }
                 Change::Delete(k) => {
                     out.remove(k);
@@ -417,7 +428,7 @@ impl View {
                 _ => {}
             }
         }
-        Ok(out.into_iter().collect())
+        Ok(out)
     }
 
     /// Up to `max` records of `stream` numbered `from` or more.
