@@ -84,6 +84,7 @@ pub fn start_call<T: Limited>(store: &mut Store<T>) {
 /// call can be told apart from a machine with too few cores for it. `None`
 /// where the kernel does not keep it. The file stays open per thread: a
 /// read from offset 0 is a fresh reading, a few microseconds.
+#[cfg(unix)]
 pub fn thread_run_delay() -> Option<Duration> {
     use std::cell::RefCell;
     use std::fs::File;
@@ -99,6 +100,11 @@ pub fn thread_run_delay() -> Option<Duration> {
         let ns: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
         Some(Duration::from_nanos(ns))
     })
+}
+
+#[cfg(not(unix))]
+pub fn thread_run_delay() -> Option<Duration> {
+    None
 }
 
 /// CPU time of the calling thread so far.

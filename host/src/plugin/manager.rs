@@ -402,6 +402,8 @@ impl PluginManager {
 
     /// Passes a request to a plugin's `on-request` and waits for its answer.
     pub async fn request(&self, name: &str, req: types::HttpRequest) -> types::HttpResponse {
+        // GET and HEAD are safe by HTTP's rules: their answers do not wait for the disk.
+        let changes = !matches!(req.method.as_str(), "GET" | "HEAD");
         let (tx, rx) = tokio::sync::oneshot::channel();
         let timeout = {
             let plugins = self.plugins.read();
@@ -437,9 +439,12 @@ impl PluginManager {
                 return instance::json_response(504, &serde_json::json!({"error": "plugin did not answer in time"}));
             }
         };
-        // What the call wrote is on disk before its answer leaves: a client
-        // told "this shard is yours" must not see the host forget it in a
-        // crash. Hook calls do not wait for the disk; a route's answer does.
+        // What a changing call wrote is on disk before its answer leaves: a
+        // client told "this shard is yours" must not see the host forget it
+        // in a crash. Hook calls do not wait for the disk; such an answer does.
+        if !changes {
+            return resp;
+        }
         let state = self.shared.state.clone();
         let ns = name.to_string();
         let kept = tokio::task::spawn_blocking(move || state.flush_namespace(&ns, ROUTE_STATE_WAIT)).await;

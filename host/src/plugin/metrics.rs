@@ -45,7 +45,8 @@ pub struct LongestCall {
     /// Time in the host's state store and sinks during the call.
     pub host_io_us: f64,
     /// Time the plugin's thread waited for a core during the call (Linux's
-    /// schedstat); the wall less CPU, host I/O and this is time blocked.
+    /// schedstat). The wall less the CPU and this is time the thread was
+    /// blocked: in the host's I/O, on a lock or on a page fault.
     pub queued_us: Option<f64>,
 }
 
