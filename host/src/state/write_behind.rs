@@ -26,7 +26,10 @@
 //! What it costs: a host killed with -9 loses the changes not yet committed
 //! (normally one commit's worth, a few milliseconds of writes). A trap loses
 //! nothing (the host lives on), and a host that stops commits what is pending
-//! before it exits ([`WriteBehind::shut_down`]).
+//! before it exits ([`WriteBehind::shut_down`]). Where an answer must not
+//! outlive a crash, the caller waits for the commit: a plugin route called
+//! with any method but GET and HEAD answers only once its plugin's changes
+//! are on disk (`flush_namespace`, from `plugin::manager`).
 //!
 //! Replaying is safe because every change is "the last one wins" for the keys
 //! it touches: replaying changes the database already holds over it gives the
