@@ -589,10 +589,17 @@ mod tests {
         eprintln!("gaps ms: {gaps:.2?}; stop took {stop_took:?}");
         // Loose: a noisy machine may skip a tick, but ticks are ~20 ms apart.
         assert!((15.0..=30.0).contains(&mean), "mean gap {mean} ms");
-        assert!(
-            gaps.iter().filter(|g| (10.0..=30.0).contains(*g)).count() >= 15,
-            "{gaps:?}"
-        );
+        // And on the 20 ms grid from the second on (the first comes at the
+        // start): a tick the machine delays is followed by one on time, so
+        // gaps of 34 and 6 ms are one late tick, not two bad gaps.
+        let on_grid = times[1..]
+            .iter()
+            .filter(|&&t| {
+                let off = ((t - times[1]) as f64 / 1e6) % 20.0;
+                off.min(20.0 - off) <= 5.0
+            })
+            .count();
+        assert!(on_grid >= 15, "{on_grid} of 19 ticks on the grid; gaps {gaps:?}");
         assert!(stop_took < Duration::from_secs(1), "stop took {stop_took:?}");
     }
 
