@@ -13,8 +13,8 @@
 //! forward to backward). Until then the diagnosis names the stage when the
 //! split alone is costly (as `diagnose` would without the straggler), else
 //! says what this window alone points at and names no culprit. A stage is
-//! not held back: its cost
-//! is replayed from typical durations, which one step does not move.
+//! not held back: its cost is replayed from typical durations, which one
+//! step does not move.
 //!
 //! Cost: a culprit is named a window later (8 steps at the default
 //! `ops_window_steps`; one step per window at 1 024 ranks, where a window
